@@ -1,0 +1,2 @@
+//! wire: packet headers (filled in by the extraction work).
+#![deny(unsafe_code)]
