@@ -1,1 +1,82 @@
-//! netdev
+//! # netdev: ports
+//!
+//! A port is anything that can receive and send batches of Ethernet
+//! frames: an AF_XDP socket on a kernel device, a tap device, an AF_PACKET
+//! socket, or an in-memory [`dummy::DummyPort`] for tests and benchmarks.
+//! Every provider implements [`Netdev`]; the datapath never knows which it
+//! is talking to.
+//!
+//! Threading: a port is owned by one poll thread at a time (`Send`, not
+//! `Sync`); the datapath serialises access when several threads send to it.
+#![deny(unsafe_code)]
+
+pub mod dummy;
+pub mod packet;
+
+pub use packet::Packet;
+use std::io;
+
+/// Maximum packets moved per rx/tx call.
+pub const BATCH: usize = 32;
+
+/// Per-port counters. Drops are named for their reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Sent packets the port could not queue (ring full, socket error).
+    pub tx_dropped: u64,
+    /// Received packets lost before the datapath saw them (ring overflow,
+    /// no free frame), as the kernel or provider reports them.
+    pub rx_dropped: u64,
+}
+
+/// Static facts about a port, for `xvs show`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Provider: "afxdp", "tap", "internal", "system", "dummy".
+    pub kind: String,
+    /// For AF_XDP: "native", "generic"; empty otherwise.
+    pub xdp_mode: String,
+    pub n_rxq: usize,
+    /// Free-form details ("shared-umem", "need_wakeup", "copy"...).
+    pub detail: String,
+}
+
+/// The port interface every provider implements.
+pub trait Netdev: Send {
+    /// Kernel (or dummy) device name.
+    fn name(&self) -> &str;
+
+    fn info(&self) -> PortInfo;
+
+    /// Number of receive queues this port polls.
+    fn n_rxq(&self) -> usize {
+        1
+    }
+
+    /// Receives up to `max` packets from queue `rxq`, appending them to
+    /// `out`. Returns how many were appended; `Ok(0)` when none are ready.
+    /// Never blocks.
+    fn rx_batch(&mut self, rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize>;
+
+    /// Sends every packet in `pkts`, draining it. The port owns the packets
+    /// from here on; those it cannot queue are dropped and counted in
+    /// `tx_dropped`. Never blocks.
+    fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()>;
+
+    fn stats(&self) -> PortStats;
+
+    /// A file descriptor that becomes readable when queue `rxq` has
+    /// packets, for poll threads that sleep when idle. `None` if the port
+    /// can only be polled.
+    fn rx_fd(&self, _rxq: usize) -> Option<i32> {
+        None
+    }
+
+    /// Housekeeping the owner calls regularly (refill rings, reap
+    /// completions, kick the kernel).
+    fn poll_housekeeping(&mut self) {}
+}
