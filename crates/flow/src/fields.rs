@@ -125,7 +125,10 @@ pub static FIELDS: &[FieldDef] = &[
     a("vlan_vid", Loc::new(loc::VLAN_TCI.word, loc::VLAN_TCI.shift, 13), Hex, P::None),
     // dl_vlan / dl_vlan_pcp: parsed specially (they imply a present tag).
     FieldDef { maskable: false, ..a("dl_vlan", Loc::new(loc::VLAN_TCI.word, loc::VLAN_TCI.shift, 12), Int, P::None) },
-    FieldDef { maskable: false, ..a("dl_vlan_pcp", Loc::new(loc::VLAN_TCI.word, loc::VLAN_TCI.shift + 13, 3), Int, P::None) },
+    FieldDef {
+        maskable: false,
+        ..a("dl_vlan_pcp", Loc::new(loc::VLAN_TCI.word, loc::VLAN_TCI.shift + 13, 3), Int, P::None)
+    },
     a("ip_src", loc::NW_SRC, Ipv4, P::Ipv4),
     a("ip_dst", loc::NW_DST, Ipv4, P::Ipv4),
     a("arp_spa", loc::NW_SRC, Ipv4, P::Arp),
@@ -159,7 +162,8 @@ impl Prereq {
         let dl = |t: u16| mask.dl_type() == 0xffff && key.dl_type() == t;
         let ip_any = dl(et::IPV4) || dl(et::IPV6);
         let proto = |p: u8| ip_any && mask.nw_proto() == 0xff && key.nw_proto() == p;
-        let icmp6_type = |t: u16| proto(ipproto::ICMPV6) && dl(et::IPV6) && mask.tp_src() == 0xffff && key.tp_src() == t;
+        let icmp6_type =
+            |t: u16| proto(ipproto::ICMPV6) && dl(et::IPV6) && mask.tp_src() == 0xffff && key.tp_src() == t;
         match self {
             P::None => true,
             P::Ipv4 => dl(et::IPV4),

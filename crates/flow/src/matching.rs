@@ -191,7 +191,8 @@ impl Match {
             }
         }
         // udp/sctp ports: pick by protocol.
-        if matches!(best, "tp_src" | "tp_dst" | "udp_src" | "udp_dst" | "sctp_src" | "sctp_dst" | "tcp_src" | "tcp_dst") {
+        if matches!(best, "tp_src" | "tp_dst" | "udp_src" | "udp_dst" | "sctp_src" | "sctp_dst" | "tcp_src" | "tcp_dst")
+        {
             let src = f.loc == loc::TP_SRC;
             let p = self.key.nw_proto();
             let pre = match p {
@@ -345,8 +346,16 @@ pub fn parse_value(f: &FieldDef, s: &str) -> Result<(u128, u128), String> {
     Ok((v & m, m))
 }
 
-pub const CT_FLAGS: &[(&str, u8)] =
-    &[("new", 0x01), ("est", 0x02), ("rel", 0x04), ("rpl", 0x08), ("inv", 0x10), ("trk", 0x20), ("snat", 0x40), ("dnat", 0x80)];
+pub const CT_FLAGS: &[(&str, u8)] = &[
+    ("new", 0x01),
+    ("est", 0x02),
+    ("rel", 0x04),
+    ("rpl", 0x08),
+    ("inv", 0x10),
+    ("trk", 0x20),
+    ("snat", 0x40),
+    ("dnat", 0x80),
+];
 pub const TCP_FLAGS: &[(&str, u16)] = &[
     ("fin", 0x001),
     ("syn", 0x002),

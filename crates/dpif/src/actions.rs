@@ -1,0 +1,161 @@
+//! Datapath actions: what the fast path does to a packet.
+//!
+//! Translation (in `ofproto`) turns an OpenFlow pipeline walk into a list
+//! of these; the datapath executes them in order on each packet of a
+//! megaflow. Field rewrites are expressed as a masked set over the flow
+//! key layout, so one action can rewrite any group of header fields.
+
+use flow::{FlowKey, FlowMask};
+use std::fmt;
+
+/// Why a packet is sent to userspace (the OpenFlow layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UserspaceReason {
+    /// An OpenFlow `controller` action.
+    Action,
+    /// An OpenFlow table miss that sends to the controller.
+    NoMatch,
+    /// Time to live ran out in dec_ttl.
+    InvalidTtl,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DpAction {
+    /// Send a copy of the packet, as it is now, to datapath port N.
+    Output(u32),
+    /// Rewrite header fields: for every bit set in `mask`, the packet's
+    /// field takes the bit of `key`. Only fields whose headers the packet
+    /// has are touched; checksums are updated.
+    SetMasked { key: FlowKey, mask: FlowMask },
+    /// Push an 802.1Q (tpid 0x8100) or 802.1ad (0x88a8) tag with this TCI
+    /// (the "present" bit 0x1000 is not written to the wire).
+    PushVlan { tpid: u16, tci: u16 },
+    /// Remove the outermost VLAN tag.
+    PopVlan,
+    /// Hand the packet to the OpenFlow layer (packet-in), truncated to
+    /// `max_len` bytes, with the OpenFlow table/cookie it came from.
+    Userspace { reason: UserspaceReason, max_len: u16, table_id: u8, cookie: u64 },
+    /// Continue in the datapath with a new recirc_id.
+    Recirc(u32),
+}
+
+/// Printable field groups for `set(...)`, as OVS names them.
+const SET_GROUPS: &[(&str, &[(&str, &str)])] = &[
+    ("eth", &[("src", "dl_src"), ("dst", "dl_dst")]),
+    ("vlan", &[("tci", "vlan_tci")]),
+    ("ipv4", &[("src", "nw_src"), ("dst", "nw_dst"), ("tos", "nw_tos"), ("ttl", "nw_ttl")]),
+    (
+        "ipv6",
+        &[
+            ("src", "ipv6_src"),
+            ("dst", "ipv6_dst"),
+            ("label", "ipv6_label"),
+            ("tclass", "nw_tos"),
+            ("hlimit", "nw_ttl"),
+        ],
+    ),
+    ("tp", &[("src", "tp_src"), ("dst", "tp_dst")]),
+    ("arp", &[("sip", "nw_src"), ("tip", "nw_dst"), ("sha", "arp_sha"), ("tha", "arp_tha")]),
+    ("skb_mark", &[("", "pkt_mark")]),
+    ("tunnel", &[("tun_id", "tun_id")]),
+];
+
+impl fmt::Display for DpAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DpAction::Output(p) => write!(f, "{p}"),
+            DpAction::PushVlan { tpid, tci } => {
+                if *tpid == 0x8100 {
+                    write!(f, "push_vlan(vid={},pcp={})", tci & 0xfff, tci >> 13)
+                } else {
+                    write!(f, "push_vlan(tpid={tpid:#x},vid={},pcp={})", tci & 0xfff, tci >> 13)
+                }
+            }
+            DpAction::PopVlan => write!(f, "pop_vlan"),
+            DpAction::Userspace { reason, max_len, .. } => {
+                let r = match reason {
+                    UserspaceReason::Action => "action",
+                    UserspaceReason::NoMatch => "no_match",
+                    UserspaceReason::InvalidTtl => "invalid_ttl",
+                };
+                write!(f, "userspace(controller(reason={r},max_len={max_len}))")
+            }
+            DpAction::Recirc(id) => write!(f, "recirc({id:#x})"),
+            DpAction::SetMasked { key, mask } => {
+                let is_v6 = key.is_ipv6();
+                let is_arp = key.dl_type() == flow::key::ethertype::ARP;
+                let tp = match key.nw_proto() {
+                    flow::key::ipproto::TCP => "tcp",
+                    flow::key::ipproto::UDP => "udp",
+                    flow::key::ipproto::SCTP => "sctp",
+                    _ => "tp",
+                };
+                let mut groups = Vec::new();
+                for (g, members) in SET_GROUPS {
+                    if (*g == "ipv4" && (is_v6 || is_arp)) || (*g == "ipv6" && !is_v6) || (*g == "arp" && !is_arp) {
+                        continue;
+                    }
+                    let mut parts = Vec::new();
+                    for (label, field) in members.iter() {
+                        let fd = flow::fields::by_name(field).expect("field table has it");
+                        let m = fd.get(mask);
+                        if m == 0 {
+                            continue;
+                        }
+                        let v = fd.get(key);
+                        let s = flow::matching::format_value(fd, v, m);
+                        parts.push(if label.is_empty() { s } else { format!("{label}={s}") });
+                    }
+                    if !parts.is_empty() {
+                        let name = if *g == "tp" { tp } else { g };
+                        groups.push(format!("set({name}({}))", parts.join(",")));
+                    }
+                }
+                write!(f, "{}", groups.join(","))
+            }
+        }
+    }
+}
+
+/// Formats an action list as the datapath prints it (`drop` when empty).
+pub fn format_actions(actions: &[DpAction]) -> String {
+    if actions.is_empty() {
+        "drop".into()
+    } else {
+        actions.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// The answer to a cache miss: what to do with every packet whose key
+/// agrees with the missed one on the bits of `mask`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Translation {
+    pub actions: Vec<DpAction>,
+    /// Every key bit translation consulted (the megaflow mask).
+    pub mask: FlowMask,
+}
+
+/// The slow path as the datapath sees it. `ofproto` implements it; tests
+/// may supply simple models.
+pub trait Upcall {
+    /// Translates the flow `key` (as extracted from a packet) into
+    /// datapath actions and the megaflow mask. May have side effects such
+    /// as MAC learning.
+    fn translate(&self, key: &FlowKey) -> Translation;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn format_set_tos() {
+        let mut key = FlowKey::ZERO;
+        let mut mask = FlowKey::ZERO;
+        key.set_dl_type(0x0800);
+        key.set_nw_tos(0x20);
+        mask.set_nw_tos(0xfc);
+        let a = [DpAction::SetMasked { key, mask }, DpAction::Output(4)];
+        assert_eq!(format_actions(&a), "set(ipv4(tos=0x20/0xfc)),4");
+        assert_eq!(format_actions(&[]), "drop");
+    }
+}
