@@ -63,6 +63,24 @@ impl Match {
         k.eq_masked(&self.key, &self.mask)
     }
 
+    /// A match that prints a packet's key: every non-zero field exactly,
+    /// plus the protocol fields that give the others their names.
+    pub fn exact_fields(k: &FlowKey) -> Match {
+        let mut mask = FlowKey::ZERO;
+        for f in FIELDS.iter().filter(|f| !f.alias) {
+            if f.get(k) != 0 {
+                f.set(&mut mask, f.loc.max());
+            }
+        }
+        if k.dl_type() != 0 {
+            mask.set_dl_type(0xffff);
+        }
+        if k.is_ip_any() {
+            mask.set_nw_proto(0xff);
+        }
+        Match::new(*k, mask)
+    }
+
     /// Sets `field` to `value` under `mask` (both in the field's width).
     pub fn set_field_masked(&mut self, f: &FieldDef, value: u128, mask: u128) {
         let mask = mask & f.loc.max();

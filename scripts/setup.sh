@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building and running xvs needs on Debian 12, as root.
+# Idempotent: skips apt when everything is already there.
+set -euo pipefail
+
+need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps)
+missing=()
+for p in "${need_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Extra packages a caller asks for (e.g. openvswitch-switch for comparisons).
+for p in ${XVS_EXTRA_PKGS:-}; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust >= 1.85) is required; install it with rustup" >&2; exit 1; }
+if [ "$(id -u)" != 0 ]; then
+  echo "setup: xvs needs root (network namespaces, XDP, AF_XDP)" >&2
+  exit 1
+fi
