@@ -1,1 +1,320 @@
-//! bpf
+//! # bpf: the XDP side of AF_XDP ports
+//!
+//! One tiny XDP program ([`xdp_redirect.c`](../src/xdp_redirect.c), built
+//! by `build.rs` with clang) redirects every frame to the AF_XDP socket
+//! registered in its `XSKMAP` for the frame's receive queue, and passes the
+//! frame to the kernel stack when that queue has no socket.
+//!
+//! [`XdpProgram::attach`] loads a fresh copy of the program (so every device
+//! has its own map) with aya and attaches it to a device. [`Attached`]
+//! manages the map entries and detaches the program when dropped.
+//!
+//! ## Attachment: bpf_link, and what a restart after `kill -9` sees
+//!
+//! aya attaches through `BPF_LINK_CREATE` (a bpf_link). A bpf_link lives as
+//! long as its file descriptor, so when the process dies for any reason,
+//! including `kill -9`, the kernel detaches the program: nothing is left on
+//! the device and the AF_XDP sockets die with the process too. A netlink
+//! attachment (`IFLA_XDP_FD`) is a property of the device and would outlive
+//! the process, leaving a program that redirects traffic into a map with no
+//! sockets (harmless here thanks to the XDP_PASS fallback, but it blocks a
+//! later attach in the other mode and confuses operators). We therefore use
+//! bpf_link; aya falls back to netlink only on kernels without XDP links
+//! (< 5.9). For such leftovers, and for programs other tools attached,
+//! [`detach_any_xdp`] clears the device (a live bpf_link owned by another
+//! running process cannot be removed that way: the kernel answers `EBUSY`,
+//! which is the right outcome).
+
+mod netlink;
+
+use aya::maps::{MapData, XskMap};
+use aya::programs::{Xdp, XdpMode as AyaMode};
+use aya::{Ebpf, EbpfLoader};
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+
+pub use netlink::XdpHooks;
+
+/// Maximum queue index + 1 the map can hold (`XVS_MAX_QUEUES` in the C).
+pub const MAX_QUEUES: u32 = 64;
+
+#[repr(C, align(8))]
+struct Aligned<B: ?Sized> {
+    bytes: B,
+}
+
+/// The compiled object, 8-byte aligned as the ELF parser expects.
+static OBJECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.o")) };
+
+const PROG: &str = "xvs_xsk_redirect";
+const PROG_FRAGS: &str = "xvs_xsk_redirect_frags";
+const MAP: &str = "xsks_map";
+
+/// Requested XDP mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Driver (native) XDP; fail if the driver lacks it.
+    Native,
+    /// Generic (skb) XDP, which every device supports.
+    Generic,
+    /// Native if the driver supports it, generic otherwise.
+    #[default]
+    BestEffort,
+}
+
+/// The mode a program actually runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActiveMode {
+    Native,
+    Generic,
+}
+
+impl ActiveMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActiveMode::Native => "native",
+            ActiveMode::Generic => "generic",
+        }
+    }
+}
+
+impl fmt::Display for ActiveMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no such network interface: {0}")]
+    NoSuchInterface(String),
+    #[error("loading the XDP object: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("XDP program: {0}")]
+    Program(#[from] aya::programs::ProgramError),
+    #[error("XSKMAP: {0}")]
+    Map(#[from] aya::maps::MapError),
+    #[error("attaching XDP to {iface} in {mode} mode: {source}")]
+    Attach {
+        iface: String,
+        mode: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("queue {0} is beyond the XSKMAP size {MAX_QUEUES}")]
+    QueueOutOfRange(u32),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        match e {
+            Error::Io(e) => e,
+            Error::NoSuchInterface(_) => io::Error::new(io::ErrorKind::NotFound, e.to_string()),
+            other => io::Error::other(other.to_string()),
+        }
+    }
+}
+
+/// An interface by name or index.
+#[derive(Clone, Debug)]
+pub enum Iface {
+    Name(String),
+    Index(u32),
+}
+
+impl From<&str> for Iface {
+    fn from(s: &str) -> Iface {
+        Iface::Name(s.to_string())
+    }
+}
+
+impl From<String> for Iface {
+    fn from(s: String) -> Iface {
+        Iface::Name(s)
+    }
+}
+
+impl From<u32> for Iface {
+    fn from(i: u32) -> Iface {
+        Iface::Index(i)
+    }
+}
+
+/// Interface index of `name`.
+pub fn ifindex(name: &str) -> Result<u32, Error> {
+    let c = CString::new(name).map_err(|_| Error::NoSuchInterface(name.to_string()))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(Error::NoSuchInterface(name.to_string()));
+    }
+    Ok(idx)
+}
+
+/// Name of interface `index`.
+pub fn ifname(index: u32) -> Result<String, Error> {
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has the IF_NAMESIZE bytes if_indextoname may write.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr() as *mut libc::c_char) };
+    if p.is_null() {
+        return Err(Error::NoSuchInterface(format!("ifindex {index}")));
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+fn resolve(iface: Iface) -> Result<(u32, String), Error> {
+    match iface {
+        Iface::Name(n) => Ok((ifindex(&n)?, n)),
+        Iface::Index(i) => Ok((i, ifname(i)?)),
+    }
+}
+
+/// Loader for the redirect program.
+pub struct XdpProgram;
+
+impl XdpProgram {
+    /// Loads the program and attaches it to `iface` in `mode`.
+    pub fn attach(iface: impl Into<Iface>, mode: XdpMode) -> Result<Attached, Error> {
+        Self::attach_with(iface, mode, false)
+    }
+
+    /// As [`XdpProgram::attach`], with the multi-buffer (`xdp.frags`)
+    /// variant, required on devices whose MTU exceeds one page; sockets
+    /// must then bind with `XDP_USE_SG`.
+    pub fn attach_frags(iface: impl Into<Iface>, mode: XdpMode) -> Result<Attached, Error> {
+        Self::attach_with(iface, mode, true)
+    }
+
+    fn attach_with(iface: impl Into<Iface>, mode: XdpMode, frags: bool) -> Result<Attached, Error> {
+        let (ifindex, ifname) = resolve(iface.into())?;
+        let mut ebpf = EbpfLoader::new().load(&OBJECT.bytes)?;
+        let name = if frags { PROG_FRAGS } else { PROG };
+        let prog: &mut Xdp = ebpf
+            .program_mut(name)
+            .ok_or_else(|| Error::Io(io::Error::other(format!("program {name} missing from object"))))?
+            .try_into()?;
+        prog.load()?;
+        let try_mode = |prog: &mut Xdp, m: ActiveMode| {
+            let aya_mode = match m {
+                ActiveMode::Native => AyaMode::Driver,
+                ActiveMode::Generic => AyaMode::Skb,
+            };
+            prog.attach_to_if_index(ifindex, aya_mode).map(|_| m).map_err(|source| Error::Attach {
+                iface: ifname.clone(),
+                mode: m.as_str(),
+                source,
+            })
+        };
+        let active = match mode {
+            XdpMode::Native => try_mode(prog, ActiveMode::Native)?,
+            XdpMode::Generic => try_mode(prog, ActiveMode::Generic)?,
+            XdpMode::BestEffort => match try_mode(prog, ActiveMode::Native) {
+                Ok(m) => m,
+                Err(_) => try_mode(prog, ActiveMode::Generic)?,
+            },
+        };
+        let map = ebpf.take_map(MAP).ok_or_else(|| Error::Io(io::Error::other("xsks_map missing from object")))?;
+        let map = XskMap::try_from(map)?;
+        Ok(Attached { ebpf: Some(ebpf), map, ifindex, ifname, mode: active, frags })
+    }
+}
+
+/// A program attached to a device. Dropping it detaches the program.
+pub struct Attached {
+    // Holds the program and its link; dropped (detached) explicitly.
+    ebpf: Option<Ebpf>,
+    map: XskMap<MapData>,
+    ifindex: u32,
+    ifname: String,
+    mode: ActiveMode,
+    frags: bool,
+}
+
+impl Attached {
+    /// Registers AF_XDP socket `fd` for receive queue `queue`.
+    pub fn insert_socket(&mut self, queue: u32, fd: RawFd) -> Result<(), Error> {
+        if queue >= MAX_QUEUES {
+            return Err(Error::QueueOutOfRange(queue));
+        }
+        self.map.set(queue, fd, 0)?;
+        Ok(())
+    }
+
+    /// Removes the socket of `queue`; its frames go to the stack again.
+    pub fn remove_socket(&mut self, queue: u32) -> Result<(), Error> {
+        if queue >= MAX_QUEUES {
+            return Err(Error::QueueOutOfRange(queue));
+        }
+        match self.map.unset(queue) {
+            Ok(()) => Ok(()),
+            // Not present: nothing to remove.
+            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn mode(&self) -> ActiveMode {
+        self.mode
+    }
+
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// Whether the multi-buffer variant is attached.
+    pub fn frags(&self) -> bool {
+        self.frags
+    }
+
+    /// Detaches now (also done on drop).
+    pub fn detach(mut self) {
+        self.ebpf.take();
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        // Dropping the Ebpf drops the program, which detaches its links
+        // (closing the bpf_link fd) and unloads it.
+        self.ebpf.take();
+    }
+}
+
+impl fmt::Debug for Attached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attached").field("ifname", &self.ifname).field("mode", &self.mode).finish()
+    }
+}
+
+/// The XDP programs attached to `ifname`, by hook.
+pub fn xdp_hooks(ifname: &str) -> Result<XdpHooks, Error> {
+    Ok(netlink::query(ifindex(ifname)?)?)
+}
+
+/// Removes every XDP program attached to `ifname` through netlink (the
+/// equivalent of `ip link set dev IFNAME xdp off` for each hook), e.g. one
+/// left by an earlier process. Returns what was attached before. Fails with
+/// `EBUSY` if a live bpf_link (a running process) holds the hook.
+pub fn detach_any_xdp(ifname: &str) -> Result<XdpHooks, Error> {
+    let idx = ifindex(ifname)?;
+    let before = netlink::query(idx)?;
+    if before.native_prog_id.is_some() {
+        netlink::detach(idx, netlink::XDP_FLAGS_DRV_MODE)?;
+    }
+    if before.generic_prog_id.is_some() {
+        netlink::detach(idx, netlink::XDP_FLAGS_SKB_MODE)?;
+    }
+    if before.offload_prog_id.is_some() {
+        netlink::detach(idx, netlink::XDP_FLAGS_HW_MODE)?;
+    }
+    Ok(before)
+}

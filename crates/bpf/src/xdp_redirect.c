@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// xvs XDP program: hand every frame to the AF_XDP socket registered for the
+// receive queue it arrived on, or to the kernel stack if there is none.
+//
+// The map is indexed by rx queue. bpf_redirect_map() takes the fallback
+// action in the low bits of its flags argument (kernel >= 5.3), so a missing
+// entry yields XDP_PASS without a separate lookup.
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#define XVS_MAX_QUEUES 64
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, XVS_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks_map SEC(".maps");
+
+SEC("xdp")
+int xvs_xsk_redirect(struct xdp_md *ctx)
+{
+	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
+}
+
+// Same program for devices with multi-buffer frames (MTU above a page);
+// the AF_XDP socket must then be bound with XDP_USE_SG.
+SEC("xdp.frags")
+int xvs_xsk_redirect_frags(struct xdp_md *ctx)
+{
+	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
