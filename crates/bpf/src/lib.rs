@@ -48,6 +48,11 @@ struct Aligned<B: ?Sized> {
 /// The compiled object, 8-byte aligned as the ELF parser expects.
 static OBJECT: &Aligned<[u8]> = &Aligned { bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.o")) };
 
+/// The compiled XDP object (ELF), e.g. for `ip link set ... xdp obj`.
+pub fn object_bytes() -> &'static [u8] {
+    &OBJECT.bytes
+}
+
 const PROG: &str = "xvs_xsk_redirect";
 const PROG_FRAGS: &str = "xvs_xsk_redirect_frags";
 const MAP: &str = "xsks_map";

@@ -13,8 +13,98 @@
 /// tunnel header) does not move the payload.
 pub const HEADROOM: usize = 64;
 
+use std::sync::Arc;
+
+/// The owner of externally stored frames (an AF_XDP UMEM pool): takes a
+/// frame back when the [`Packet`] holding it is dropped.
+///
+/// Implementations must be cheap and must not block for long: `release`
+/// runs wherever a packet is dropped (any thread).
+pub trait FrameOwner: Send + Sync {
+    /// Takes back the frame at `frame_addr` (as given to [`FrameBuf::new`]).
+    fn release(&self, frame_addr: u64);
+}
+
+/// One frame of external memory owned by a packet: the bytes, the frame's
+/// address in its owner's address space (a UMEM offset), and the owner.
+/// Dropping it returns the frame to the owner.
+pub struct FrameBuf {
+    bytes: &'static mut [u8],
+    addr: u64,
+    owner: Option<Arc<dyn FrameOwner>>,
+}
+
+impl FrameBuf {
+    /// Wraps frame `addr` of `owner`, whose bytes are `bytes`.
+    ///
+    /// The `'static` lifetime is the provider's promise that the memory
+    /// stays mapped while this frame exists (it keeps `owner`, which keeps
+    /// the mapping, alive) and that nothing else accesses these bytes until
+    /// the frame is released.
+    pub fn new(bytes: &'static mut [u8], addr: u64, owner: Arc<dyn FrameOwner>) -> FrameBuf {
+        FrameBuf { bytes, addr, owner: Some(owner) }
+    }
+
+    /// The frame's address as given to [`FrameBuf::new`].
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    pub fn owner(&self) -> &Arc<dyn FrameOwner> {
+        self.owner.as_ref().expect("frame owner present until into_raw")
+    }
+
+    /// Gives up the frame without releasing it: the caller now owns frame
+    /// `addr` of the returned owner (e.g. it queued it for transmission).
+    pub fn into_raw(mut self) -> (u64, Arc<dyn FrameOwner>) {
+        (self.addr, self.owner.take().expect("frame owner present until into_raw"))
+    }
+}
+
+impl Drop for FrameBuf {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            owner.release(self.addr);
+        }
+    }
+}
+
+enum Buf {
+    Heap(Box<[u8]>),
+    Frame(FrameBuf),
+}
+
+impl Buf {
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Buf::Heap(b) => b,
+            Buf::Frame(f) => f.bytes,
+        }
+    }
+
+    #[inline]
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Buf::Heap(b) => b,
+            Buf::Frame(f) => f.bytes,
+        }
+    }
+}
+
+/// Where a frame-backed packet's bytes are, for a provider that hands the
+/// frame to hardware or the kernel instead of copying it.
+#[derive(Debug)]
+pub struct FrameParts {
+    /// Address of the frame (as given to [`FrameBuf::new`]).
+    pub addr: u64,
+    /// Offset of the first packet byte within the frame.
+    pub offset: usize,
+    pub len: usize,
+}
+
 pub struct Packet {
-    buf: Box<[u8]>,
+    buf: Buf,
     start: usize,
     len: usize,
     /// Datapath port number the packet arrived on.
@@ -28,17 +118,50 @@ impl Packet {
     pub fn from_slice(data: &[u8]) -> Packet {
         let mut buf = vec![0u8; HEADROOM + data.len()].into_boxed_slice();
         buf[HEADROOM..].copy_from_slice(data);
-        Packet { buf, start: HEADROOM, len: data.len(), in_port: 0, rx_hash: None }
+        Packet { buf: Buf::Heap(buf), start: HEADROOM, len: data.len(), in_port: 0, rx_hash: None }
+    }
+
+    /// A packet stored in `frame`: `len` bytes at `offset` within it. The
+    /// bytes in front of `offset` serve as headroom.
+    ///
+    /// # Panics
+    /// If `offset + len` exceeds the frame.
+    pub fn from_frame(frame: FrameBuf, offset: usize, len: usize) -> Packet {
+        assert!(offset + len <= frame.bytes.len(), "packet beyond its frame");
+        Packet { buf: Buf::Frame(frame), start: offset, len, in_port: 0, rx_hash: None }
+    }
+
+    /// The owner of the frame holding this packet, if it is frame-backed.
+    #[inline]
+    pub fn frame_owner(&self) -> Option<&Arc<dyn FrameOwner>> {
+        match &self.buf {
+            Buf::Frame(f) => Some(f.owner()),
+            Buf::Heap(_) => None,
+        }
+    }
+
+    /// Splits a frame-backed packet into its frame and where the bytes
+    /// are in it; the caller takes over the frame (see
+    /// [`FrameBuf::into_raw`]). Heap packets come back unchanged.
+    pub fn into_frame(self) -> Result<(FrameBuf, FrameParts), Packet> {
+        match self.buf {
+            Buf::Frame(f) => {
+                let parts = FrameParts { addr: f.addr, offset: self.start, len: self.len };
+                Ok((f, parts))
+            }
+            buf @ Buf::Heap(_) => Err(Packet { buf, ..self }),
+        }
     }
 
     #[inline]
     pub fn data(&self) -> &[u8] {
-        &self.buf[self.start..self.start + self.len]
+        &self.buf.bytes()[self.start..self.start + self.len]
     }
 
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.start + self.len]
+        let (s, l) = (self.start, self.len);
+        &mut self.buf.bytes_mut()[s..s + l]
     }
 
     #[inline]
@@ -56,15 +179,17 @@ impl Packet {
     pub fn insert_bytes(&mut self, offset: usize, n: usize) {
         let offset = offset.min(self.len);
         if self.start < n {
-            // Grow: reallocate with fresh headroom.
+            // Grow: reallocate on the heap with fresh headroom (a frame
+            // moved this way goes back to its owner).
             let mut nb = vec![0u8; HEADROOM + n + self.len].into_boxed_slice();
             nb[HEADROOM + n..HEADROOM + n + self.len].copy_from_slice(self.data());
-            self.buf = nb;
+            self.buf = Buf::Heap(nb);
             self.start = HEADROOM + n;
         }
         let s = self.start;
-        self.buf.copy_within(s..s + offset, s - n);
-        self.buf[s - n + offset..s + offset].fill(0);
+        let buf = self.buf.bytes_mut();
+        buf.copy_within(s..s + offset, s - n);
+        buf[s - n + offset..s + offset].fill(0);
         self.start -= n;
         self.len += n;
     }
@@ -75,7 +200,7 @@ impl Packet {
             return;
         }
         let s = self.start;
-        self.buf.copy_within(s..s + offset, s + n);
+        self.buf.bytes_mut().copy_within(s..s + offset, s + n);
         self.start += n;
         self.len -= n;
     }
@@ -98,7 +223,8 @@ impl Clone for Packet {
 
 impl std::fmt::Debug for Packet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Packet(in_port={}, len={})", self.in_port, self.len)
+        let kind = if matches!(self.buf, Buf::Frame(_)) { ", frame" } else { "" };
+        write!(f, "Packet(in_port={}, len={}{kind})", self.in_port, self.len)
     }
 }
 
@@ -118,5 +244,56 @@ mod tests {
         }
         assert_eq!(p.len(), 166);
         assert_eq!(&p.data()[160..], &[1, 2, 3, 4, 5, 6]);
+    }
+
+    struct Owner(std::sync::Mutex<Vec<u64>>);
+    impl FrameOwner for Owner {
+        fn release(&self, addr: u64) {
+            self.0.lock().unwrap().push(addr);
+        }
+    }
+
+    fn frame(owner: &Arc<Owner>, addr: u64, size: usize) -> FrameBuf {
+        let bytes: &'static mut [u8] = Box::leak(vec![0u8; size].into_boxed_slice());
+        FrameBuf::new(bytes, addr, owner.clone())
+    }
+
+    #[test]
+    fn frame_packets_edit_in_place_and_release_on_drop() {
+        let owner = Arc::new(Owner(Default::default()));
+        let f = frame(&owner, 4096, 256);
+        f.bytes[100..106].copy_from_slice(&[1, 2, 3, 4, 5, 6]);
+        let mut p = Packet::from_frame(f, 100, 6);
+        assert_eq!(p.data(), &[1, 2, 3, 4, 5, 6]);
+        p.insert_bytes(2, 4);
+        assert_eq!(p.data(), &[1, 2, 0, 0, 0, 0, 3, 4, 5, 6]);
+        assert!(p.frame_owner().is_some());
+        p.remove_bytes(2, 4);
+        p.truncate(5);
+        assert_eq!(p.data(), &[1, 2, 3, 4, 5]);
+        let c = p.clone();
+        assert!(c.frame_owner().is_none());
+        drop(p);
+        assert_eq!(*owner.0.lock().unwrap(), vec![4096]);
+        // Growing past the frame's headroom moves to the heap and releases.
+        let mut p = Packet::from_frame(frame(&owner, 8192, 64), 2, 10);
+        p.insert_bytes(0, 4);
+        assert!(p.frame_owner().is_none());
+        assert_eq!(p.len(), 14);
+        assert_eq!(*owner.0.lock().unwrap(), vec![4096, 8192]);
+        // into_frame hands the frame over without releasing it.
+        let p = Packet::from_frame(frame(&owner, 0, 64), 8, 20);
+        let (fb, parts) = p.into_frame().unwrap();
+        assert_eq!((parts.addr, parts.offset, parts.len), (0, 8, 20));
+        let (addr, _o) = fb.into_raw();
+        assert_eq!(addr, 0);
+        assert_eq!(owner.0.lock().unwrap().len(), 2);
+        assert!(Packet::from_slice(&[1]).into_frame().is_err());
+    }
+
+    #[test]
+    fn packet_is_send() {
+        fn is_send<T: Send>() {}
+        is_send::<Packet>();
     }
 }

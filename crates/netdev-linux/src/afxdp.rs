@@ -1,0 +1,408 @@
+//! AF_XDP port: one socket per receive queue, the XDP redirect program on
+//! the device, and a UMEM either private to the port or shared with other
+//! ports.
+//!
+//! Receive: RX descriptors become [`Packet`]s that reference their UMEM
+//! frame (no copy); dropping such a packet returns the frame to the pool.
+//! Transmit (on queue 0's socket): a packet whose frame belongs to this
+//! port's UMEM goes onto the TX ring as it is (`zero_copy_tx`); any other
+//! packet is copied into a free frame (`copied_tx`). Completed TX frames
+//! return to the pool when the completion ring is reaped, at every
+//! `tx_batch` and `poll_housekeeping`.
+//!
+//! Batching: each call moves up to the ring space available (the datapath
+//! uses [`netdev::BATCH`] = 32); the pool lock is taken once per fill-ring
+//! refill, completion reap and copy allocation, not per packet.
+
+use crate::hash::flow_hash;
+use crate::sys::XdpDesc;
+use crate::umem::{Umem, UmemConfig, UmemHandle, USER};
+use crate::xsk::{BindMode, Xsk, XskConfig};
+use bpf::{ActiveMode, Attached, XdpMode, XdpProgram};
+use netdev::{Netdev, Packet, PortInfo, PortStats};
+use std::io;
+use std::sync::Arc;
+
+/// Options of an AF_XDP port.
+#[derive(Clone, Debug)]
+pub struct AfxdpConfig {
+    pub xdp_mode: XdpMode,
+    /// Use the need_wakeup protocol (kick the kernel only when it asks).
+    /// Ports sharing a UMEM inherit the setting of the UMEM's first socket.
+    pub need_wakeup: bool,
+    /// Receive queues 0..n_rxq get a socket each (the device must have
+    /// that many; `ethtool -L DEV rx N tx N` changes it on veth). 0 (the
+    /// default) means every receive queue the device has: frames arriving
+    /// on a queue without a socket go to the kernel stack instead, and
+    /// veth spreads traffic over its queues by the sender's TX queue.
+    pub n_rxq: usize,
+    /// Share this UMEM with the other ports given the same handle, so that
+    /// forwarding between them moves descriptors, not bytes. `None`: the
+    /// port gets a private UMEM and copies every packet it transmits
+    /// ("copy mode").
+    pub shared_umem: Option<UmemHandle>,
+    /// Size of a private UMEM; `None` sizes it from the rings.
+    pub private_umem: Option<UmemConfig>,
+    /// Entries in each of the four rings of each socket (power of two).
+    pub ring_size: u32,
+    /// Copy or zero-copy socket binding. `Auto` binds generic-mode ports
+    /// with `XDP_COPY`.
+    pub bind_mode: BindMode,
+    /// Detach whatever XDP program is on the device before attaching ours
+    /// (e.g. one left by a process killed before it could clean up).
+    pub clear_leftover_xdp: bool,
+}
+
+impl Default for AfxdpConfig {
+    fn default() -> Self {
+        AfxdpConfig {
+            xdp_mode: XdpMode::BestEffort,
+            need_wakeup: true,
+            n_rxq: 0,
+            shared_umem: None,
+            private_umem: None,
+            ring_size: 1024,
+            bind_mode: BindMode::Auto,
+            clear_leftover_xdp: true,
+        }
+    }
+}
+
+/// How a port's transmitted packets reached the TX ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxPathCounters {
+    /// Frames of this port's UMEM queued without copying.
+    pub zero_copy: u64,
+    /// Packets copied into a frame of this port's UMEM.
+    pub copied: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    rx_packets: u64,
+    rx_bytes: u64,
+    tx_packets: u64,
+    tx_bytes: u64,
+    tx_dropped: u64,
+    path: TxPathCounters,
+}
+
+/// An AF_XDP port.
+pub struct AfxdpPort {
+    name: String,
+    umem: Arc<Umem>,
+    shared: bool,
+    // Declared before `xsks`: dropped after them by the explicit Drop.
+    xdp: Option<Attached>,
+    xsks: Vec<Xsk>,
+    mode: ActiveMode,
+    c: Counters,
+    /// Frame addresses, reused across calls (no per-batch allocation).
+    scratch: Vec<u64>,
+}
+
+/// The tail room kept free after copied packets is irrelevant; copies
+/// start this far into their frame so later header pushes have room.
+const TX_COPY_OFFSET: usize = 256;
+
+impl AfxdpPort {
+    /// Opens an AF_XDP port on device `ifname`.
+    pub fn open(ifname: &str, mut cfg: AfxdpConfig) -> io::Result<AfxdpPort> {
+        let ifindex = crate::sys::if_nametoindex(ifname)?;
+        if cfg.n_rxq == 0 {
+            cfg.n_rxq = device_rx_queues(ifname)?;
+        }
+        if cfg.n_rxq == 0 || cfg.n_rxq > bpf::MAX_QUEUES as usize {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "n_rxq must be 1..=64"));
+        }
+        if cfg.clear_leftover_xdp && !bpf::xdp_hooks(ifname)?.is_empty() {
+            bpf::detach_any_xdp(ifname)?;
+        }
+        let mut xdp = XdpProgram::attach(ifindex, cfg.xdp_mode)?;
+        let mode = xdp.mode();
+        let bind_mode = match (cfg.bind_mode, mode) {
+            (BindMode::Auto, ActiveMode::Generic) => BindMode::Copy,
+            (m, _) => m,
+        };
+        let r = cfg.ring_size;
+        let xcfg =
+            XskConfig { rx_size: r, tx_size: r, fill_size: r, comp_size: r, need_wakeup: cfg.need_wakeup, bind_mode };
+        let (umem, shared) = match &cfg.shared_umem {
+            Some(h) => (h.0.clone(), true),
+            None => {
+                let ucfg = cfg
+                    .private_umem
+                    .unwrap_or(UmemConfig { nframes: (cfg.n_rxq as u32 * 2 + 2) * r + 1024, ..UmemConfig::default() });
+                (Umem::new(ucfg)?, false)
+            }
+        };
+        let mut port = AfxdpPort {
+            name: ifname.to_string(),
+            umem,
+            shared,
+            xdp: None,
+            xsks: Vec::with_capacity(cfg.n_rxq),
+            mode,
+            c: Counters::default(),
+            scratch: Vec::with_capacity(r as usize),
+        };
+        for q in 0..cfg.n_rxq {
+            let xsk = Xsk::new(&port.umem, ifindex, q as u32, &xcfg)?;
+            port.xsks.push(xsk);
+            port.refill(q);
+            xdp.insert_socket(q as u32, port.xsks[q].fd())?;
+        }
+        port.xdp = Some(xdp);
+        Ok(port)
+    }
+
+    /// The UMEM of this port, to share with ports opened later.
+    pub fn umem(&self) -> UmemHandle {
+        UmemHandle(self.umem.clone())
+    }
+
+    pub fn xdp_mode(&self) -> ActiveMode {
+        self.mode
+    }
+
+    pub fn tx_path_counters(&self) -> TxPathCounters {
+        self.c.path
+    }
+
+    /// Whether the sockets run in zero-copy driver mode.
+    pub fn driver_zero_copy(&self) -> bool {
+        self.xsks.first().map(|x| x.zerocopy).unwrap_or(false)
+    }
+
+    /// Tops up the fill ring of queue `q` from the pool.
+    fn refill(&mut self, q: usize) {
+        let xsk = &mut self.xsks[q];
+        let free = xsk.fill.free(netdev::BATCH as u32) as usize;
+        if free < netdev::BATCH && free < xsk.fill.size() as usize {
+            return;
+        }
+        self.scratch.clear();
+        let n = self.umem.alloc(free, &mut self.scratch);
+        for (i, &f) in self.scratch.iter().enumerate() {
+            self.umem.set_tag(f, xsk.tag);
+            xsk.fill.set(i as u32, f);
+        }
+        xsk.fill.submit(n as u32);
+        self.scratch.clear();
+    }
+
+    /// Returns completed TX frames of the TX socket to the pool.
+    fn reap_completions(&mut self) {
+        let xsk = &mut self.xsks[0];
+        let n = xsk.comp.peek(xsk.comp.size_hint());
+        if n == 0 {
+            return;
+        }
+        self.scratch.clear();
+        for i in 0..n {
+            let f = self.umem.frame_of(xsk.comp.get(i));
+            if self.umem.valid_frame(f) {
+                self.umem.set_tag(f, USER);
+                self.scratch.push(f);
+            }
+        }
+        xsk.comp.release(n);
+        self.umem.free_batch(&self.scratch);
+        self.scratch.clear();
+    }
+
+    /// Kicks the TX path until the ring is drained or the kernel pushes
+    /// back. In copy mode each `sendto` sends a small batch (32), so a
+    /// larger backlog takes several.
+    fn kick_tx(&mut self) -> io::Result<()> {
+        let xsk = &mut self.xsks[0];
+        let mut pending = xsk.tx.outstanding();
+        if pending == 0 || (xsk.need_wakeup && !xsk.tx.needs_wakeup()) {
+            return Ok(());
+        }
+        let mut rounds = pending / 32 + 1;
+        while pending > 0 && rounds > 0 {
+            if !xsk.kick_tx()? {
+                break;
+            }
+            rounds -= 1;
+            pending = xsk.tx.outstanding();
+        }
+        Ok(())
+    }
+
+    fn is_ours(&self, p: &Packet) -> bool {
+        match p.frame_owner() {
+            Some(o) => std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(&self.umem)),
+            None => false,
+        }
+    }
+}
+
+/// Number of receive queues device `ifname` has (in the current network
+/// namespace), from `/sys/class/net/IFNAME/queues`.
+pub fn device_rx_queues(ifname: &str) -> io::Result<usize> {
+    let dir = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues"))?;
+    let n = dir.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count();
+    Ok(n.max(1))
+}
+
+impl Netdev for AfxdpPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn info(&self) -> PortInfo {
+        let mut detail =
+            vec![if self.shared { format!("shared-umem#{}", self.umem.id) } else { "private-umem (copy)".to_string() }];
+        if self.xsks.first().map(|x| x.need_wakeup).unwrap_or(false) {
+            detail.push("need_wakeup".into());
+        }
+        detail.push(if self.driver_zero_copy() { "xsk-zerocopy".into() } else { "xsk-copy".into() });
+        detail.push(format!("zero_copy_tx={} copied_tx={}", self.c.path.zero_copy, self.c.path.copied));
+        PortInfo {
+            kind: "afxdp".into(),
+            xdp_mode: self.mode.as_str().into(),
+            n_rxq: self.xsks.len(),
+            detail: detail.join(" "),
+        }
+    }
+
+    fn n_rxq(&self) -> usize {
+        self.xsks.len()
+    }
+
+    fn rx_batch(&mut self, rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
+        if rxq >= self.xsks.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: no rx queue {rxq}", self.name)));
+        }
+        let xsk = &mut self.xsks[rxq];
+        let n = xsk.rx.peek(max.min(u32::MAX as usize) as u32);
+        let fsize = self.umem.config().frame_size as u64;
+        out.reserve(n as usize);
+        let mut got = 0;
+        for i in 0..n {
+            let d: XdpDesc = xsk.rx.get(i);
+            let frame = self.umem.frame_of(d.addr);
+            let offset = (d.addr - frame) as usize;
+            if !self.umem.valid_frame(frame) || offset as u64 + d.len as u64 > fsize {
+                continue; // Cannot happen with a sane kernel; lose the frame rather than panic.
+            }
+            self.umem.set_tag(frame, USER);
+            let mut p = Packet::from_frame(self.umem.frame_buf(frame), offset, d.len as usize);
+            p.rx_hash = Some(flow_hash(p.data()));
+            self.c.rx_bytes += d.len as u64;
+            out.push(p);
+            got += 1;
+        }
+        xsk.rx.release(n);
+        self.c.rx_packets += got;
+        self.refill(rxq);
+        let xsk = &self.xsks[rxq];
+        if xsk.need_wakeup && xsk.fill.needs_wakeup() {
+            xsk.kick_rx();
+        }
+        Ok(got as usize)
+    }
+
+    fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
+        if pkts.is_empty() {
+            return Ok(());
+        }
+        self.reap_completions();
+        let room = self.xsks[0].tx.free(pkts.len() as u32) as usize;
+        let fsize = self.umem.config().frame_size as usize;
+        // Frames for the packets that need a copy, in one allocation.
+        let need_copy = pkts.iter().take(room).filter(|p| !self.is_ours(p)).count();
+        self.scratch.clear();
+        self.umem.alloc(need_copy, &mut self.scratch);
+        let tag = self.xsks[0].tag;
+        let mut queued = 0u32;
+        for p in pkts.drain(..) {
+            if queued as usize >= room {
+                self.c.tx_dropped += 1;
+                continue;
+            }
+            let len = p.len();
+            let desc = if self.is_ours(&p) {
+                let Ok((fb, parts)) = p.into_frame() else { unreachable!("checked frame-backed") };
+                let (frame, _owner) = fb.into_raw();
+                self.umem.set_tag(frame, tag);
+                self.c.path.zero_copy += 1;
+                XdpDesc { addr: frame + parts.offset as u64, len: parts.len as u32, options: 0 }
+            } else {
+                if len > fsize {
+                    self.c.tx_dropped += 1;
+                    continue;
+                }
+                let Some(frame) = self.scratch.pop() else {
+                    self.c.tx_dropped += 1;
+                    continue;
+                };
+                let off = TX_COPY_OFFSET.min(fsize - len);
+                self.umem.write_frame(frame, off, p.data());
+                self.umem.set_tag(frame, tag);
+                self.c.path.copied += 1;
+                XdpDesc { addr: frame + off as u64, len: len as u32, options: 0 }
+            };
+            self.xsks[0].tx.set(queued, desc);
+            queued += 1;
+            self.c.tx_bytes += len as u64;
+        }
+        self.xsks[0].tx.submit(queued);
+        self.c.tx_packets += queued as u64;
+        // Frames allocated for packets that were dropped after all.
+        self.umem.free_batch(&self.scratch);
+        self.scratch.clear();
+        self.kick_tx()
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut rx_dropped = 0;
+        let mut tx_invalid = 0;
+        for x in &self.xsks {
+            if let Ok(s) = x.statistics() {
+                rx_dropped += s.rx_dropped + s.rx_ring_full + s.rx_invalid_descs;
+                tx_invalid += s.tx_invalid_descs;
+            }
+        }
+        PortStats {
+            rx_packets: self.c.rx_packets,
+            rx_bytes: self.c.rx_bytes,
+            tx_packets: self.c.tx_packets,
+            tx_bytes: self.c.tx_bytes,
+            tx_dropped: self.c.tx_dropped + tx_invalid,
+            rx_dropped,
+        }
+    }
+
+    fn rx_fd(&self, rxq: usize) -> Option<i32> {
+        self.xsks.get(rxq).map(|x| x.fd())
+    }
+
+    fn poll_housekeeping(&mut self) {
+        self.reap_completions();
+        let _ = self.kick_tx();
+        for q in 0..self.xsks.len() {
+            self.refill(q);
+            let x = &self.xsks[q];
+            if x.need_wakeup && x.fill.needs_wakeup() {
+                x.kick_rx();
+            }
+        }
+    }
+}
+
+impl Drop for AfxdpPort {
+    fn drop(&mut self) {
+        if let Some(xdp) = self.xdp.as_mut() {
+            for q in 0..self.xsks.len() {
+                let _ = xdp.remove_socket(q as u32);
+            }
+        }
+        // Detach the program, then close the sockets (which frees their
+        // frames back to the pool).
+        self.xdp.take();
+        self.xsks.clear();
+    }
+}

@@ -1,0 +1,377 @@
+//! Every raw system call of this crate, wrapped into safe functions, plus
+//! the kernel ABI structures they use (`<linux/if_xdp.h>`,
+//! `<linux/if_packet.h>`). Defined here rather than taken from `libc` so the
+//! layout we rely on is visible in one place.
+
+use std::ffi::CString;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+
+// ---- AF_XDP ABI (<linux/if_xdp.h>) ----
+
+pub const AF_XDP: libc::c_int = 44;
+pub const SOL_XDP: libc::c_int = 283;
+
+pub const XDP_SHARED_UMEM: u16 = 1 << 0;
+pub const XDP_COPY: u16 = 1 << 1;
+pub const XDP_ZEROCOPY: u16 = 1 << 2;
+pub const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+
+pub const XDP_RING_NEED_WAKEUP: u32 = 1 << 0;
+
+pub const XDP_MMAP_OFFSETS: libc::c_int = 1;
+pub const XDP_RX_RING: libc::c_int = 2;
+pub const XDP_TX_RING: libc::c_int = 3;
+pub const XDP_UMEM_REG: libc::c_int = 4;
+pub const XDP_UMEM_FILL_RING: libc::c_int = 5;
+pub const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
+pub const XDP_STATISTICS: libc::c_int = 7;
+pub const XDP_OPTIONS: libc::c_int = 8;
+pub const XDP_OPTIONS_ZEROCOPY: u32 = 1 << 0;
+
+pub const XDP_PGOFF_RX_RING: i64 = 0;
+pub const XDP_PGOFF_TX_RING: i64 = 0x8000_0000;
+pub const XDP_UMEM_PGOFF_FILL_RING: i64 = 0x1_0000_0000;
+pub const XDP_UMEM_PGOFF_COMPLETION_RING: i64 = 0x1_8000_0000;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SockaddrXdp {
+    pub family: u16,
+    pub flags: u16,
+    pub ifindex: u32,
+    pub queue_id: u32,
+    pub shared_umem_fd: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RingOffset {
+    pub producer: u64,
+    pub consumer: u64,
+    pub desc: u64,
+    pub flags: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MmapOffsets {
+    pub rx: RingOffset,
+    pub tx: RingOffset,
+    pub fr: RingOffset,
+    pub cr: RingOffset,
+}
+
+/// `struct xdp_umem_reg` in its current (6.8+) size; older kernels accept
+/// it as long as `tx_metadata_len` is 0 (it sits in what used to be padding).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UmemReg {
+    pub addr: u64,
+    pub len: u64,
+    pub chunk_size: u32,
+    pub headroom: u32,
+    pub flags: u32,
+    pub tx_metadata_len: u32,
+}
+
+/// `struct xdp_desc`: one RX or TX descriptor.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpDesc {
+    pub addr: u64,
+    pub len: u32,
+    pub options: u32,
+}
+
+/// `struct xdp_statistics`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpStatistics {
+    pub rx_dropped: u64,
+    pub rx_invalid_descs: u64,
+    pub tx_invalid_descs: u64,
+    pub rx_ring_full: u64,
+    pub rx_fill_ring_empty_descs: u64,
+    pub tx_ring_empty_descs: u64,
+}
+
+// ---- AF_PACKET ABI (<linux/if_packet.h>) ----
+
+pub const ETH_P_ALL: u16 = 0x0003;
+pub const SOL_PACKET: libc::c_int = 263;
+pub const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
+pub const PACKET_AUXDATA: libc::c_int = 8;
+pub const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+pub const PACKET_MR_PROMISC: u16 = 1;
+pub const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+pub const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct PacketMreq {
+    pub ifindex: i32,
+    pub ty: u16,
+    pub alen: u16,
+    pub address: [u8; 8],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct TpacketAuxdata {
+    pub status: u32,
+    pub len: u32,
+    pub snaplen: u32,
+    pub mac: u16,
+    pub net: u16,
+    pub vlan_tci: u16,
+    pub vlan_tpid: u16,
+}
+
+// ---- helpers ----
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn cvt_size(r: libc::ssize_t) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+pub fn socket(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; no pointers.
+    let fd = cvt(unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) })?;
+    // SAFETY: `fd` was just returned by socket() and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `setsockopt` with a plain-old-data value.
+pub fn setsockopt<T: Copy>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY: `val` points to a live `T` of the size passed.
+    cvt(unsafe {
+        libc::setsockopt(fd, level, name, val as *const T as *const libc::c_void, size_of::<T>() as libc::socklen_t)
+    })?;
+    Ok(())
+}
+
+/// `getsockopt` into a plain-old-data value (integers only, any bit pattern
+/// valid); returns the value and the length the kernel wrote.
+pub fn getsockopt<T: Copy + Default>(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<(T, usize)> {
+    let mut val = T::default();
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: `val` is a writable `T` of `len` bytes; `len` is writable.
+    cvt(unsafe { libc::getsockopt(fd, level, name, &mut val as *mut T as *mut libc::c_void, &mut len) })?;
+    Ok((val, len as usize))
+}
+
+/// `bind` with a socket address structure `T`.
+pub fn bind<T: Copy>(fd: RawFd, addr: &T) -> io::Result<()> {
+    // SAFETY: `addr` points to a live `T` of the size passed.
+    cvt(unsafe { libc::bind(fd, addr as *const T as *const libc::sockaddr, size_of::<T>() as libc::socklen_t) })?;
+    Ok(())
+}
+
+/// Wake the kernel's TX path of an AF_XDP socket (`sendto` with no data).
+pub fn sendto_kick(fd: RawFd) -> io::Result<()> {
+    // SAFETY: a NULL buffer of length 0 and a NULL address are allowed.
+    cvt_size(unsafe { libc::sendto(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) }).map(|_| ())
+}
+
+/// Wake the kernel's RX/fill path of an AF_XDP socket (`recvfrom`, no data).
+pub fn recvfrom_kick(fd: RawFd) -> io::Result<()> {
+    // SAFETY: a NULL buffer of length 0 and NULL address pointers are allowed.
+    cvt_size(unsafe {
+        libc::recvfrom(fd, std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut())
+    })
+    .map(|_| ())
+}
+
+/// Waits up to `timeout_ms` for `fd` to become readable.
+pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: `p` is one valid pollfd.
+    let n = cvt(unsafe { libc::poll(&mut p, 1, timeout_ms) })?;
+    Ok(n > 0 && p.revents & libc::POLLIN != 0)
+}
+
+pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for its length.
+    cvt_size(unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) })
+}
+
+pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is readable for its length.
+    cvt_size(unsafe { libc::write(fd, buf.as_ptr() as *const libc::c_void, buf.len()) })
+}
+
+pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is readable for its length.
+    cvt_size(unsafe { libc::send(fd, buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_DONTWAIT) })
+}
+
+/// `recvmsg` of one frame on an AF_PACKET socket with `PACKET_AUXDATA`
+/// enabled: returns the frame length and the auxdata, if any.
+pub fn recv_packet_auxdata(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<TpacketAuxdata>)> {
+    // u64 storage keeps the control buffer aligned for cmsghdr.
+    let mut cbuf = [0u64; 16];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: an all-zero msghdr is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = size_of::<[u64; 16]>();
+    // SAFETY: msg points at `iov` (covering `buf`) and `cbuf`, all live and
+    // writable for the lengths recorded in it.
+    let n = cvt_size(unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) })?;
+    let mut aux = None;
+    // SAFETY: CMSG_FIRSTHDR/NXTHDR walk the control buffer the kernel filled,
+    // bounded by msg_controllen; each header is checked before its data is
+    // read, and the data is read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == SOL_PACKET
+                && (*c).cmsg_type == PACKET_AUXDATA
+                && (*c).cmsg_len as usize >= libc::CMSG_LEN(size_of::<TpacketAuxdata>() as u32) as usize
+            {
+                aux = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const TpacketAuxdata));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n, aux))
+}
+
+pub fn if_nametoindex(name: &str) -> io::Result<u32> {
+    let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid NUL-terminated string.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no such interface: {name}")));
+    }
+    Ok(idx)
+}
+
+fn ifreq_with_name(name: &str) -> io::Result<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad interface name {name:?}")));
+    }
+    // SAFETY: an all-zero ifreq is valid (empty name, zero union).
+    let mut ifr: libc::ifreq = unsafe { zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(ifr)
+}
+
+/// Opens `/dev/net/tun` and attaches it to tap device `name` (created if
+/// needed), non-blocking, without the packet-info header.
+pub fn open_tap(name: &str) -> io::Result<(OwnedFd, String)> {
+    let path = c"/dev/net/tun";
+    // SAFETY: `path` is a valid C string.
+    let fd = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
+    // SAFETY: `fd` was just returned by open() and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut ifr = ifreq_with_name(name)?;
+    ifr.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes one ifreq, which `ifr` is.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) })?;
+    let end = ifr.ifr_name.iter().position(|&c| c == 0).unwrap_or(libc::IFNAMSIZ);
+    let actual: String = ifr.ifr_name[..end].iter().map(|&c| c as u8 as char).collect();
+    Ok((fd, actual))
+}
+
+/// Sets `IFF_UP` on interface `name`.
+pub fn set_link_up(name: &str) -> io::Result<()> {
+    let sock = socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;
+    let mut ifr = ifreq_with_name(name)?;
+    // SAFETY: SIOCGIFFLAGS fills the flags of one ifreq.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) })?;
+    // SAFETY: the kernel just wrote ifru_flags, the active union member.
+    unsafe { ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads one ifreq.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut ifr) })?;
+    Ok(())
+}
+
+/// A memory mapping, unmapped on drop.
+pub struct Mmap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; synchronisation of its contents is
+// the job of the types that hand out access to it (rings, UMEM frames).
+unsafe impl Send for Mmap {}
+// SAFETY: as above; `Mmap` itself only exposes the base pointer and length.
+unsafe impl Sync for Mmap {}
+
+impl Mmap {
+    /// Anonymous, private, zeroed, read-write memory (a UMEM area).
+    pub fn anonymous(len: usize) -> io::Result<Mmap> {
+        // SAFETY: anonymous mapping at a kernel-chosen address; no aliasing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        Self::from_result(p, len)
+    }
+
+    /// Shared mapping of `len` bytes of `fd` at `offset` (an AF_XDP ring).
+    pub fn ring(fd: RawFd, len: usize, offset: i64) -> io::Result<Mmap> {
+        // SAFETY: maps kernel ring memory at a kernel-chosen address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                offset,
+            )
+        };
+        Self::from_result(p, len)
+    }
+
+    fn from_result(p: *mut libc::c_void, len: usize) -> io::Result<Mmap> {
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p as *mut u8).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        Ok(Mmap { ptr, len })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe a mapping this value created and
+        // owns; nothing borrowed from it outlives it (rings and UMEM frames
+        // keep their `Mmap` alive).
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+    }
+}
