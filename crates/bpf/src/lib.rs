@@ -25,6 +25,8 @@
 //! running process cannot be removed that way: the kernel answers `EBUSY`,
 //! which is the right outcome).
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod netlink;
 
 use aya::maps::{MapData, XskMap};

@@ -143,7 +143,7 @@ fn push_attr(buf: &mut Vec<u8>, ty: u16, payload: &[u8]) {
     push_pod(buf, &(len as u16).to_ne_bytes());
     push_pod(buf, &ty.to_ne_bytes());
     buf.extend_from_slice(payload);
-    while buf.len() % 4 != 0 {
+    while buf.len() & 3 != 0 {
         buf.push(0);
     }
 }

@@ -43,6 +43,7 @@ fn main() -> std::io::Result<()> {
     let mut last_fwd = 0u64;
     let mut fwd = 0u64;
     let mut busy = Duration::ZERO;
+    let mut batches = 0u64;
     loop {
         let t0 = Instant::now();
         let mut n_total = 0;
@@ -50,6 +51,7 @@ fn main() -> std::io::Result<()> {
             for q in 0..ports[from].n_rxq() {
                 let n = ports[from].rx_batch(q, &mut batch, netdev::BATCH)?;
                 if n > 0 {
+                    batches += 1;
                     n_total += n;
                     ports[to].tx_batch(&mut batch)?;
                 }
@@ -87,8 +89,9 @@ fn main() -> std::io::Result<()> {
     }
     if fwd > 0 {
         eprintln!(
-            "forwarded {fwd} packets, {:.0} ns busy per packet, tx paths {:?} {:?}",
+            "forwarded {fwd} packets, {:.0} ns busy per packet, {:.1} packets per batch, tx paths {:?} {:?}",
             busy.as_nanos() as f64 / fwd as f64,
+            fwd as f64 / batches.max(1) as f64,
             ports[0].tx_path_counters(),
             ports[1].tx_path_counters()
         );

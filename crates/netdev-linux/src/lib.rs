@@ -30,6 +30,39 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
+//! ## Receive hash
+//!
+//! `Packet::rx_hash` is a software, symmetric 5-tuple hash ([`hash`]):
+//! the NIC's hash through XDP metadata needs a device-bound program that
+//! aya 0.14 cannot load.
+//!
+//! ## Kernel behaviour worth knowing
+//!
+//! * A socket bound with `XDP_SHARED_UMEM` may not pass `XDP_COPY`,
+//!   `XDP_ZEROCOPY` or `XDP_USE_NEED_WAKEUP` (EINVAL): it inherits them from
+//!   the socket it shares with, so the first port of a UMEM decides.
+//! * The socket named in `sxdp_shared_umem_fd` must be bound; the UMEM keeps
+//!   a registry of its bound sockets and re-registers the memory if the
+//!   last one closed.
+//! * When a socket closes, frames it had handed to the kernel (fill ring,
+//!   RX ring, TX/completion rings, the kernel's private caches) are simply
+//!   forgotten; the per-frame owner tags in [`umem`] recover them.
+//! * In copy mode each TX `sendto` transmits at most 32 descriptors, and on
+//!   veth it runs the whole transmit (and the peer's receive) on the
+//!   caller's core; batches in a forwarding loop stay near 1-2 packets.
+//! * veth delivers a frame to the receive queue numbered like the sender's
+//!   TX queue; frames on queues without a socket go to the stack, hence the
+//!   default of one socket per device queue.
+//! * veth has no zero-copy driver mode: sockets bind in copy mode, and
+//!   "zero copy" here means no user-space copy between ports.
+//!
+//! ## Throughput (2-core VM, veth, 64-byte UDP from trafgen)
+//!
+//! `examples/wire.rs` forwarded about 0.35-0.44 Mpps in every mode (shared
+//! UMEM or copy, native or generic), limited by the generator sharing the
+//! machine; the forwarding core spent about 2.2-2.4 µs per packet, nearly
+//! all of it in the TX kick.
+//!
 //! Unsafe code lives in [`sys`] (every system call), [`ring`] (the shared
 //! ring memory) and [`umem`] (frame memory); each block says why it is
 //! sound.

@@ -42,13 +42,13 @@ impl<T: Copy> Raw<T> {
         if !size.is_power_of_two() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "ring size must be a power of two"));
         }
-        let len = map.len() as u64;
+        let len = map.size() as u64;
         for (what, o) in [("producer", off.producer), ("consumer", off.consumer), ("flags", off.flags)] {
             if o % 4 != 0 || o + 4 > len {
                 return Err(bad(what));
             }
         }
-        if off.desc % align_of::<T>() as u64 != 0 || off.desc + size as u64 * size_of::<T>() as u64 > len {
+        if off.desc & (align_of::<T>() as u64 - 1) != 0 || off.desc + size as u64 * size_of::<T>() as u64 > len {
             return Err(bad("descriptor"));
         }
         let base = map.as_ptr();

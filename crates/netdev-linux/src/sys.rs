@@ -362,7 +362,7 @@ impl Mmap {
         self.ptr.as_ptr()
     }
 
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.len
     }
 }

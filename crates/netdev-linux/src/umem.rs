@@ -98,7 +98,7 @@ impl Umem {
     pub(crate) fn reg(&self) -> UmemReg {
         UmemReg {
             addr: self.area.as_ptr() as u64,
-            len: self.area.len() as u64,
+            len: self.area.size() as u64,
             chunk_size: self.cfg.frame_size,
             headroom: self.cfg.headroom,
             flags: 0,

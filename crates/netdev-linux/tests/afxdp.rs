@@ -187,3 +187,32 @@ fn leftover_program_is_cleared_at_open() {
     drop(port);
     assert!(!ip_shows_xdp(&t.dev[0]));
 }
+
+/// Two receive queues per device: the port opens a socket on each (the
+/// default n_rxq = all queues), and traffic gets through whichever queue
+/// the sender's flow lands on.
+#[test]
+fn multi_queue_ping() {
+    let t = Topo::with_queues("mq", 2, 2);
+    let umem = UmemHandle::new(UmemConfig::default()).unwrap();
+    let c = AfxdpConfig { shared_umem: Some(umem), xdp_mode: XdpMode::Native, ..Default::default() };
+    let a = AfxdpPort::open(&t.dev[0], c.clone()).unwrap();
+    let b = AfxdpPort::open(&t.dev[1], c).unwrap();
+    assert_eq!(a.n_rxq(), 2);
+    assert_eq!(b.info().n_rxq, 2);
+    assert!(a.rx_fd(1).is_some() && a.rx_fd(2).is_none());
+    let fw = Forwarder::start(vec![Box::new(a), Box::new(b)]);
+    let ok = t.ping(0, 1, 3) && t.ping(1, 0, 3);
+    drop(fw.finish());
+    assert!(ok);
+}
+
+/// Explicit n_rxq beyond the device's queues is refused cleanly.
+#[test]
+fn too_many_queues_is_an_error() {
+    let t = Topo::new("tq", 1);
+    let c = AfxdpConfig { n_rxq: 4, xdp_mode: XdpMode::Native, ..Default::default() };
+    assert!(AfxdpPort::open(&t.dev[0], c).is_err());
+    // And nothing is left attached after the failed open.
+    assert!(!ip_shows_xdp(&t.dev[0]));
+}

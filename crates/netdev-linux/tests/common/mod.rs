@@ -11,7 +11,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub fn sh(args: &[&str]) -> bool {
-    Command::new(args[0]).args(&args[1..]).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 pub fn must(args: &[&str]) {
@@ -35,6 +41,16 @@ pub fn name(tag: &str, suffix: &str) -> String {
 
 impl Topo {
     pub fn new(tag: &str, n: usize) -> Topo {
+        Self::with_queues(tag, n, 1)
+    }
+
+    /// As `new`, with `queues` RX/TX queues on every veth.
+    pub fn with_queues(tag: &str, n: usize, queues: u32) -> Topo {
+        assert!(
+            Command::new("ping").arg("-V").output().is_ok(),
+            "these tests need `ping` (Debian: apt-get install iputils-ping)"
+        );
+        let q = queues.to_string();
         let mut t = Topo { ns: Vec::new(), dev: Vec::new() };
         for i in 0..n {
             let ns = name(tag, &format!("n{i}"));
@@ -44,7 +60,27 @@ impl Topo {
             t.ns.push(ns.clone());
             t.dev.push(dev.clone());
             must(&["ip", "netns", "add", &ns]);
-            must(&["ip", "link", "add", &dev, "type", "veth", "peer", "name", "eth0", "netns", &ns]);
+            must(&[
+                "ip",
+                "link",
+                "add",
+                &dev,
+                "numrxqueues",
+                &q,
+                "numtxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "numrxqueues",
+                &q,
+                "numtxqueues",
+                &q,
+                "netns",
+                &ns,
+            ]);
             must(&["ip", "link", "set", &dev, "up"]);
             let addr = format!("10.9.0.{}/24", i + 1);
             t.exec(i, &["ip", "addr", "add", &addr, "dev", "eth0"]);
