@@ -44,7 +44,7 @@ pub enum Prereq {
     NdNa,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FieldDef {
     pub name: &'static str,
     pub loc: Loc,

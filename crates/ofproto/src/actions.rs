@@ -1,0 +1,463 @@
+//! OpenFlow actions and instructions, and their ovs-ofctl text syntax.
+
+use flow::fields::{by_name, FieldDef};
+use flow::matching::{parse_int, parse_value, split_top_level};
+use std::fmt;
+
+/// Reserved OpenFlow 1.0 port numbers as ovs-ofctl names them (16-bit
+/// space; OpenFlow 1.1+ numbers are mapped to these by the codec).
+pub mod ofpp {
+    pub const MAX: u32 = 0xff00;
+    pub const IN_PORT: u32 = 0xfff8;
+    pub const TABLE: u32 = 0xfff9;
+    pub const NORMAL: u32 = 0xfffa;
+    pub const FLOOD: u32 = 0xfffb;
+    pub const ALL: u32 = 0xfffc;
+    pub const CONTROLLER: u32 = 0xfffd;
+    pub const LOCAL: u32 = 0xfffe;
+    pub const NONE: u32 = 0xffff;
+}
+
+/// An OpenFlow port reference in an action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OfPort {
+    Port(u32),
+    InPort,
+    Normal,
+    Flood,
+    All,
+    Local,
+    Controller,
+}
+
+impl OfPort {
+    pub fn parse(s: &str) -> Option<OfPort> {
+        Some(match s.to_ascii_uppercase().as_str() {
+            "IN_PORT" => OfPort::InPort,
+            "NORMAL" => OfPort::Normal,
+            "FLOOD" => OfPort::Flood,
+            "ALL" => OfPort::All,
+            "LOCAL" => OfPort::Local,
+            "CONTROLLER" => OfPort::Controller,
+            _ => {
+                let n = parse_int(s)?;
+                if n == 0 || n >= ofpp::MAX as u128 {
+                    return None;
+                }
+                OfPort::Port(n as u32)
+            }
+        })
+    }
+}
+
+impl fmt::Display for OfPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OfPort::Port(n) => write!(f, "{n}"),
+            OfPort::InPort => write!(f, "IN_PORT"),
+            OfPort::Normal => write!(f, "NORMAL"),
+            OfPort::Flood => write!(f, "FLOOD"),
+            OfPort::All => write!(f, "ALL"),
+            OfPort::Local => write!(f, "LOCAL"),
+            OfPort::Controller => write!(f, "CONTROLLER"),
+        }
+    }
+}
+
+/// An OpenFlow action (what goes inside apply/write actions).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Output(OfPort),
+    /// Send to the controller, at most `max_len` bytes of the packet.
+    Controller {
+        max_len: u16,
+    },
+    /// Write `value` under `mask` into a field (set_field / load / mod_*).
+    SetField {
+        field: &'static FieldDef,
+        value: u128,
+        mask: u128,
+    },
+    PushVlan(u16),
+    PopVlan,
+    DecTtl,
+    SetNwTtl(u8),
+    /// Nicira resubmit: look up again in `table` (or the current table)
+    /// with in_port temporarily replaced by `port` (if given).
+    Resubmit {
+        port: Option<u32>,
+        table: Option<u8>,
+    },
+    Group(u32),
+    SetQueue(u32),
+}
+
+/// An OpenFlow instruction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Instruction {
+    Apply(Vec<Action>),
+    Write(Vec<Action>),
+    Clear,
+    WriteMetadata { value: u64, mask: u64 },
+    GotoTable(u8),
+    Meter(u32),
+}
+
+/// A parse error naming the offending token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    pub token: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "'{}': {}", self.token, self.reason)
+    }
+}
+impl std::error::Error for ParseError {}
+
+pub(crate) fn perr(token: &str, reason: impl Into<String>) -> ParseError {
+    ParseError { token: token.to_string(), reason: reason.into() }
+}
+
+impl From<flow::MatchError> for ParseError {
+    fn from(e: flow::MatchError) -> Self {
+        ParseError { token: e.token, reason: e.reason }
+    }
+}
+
+/// Splits `name(args)` / `name:arg` / `name=arg` into (name, arg).
+fn split_action(tok: &str) -> (&str, Option<&str>) {
+    if let Some(i) = tok.find('(') {
+        if tok.ends_with(')') && tok[..i].chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return (&tok[..i], Some(&tok[i + 1..tok.len() - 1]));
+        }
+    }
+    if let Some(i) = tok.find([':', '=']) {
+        return (&tok[..i], Some(&tok[i + 1..]));
+    }
+    (tok, None)
+}
+
+/// Parses the text after `actions=` into instructions, as ovs-ofctl does:
+/// bare actions form one apply-actions instruction; `write_actions(...)`,
+/// `clear_actions`, `write_metadata:V/M`, `goto_table:N`, `meter:N` are
+/// instructions of their own.
+pub fn parse_actions(s: &str) -> Result<Vec<Instruction>, ParseError> {
+    let mut apply = Vec::new();
+    let mut others = Vec::new();
+    let s = s.trim();
+    if s.is_empty() || s.eq_ignore_ascii_case("drop") {
+        return Ok(Vec::new());
+    }
+    for tok in split_top_level(s) {
+        let tok = tok.trim();
+        if tok.is_empty() {
+            continue;
+        }
+        let (name, arg) = split_action(tok);
+        match name.to_ascii_lowercase().as_str() {
+            "drop" => {}
+            "write_actions" => {
+                let inner = arg.ok_or_else(|| perr(tok, "write_actions needs (actions)"))?;
+                let mut v = Vec::new();
+                for t in split_top_level(inner) {
+                    if !t.trim().is_empty() {
+                        v.push(parse_action(t.trim())?);
+                    }
+                }
+                others.push(Instruction::Write(v));
+            }
+            "clear_actions" => others.push(Instruction::Clear),
+            "write_metadata" => {
+                let a = arg.ok_or_else(|| perr(tok, "write_metadata needs a value"))?;
+                let (v, m) = match a.split_once('/') {
+                    Some((v, m)) => (parse_int(v), parse_int(m)),
+                    None => (parse_int(a), Some(u64::MAX as u128)),
+                };
+                let (Some(v), Some(m)) = (v, m) else { return Err(perr(tok, "bad metadata value")) };
+                if v > u64::MAX as u128 || m > u64::MAX as u128 {
+                    return Err(perr(tok, "metadata is 64 bits"));
+                }
+                others.push(Instruction::WriteMetadata { value: v as u64, mask: m as u64 });
+            }
+            "goto_table" => {
+                let n = arg.and_then(parse_int).filter(|&n| n < 255).ok_or_else(|| perr(tok, "bad table (0-254)"))?;
+                others.push(Instruction::GotoTable(n as u8));
+            }
+            "meter" => {
+                let n = arg.and_then(parse_int).ok_or_else(|| perr(tok, "bad meter id"))?;
+                others.push(Instruction::Meter(n as u32));
+            }
+            _ => apply.push(parse_action(tok)?),
+        }
+    }
+    let mut out = Vec::new();
+    // Instruction order is fixed by OpenFlow: meter, apply, clear, write,
+    // write_metadata, goto_table.
+    if let Some(m) = others.iter().find(|i| matches!(i, Instruction::Meter(_))) {
+        out.push(m.clone());
+    }
+    if !apply.is_empty() {
+        out.push(Instruction::Apply(apply));
+    }
+    for kind in 0..4 {
+        for i in &others {
+            let k = match i {
+                Instruction::Clear => 0,
+                Instruction::Write(_) => 1,
+                Instruction::WriteMetadata { .. } => 2,
+                Instruction::GotoTable(_) => 3,
+                _ => continue,
+            };
+            if k == kind {
+                out.push(i.clone());
+            }
+        }
+    }
+    let gotos = out.iter().filter(|i| matches!(i, Instruction::GotoTable(_))).count();
+    if gotos > 1 {
+        return Err(perr(s, "more than one goto_table"));
+    }
+    Ok(out)
+}
+
+fn field_named(tok: &str, name: &str) -> Result<&'static FieldDef, ParseError> {
+    by_name(name).ok_or_else(|| perr(tok, format!("unknown field '{name}'")))
+}
+
+fn set_field(tok: &str, name: &str, value: &str) -> Result<Action, ParseError> {
+    let f = field_named(tok, name)?;
+    if matches!(f.name, "in_port" | "recirc_id" | "dl_type" | "nw_proto" | "nw_frag" | "dp_hash") {
+        return Err(perr(tok, format!("field {} cannot be set", f.name)));
+    }
+    let (v, m) = parse_value(f, value).map_err(|r| perr(tok, r))?;
+    Ok(Action::SetField { field: f, value: v, mask: m })
+}
+
+/// Parses one action.
+pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
+    let (name, arg) = split_action(tok);
+    let lname = name.to_ascii_lowercase();
+    let need = |what: &str| arg.ok_or_else(|| perr(tok, format!("{name} needs {what}")));
+    let int = |what: &str| -> Result<u128, ParseError> {
+        let a = arg.ok_or_else(|| perr(tok, format!("{name} needs {what}")))?;
+        parse_int(a).ok_or_else(|| perr(tok, format!("bad {what} '{a}'")))
+    };
+    Ok(match lname.as_str() {
+        "output" => {
+            let a = need("a port")?;
+            OfPort::parse(a).map(Action::Output).ok_or_else(|| perr(tok, format!("bad port '{a}'")))?
+        }
+        "in_port" | "normal" | "flood" | "all" | "local" if arg.is_none() => {
+            Action::Output(OfPort::parse(name).expect("reserved names parse"))
+        }
+        "controller" => {
+            let mut max_len = 65535u16;
+            if let Some(a) = arg {
+                for kv in a.split(',') {
+                    let kv = kv.trim();
+                    if let Some(v) = kv.strip_prefix("max_len=") {
+                        max_len = parse_int(v).filter(|&n| n <= 65535).ok_or_else(|| perr(tok, "bad max_len"))? as u16;
+                    } else if let Some(n) = parse_int(kv) {
+                        max_len = n.min(65535) as u16;
+                    } else if kv.starts_with("reason=") || kv.starts_with("id=") || kv.starts_with("userdata=") {
+                    } else if !kv.is_empty() {
+                        return Err(perr(tok, format!("unknown controller option '{kv}'")));
+                    }
+                }
+            }
+            Action::Controller { max_len }
+        }
+        "set_field" => {
+            // set_field:VALUE[/MASK]->FIELD
+            let a = need("VALUE->FIELD")?;
+            let (v, f) = a.split_once("->").ok_or_else(|| perr(tok, "set_field needs VALUE->FIELD"))?;
+            set_field(tok, f.trim(), v.trim())?
+        }
+        "load" => {
+            // load:VALUE->FIELD[] (whole field only)
+            let a = need("VALUE->FIELD[]")?;
+            let (v, f) = a.split_once("->").ok_or_else(|| perr(tok, "load needs VALUE->FIELD[]"))?;
+            let f = f.trim().trim_end_matches("[]");
+            let fd = field_named(tok, f)?;
+            let v = parse_int(v).ok_or_else(|| perr(tok, "bad value"))?;
+            if v > fd.loc.max() {
+                return Err(perr(tok, "value too large for field"));
+            }
+            Action::SetField { field: fd, value: v, mask: fd.loc.max() }
+        }
+        "mod_dl_src" => set_field(tok, "dl_src", need("a MAC")?)?,
+        "mod_dl_dst" => set_field(tok, "dl_dst", need("a MAC")?)?,
+        "mod_nw_src" => set_field(tok, "nw_src", need("an address")?)?,
+        "mod_nw_dst" => set_field(tok, "nw_dst", need("an address")?)?,
+        "mod_tp_src" => set_field(tok, "tp_src", need("a port")?)?,
+        "mod_tp_dst" => set_field(tok, "tp_dst", need("a port")?)?,
+        "mod_nw_tos" => {
+            let v = int("a TOS value")?;
+            if v > 255 || v & 3 != 0 {
+                return Err(perr(tok, "mod_nw_tos takes a DSCP value in the high 6 bits (multiple of 4)"));
+            }
+            Action::SetField { field: by_name("nw_tos").expect("nw_tos"), value: v, mask: 0xfc }
+        }
+        "mod_nw_ttl" | "set_nw_ttl" => {
+            let v = int("a TTL")?;
+            if v > 255 {
+                return Err(perr(tok, "TTL is 0-255"));
+            }
+            Action::SetNwTtl(v as u8)
+        }
+        "mod_vlan_vid" | "set_vlan_vid" => {
+            let v = int("a VLAN id")?;
+            if v > 4095 {
+                return Err(perr(tok, "VLAN id is 0-4095"));
+            }
+            Action::SetField { field: by_name("vlan_tci").expect("vlan_tci"), value: 0x1000 | v, mask: 0x1fff }
+        }
+        "mod_vlan_pcp" | "set_vlan_pcp" => {
+            let v = int("a PCP")?;
+            if v > 7 {
+                return Err(perr(tok, "PCP is 0-7"));
+            }
+            Action::SetField { field: by_name("vlan_tci").expect("vlan_tci"), value: 0x1000 | (v << 13), mask: 0xf000 }
+        }
+        "strip_vlan" | "pop_vlan" => Action::PopVlan,
+        "push_vlan" => {
+            let v = int("an Ethertype")?;
+            if v != 0x8100 && v != 0x88a8 {
+                return Err(perr(tok, "push_vlan takes 0x8100 or 0x88a8"));
+            }
+            Action::PushVlan(v as u16)
+        }
+        "dec_ttl" => Action::DecTtl,
+        "resubmit" => {
+            let a = need("(port,table)")?;
+            let (p, t) = match a.split_once(',') {
+                Some((p, t)) => (p.trim(), Some(t.trim())),
+                None => (a.trim(), None),
+            };
+            let port = if p.is_empty() {
+                None
+            } else {
+                match OfPort::parse(p) {
+                    Some(OfPort::Port(n)) => Some(n),
+                    Some(OfPort::InPort) => None,
+                    _ => return Err(perr(tok, format!("bad resubmit port '{p}'"))),
+                }
+            };
+            let table = match t {
+                None | Some("") => None,
+                Some(t) => Some(parse_int(t).filter(|&n| n < 255).ok_or_else(|| perr(tok, "bad table"))? as u8),
+            };
+            Action::Resubmit { port, table }
+        }
+        "group" => Action::Group(int("a group id")? as u32),
+        "set_queue" => Action::SetQueue(int("a queue id")? as u32),
+        _ => {
+            // A bare port number is an output.
+            if arg.is_none() {
+                if let Some(OfPort::Port(n)) = OfPort::parse(tok) {
+                    return Ok(Action::Output(OfPort::Port(n)));
+                }
+            }
+            return Err(perr(tok, format!("unknown action '{name}'")));
+        }
+    })
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Output(OfPort::Port(n)) => write!(f, "output:{n}"),
+            Action::Output(OfPort::InPort) => write!(f, "IN_PORT"),
+            Action::Output(p) => write!(f, "{p}"),
+            Action::Controller { max_len } => {
+                if *max_len == 65535 {
+                    write!(f, "CONTROLLER:65535")
+                } else {
+                    write!(f, "CONTROLLER:{max_len}")
+                }
+            }
+            Action::SetField { field, value, mask } => {
+                let v = flow::matching::format_value(field, *value, *mask);
+                write!(f, "set_field:{v}->{}", field.name)
+            }
+            Action::PushVlan(t) => write!(f, "push_vlan:{t:#x}"),
+            Action::PopVlan => write!(f, "pop_vlan"),
+            Action::DecTtl => write!(f, "dec_ttl"),
+            Action::SetNwTtl(t) => write!(f, "mod_nw_ttl:{t}"),
+            Action::Resubmit { port, table } => {
+                let p = port.map(|p| p.to_string()).unwrap_or_default();
+                let t = table.map(|t| t.to_string()).unwrap_or_default();
+                write!(f, "resubmit({p},{t})")
+            }
+            Action::Group(g) => write!(f, "group:{g}"),
+            Action::SetQueue(q) => write!(f, "set_queue:{q}"),
+        }
+    }
+}
+
+fn join(actions: &[Action]) -> String {
+    actions.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// Formats instructions as ovs-ofctl prints them after `actions=`.
+pub fn format_instructions(ins: &[Instruction]) -> String {
+    let mut parts = Vec::new();
+    for i in ins {
+        parts.push(match i {
+            Instruction::Apply(a) => join(a),
+            Instruction::Write(a) => format!("write_actions({})", join(a)),
+            Instruction::Clear => "clear_actions".into(),
+            Instruction::WriteMetadata { value, mask } => {
+                if *mask == u64::MAX {
+                    format!("write_metadata:{value:#x}")
+                } else {
+                    format!("write_metadata:{value:#x}/{mask:#x}")
+                }
+            }
+            Instruction::GotoTable(t) => format!("goto_table:{t}"),
+            Instruction::Meter(m) => format!("meter:{m}"),
+        });
+    }
+    let s = parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join(",");
+    if s.is_empty() {
+        "drop".into()
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_basic() {
+        let i = parse_actions("output:2,mod_nw_tos:32,goto_table:3").unwrap();
+        assert_eq!(i.len(), 2);
+        assert_eq!(
+            format_instructions(&i),
+            "output:2,set_field:32/0xfc->nw_tos,goto_table:3".replace("32/0xfc", "0x20/0xfc")
+        );
+        assert_eq!(parse_actions("drop").unwrap(), vec![]);
+        let i = parse_actions("NORMAL").unwrap();
+        assert_eq!(i, vec![Instruction::Apply(vec![Action::Output(OfPort::Normal)])]);
+        let i = parse_actions("write_actions(output:1),clear_actions,write_metadata:0x1/0xff").unwrap();
+        assert_eq!(i.len(), 3);
+        assert!(matches!(i[0], Instruction::Clear));
+        let i = parse_actions("set_field:10.0.0.1->nw_dst,3,controller(max_len=128)").unwrap();
+        assert_eq!(format_instructions(&i), "set_field:10.0.0.1->nw_dst,output:3,CONTROLLER:128");
+    }
+
+    #[test]
+    fn errors_name_the_token() {
+        let e = parse_actions("output:2,frobnicate:3").unwrap_err();
+        assert_eq!(e.token, "frobnicate:3");
+        let e = parse_actions("set_field:1->in_port").unwrap_err();
+        assert!(e.reason.contains("cannot be set"));
+        assert!(parse_actions("goto_table:1,goto_table:2").is_err());
+        assert!(parse_actions("mod_vlan_vid:5000").is_err());
+    }
+}

@@ -1,0 +1,467 @@
+//! Translation: a flow key through the OpenFlow pipeline, producing
+//! datapath actions and the megaflow mask.
+//!
+//! Correctness property (megaflow soundness): let `t = translate(k)`. For
+//! every key `k2` with `k2 & t.mask == k & t.mask`, `translate(k2)` yields
+//! the same actions (given the same rules and MAC table). Every place that
+//! reads a packet field therefore ORs that field's bits into `wc`:
+//! classifier lookups report their own consulted bits; prerequisites,
+//! NORMAL, dec_ttl and VLAN handling add theirs here. Field writes are
+//! emitted unconditionally (no "only if different" comparison), so they
+//! never widen the mask.
+
+use crate::actions::{Action, Instruction, OfPort};
+use crate::bridge::{Ofproto, TableMiss};
+use crate::normal::{is_multicast, Learned, VlanMode};
+use dpif::{DpAction, Translation, UserspaceReason};
+use flow::key::{ethertype, FlowKey, VLAN_PRESENT};
+use std::sync::atomic::Ordering;
+
+/// Resubmit/goto depth limit (OVS uses 64 for resubmits).
+const MAX_DEPTH: u32 = 64;
+
+/// The result of a translation with its human-readable walk.
+pub struct Trace {
+    pub translation: Translation,
+    pub lines: Vec<String>,
+    pub final_key: FlowKey,
+}
+
+struct Ctx<'a> {
+    of: &'a Ofproto,
+    version: u64,
+    /// The flow as modified by actions so far.
+    key: FlowKey,
+    /// Bits consulted: the megaflow mask.
+    wc: FlowKey,
+    /// Bits written by set actions not yet emitted as a datapath action.
+    pending: FlowKey,
+    actions: Vec<DpAction>,
+    action_set: Vec<Action>,
+    trace: Option<Vec<String>>,
+    indent: usize,
+    depth: u32,
+    table: u8,
+    cookie: u64,
+    /// Set once the pipeline must stop (e.g. TTL exceeded).
+    stop: bool,
+    /// Whether the packet length is known (for rule byte counters).
+    bytes: u64,
+}
+
+impl Ofproto {
+    /// Translates `key` at the current version. Side effects: MAC learning,
+    /// rule usage counters.
+    pub fn translate_key(&self, key: &FlowKey, bytes: u64) -> Translation {
+        self.run_xlate(key, bytes, false).translation
+    }
+
+    /// Like [`Ofproto::translate_key`], with the walk through the tables.
+    pub fn trace(&self, key: &FlowKey) -> Trace {
+        self.run_xlate(key, 0, true)
+    }
+
+    fn run_xlate(&self, key: &FlowKey, bytes: u64, trace: bool) -> Trace {
+        let mut wc = FlowKey::ZERO;
+        wc.set_in_port(u32::MAX);
+        wc.set_recirc_id(u32::MAX);
+        let mut cx = Ctx {
+            of: self,
+            version: self.version,
+            key: *key,
+            wc,
+            pending: FlowKey::ZERO,
+            actions: Vec::new(),
+            action_set: Vec::new(),
+            trace: trace.then(Vec::new),
+            indent: 0,
+            depth: 0,
+            table: 0,
+            cookie: 0,
+            stop: false,
+            bytes,
+        };
+        cx.do_table(0, true);
+        // IP packets' megaflows always pin the fragment bits: the datapath
+        // must never apply an L4 decision to a later fragment.
+        if key.is_ip_any() && cx.wc.dl_type() == 0xffff {
+            cx.wc.set_nw_frag(0xff);
+        }
+        let final_key = cx.key;
+        let mask = cx.wc;
+        Trace { translation: Translation { actions: cx.actions, mask }, lines: cx.trace.unwrap_or_default(), final_key }
+    }
+}
+
+impl dpif::Upcall for Ofproto {
+    fn translate(&self, key: &FlowKey) -> Translation {
+        self.translate_key(key, 0)
+    }
+}
+
+impl Ctx<'_> {
+    fn say(&mut self, s: impl Into<String>) {
+        if let Some(t) = &mut self.trace {
+            t.push(format!("{}{}", " ".repeat(self.indent), s.into()));
+        }
+    }
+
+    /// Marks bits of the key as consulted.
+    fn consult(&mut self, m: &FlowKey) {
+        self.wc.or_assign(m);
+    }
+
+    fn consult_dl_type(&mut self) {
+        self.wc.set_dl_type(0xffff);
+    }
+
+    fn do_table(&mut self, table: u8, top: bool) {
+        if self.depth >= MAX_DEPTH {
+            self.say("resubmit/goto depth exceeded; dropping");
+            self.stop = true;
+            return;
+        }
+        self.depth += 1;
+        let saved_table = self.table;
+        self.table = table;
+        let cls = &self.of.tables[table as usize];
+        let stats = &self.of.table_stats[table as usize];
+        stats.0.fetch_add(1, Ordering::Relaxed);
+        let hit = cls.lookup(&self.key, self.version, &mut self.wc);
+        match hit.and_then(|id| cls.get(id)) {
+            None => {
+                self.say(format!("{table:2}. No match."));
+                match self.of.table_miss {
+                    TableMiss::Drop => self.say("    drop"),
+                    TableMiss::Controller => {
+                        self.commit();
+                        self.actions.push(DpAction::Userspace {
+                            reason: UserspaceReason::NoMatch,
+                            max_len: 128,
+                            table_id: table,
+                            cookie: 0,
+                        });
+                        self.say("    CONTROLLER (table miss)");
+                    }
+                }
+            }
+            Some((m, prio, rule)) => {
+                stats.1.fetch_add(1, Ordering::Relaxed);
+                rule.packets.fetch_add(1, Ordering::Relaxed);
+                rule.bytes.fetch_add(self.bytes, Ordering::Relaxed);
+                rule.used_ms.store(self.of.now(), Ordering::Relaxed);
+                let ms = m.to_string();
+                let desc = if ms.is_empty() { format!("priority {prio}") } else { format!("{ms}, priority {prio}") };
+                let cookie_s = if rule.cookie != 0 { format!(", cookie {:#x}", rule.cookie) } else { String::new() };
+                self.say(format!("{table:2}. {desc}{cookie_s}"));
+                self.cookie = rule.cookie;
+                self.indent += 4;
+                let instructions = &rule.instructions;
+                if instructions.is_empty() {
+                    self.say("drop");
+                }
+                let mut goto = None;
+                for ins in instructions.iter() {
+                    if self.stop {
+                        break;
+                    }
+                    match ins {
+                        Instruction::Apply(acts) => {
+                            for a in acts {
+                                if self.stop {
+                                    break;
+                                }
+                                self.do_action(a);
+                            }
+                        }
+                        Instruction::Write(acts) => {
+                            self.say(format!(
+                                "write_actions({})",
+                                acts.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+                            ));
+                            for a in acts {
+                                // One action of each kind in the set; outputs
+                                // and groups replace each other.
+                                let same = |b: &Action| std::mem::discriminant(a) == std::mem::discriminant(b);
+                                self.action_set.retain(|b| !same(b));
+                                self.action_set.push(a.clone());
+                            }
+                        }
+                        Instruction::Clear => {
+                            self.say("clear_actions");
+                            self.action_set.clear();
+                        }
+                        Instruction::WriteMetadata { value, mask } => {
+                            let md = (self.key.metadata() & !mask) | (value & mask);
+                            self.key.set_metadata(md);
+                            self.say(format!("write_metadata:{value:#x}/{mask:#x}"));
+                        }
+                        Instruction::GotoTable(t) => goto = Some(*t),
+                        Instruction::Meter(m) => self.say(format!("meter:{m} (not enforced)")),
+                    }
+                }
+                if let Some(t) = goto {
+                    if !self.stop {
+                        self.say(format!("goto_table:{t}"));
+                        self.indent -= 4;
+                        self.do_table(t, top);
+                        self.table = saved_table;
+                        self.depth -= 1;
+                        return;
+                    }
+                }
+                self.indent -= 4;
+            }
+        }
+        if top && !self.stop && !self.action_set.is_empty() {
+            self.execute_action_set();
+        }
+        self.table = saved_table;
+        self.depth -= 1;
+    }
+
+    fn execute_action_set(&mut self) {
+        let set = std::mem::take(&mut self.action_set);
+        let rank = |a: &Action| match a {
+            Action::PopVlan => 0,
+            Action::PushVlan(_) => 1,
+            Action::DecTtl => 2,
+            Action::SetNwTtl(_) => 3,
+            Action::SetField { .. } => 4,
+            Action::SetQueue(_) => 5,
+            Action::Group(_) => 6,
+            _ => 7,
+        };
+        let mut set = set;
+        set.sort_by_key(rank);
+        self.say("action set:");
+        for a in &set {
+            if self.stop {
+                break;
+            }
+            self.do_action(a);
+        }
+    }
+
+    /// Emits pending field writes as one masked set.
+    fn commit(&mut self) {
+        if !self.pending.is_zero() {
+            self.actions.push(DpAction::SetMasked { key: self.key.and(&self.pending), mask: self.pending });
+            // Keep the consulted bits of dl_type/nw_proto in the set
+            // action's key so it prints by protocol (they are not written:
+            // the mask excludes them). Unconsulted bits stay zero so equal
+            // megaflows get equal actions.
+            let (dl, proto) = (self.key.dl_type() & self.wc.dl_type(), self.key.nw_proto() & self.wc.nw_proto());
+            if let Some(DpAction::SetMasked { key, .. }) = self.actions.last_mut() {
+                key.set_dl_type(dl);
+                key.set_nw_proto(proto);
+            }
+            self.pending = FlowKey::ZERO;
+        }
+    }
+
+    fn output(&mut self, port: u32) {
+        self.commit();
+        self.actions.push(DpAction::Output(port));
+    }
+
+    fn do_action(&mut self, a: &Action) {
+        self.say(a.to_string());
+        let in_port = self.key.in_port();
+        match a {
+            Action::Output(OfPort::Port(p)) => {
+                if *p == in_port {
+                    self.say("  skipping output to input port");
+                } else if !self.of.ports.is_empty() && !self.of.port_exists(*p) {
+                    self.say(format!("  no such port {p}"));
+                } else {
+                    self.output(*p);
+                }
+            }
+            Action::Output(OfPort::InPort) => self.output(in_port),
+            Action::Output(OfPort::Local) => {
+                let local = crate::actions::ofpp::LOCAL;
+                if local != in_port && (self.of.ports.is_empty() || self.of.port_exists(local)) {
+                    self.output(local);
+                }
+            }
+            Action::Output(OfPort::Flood) | Action::Output(OfPort::All) => {
+                let all = matches!(a, Action::Output(OfPort::All));
+                let ports: Vec<u32> = self.of.flood_ports(all).map(|p| p.ofport).filter(|&p| p != in_port).collect();
+                for p in ports {
+                    self.output(p);
+                }
+            }
+            Action::Output(OfPort::Normal) => self.normal(),
+            Action::Output(OfPort::Controller) => self.controller(65535),
+            Action::Controller { max_len } => self.controller(*max_len),
+            Action::SetField { field, value, mask } => {
+                if field.name == "vlan_tci" {
+                    // Rewriting a tag needs one.
+                    let mut m = FlowKey::ZERO;
+                    m.set_vlan_tci(VLAN_PRESENT);
+                    self.consult(&m);
+                    if self.key.vlan_tci() & VLAN_PRESENT == 0 {
+                        self.say("  packet has no VLAN tag; ignored");
+                        return;
+                    }
+                } else {
+                    self.consult(&field.prereq.mask());
+                    if !field.prereq.holds_for_packet(&self.key) {
+                        self.say("  prerequisites not met; ignored");
+                        return;
+                    }
+                }
+                let old = field.get(&self.key);
+                field.set(&mut self.key, (old & !mask) | (value & mask));
+                let mut pm = FlowKey::ZERO;
+                field.set(&mut pm, *mask);
+                self.pending.or_assign(&pm);
+            }
+            Action::PushVlan(tpid) => {
+                let mut m = FlowKey::ZERO;
+                m.set_vlan_tci(0xffff);
+                self.consult(&m);
+                self.commit();
+                let cur = self.key.vlan_tci();
+                let tci = if cur & VLAN_PRESENT != 0 { cur } else { VLAN_PRESENT };
+                self.key.set_vlan_tci2(cur);
+                self.key.set_vlan_tci(tci);
+                self.actions.push(DpAction::PushVlan { tpid: *tpid, tci });
+            }
+            Action::PopVlan => {
+                let mut m = FlowKey::ZERO;
+                m.set_vlan_tci(VLAN_PRESENT);
+                self.consult(&m);
+                if self.key.vlan_tci() & VLAN_PRESENT != 0 {
+                    self.commit();
+                    let inner = self.key.vlan_tci2();
+                    m.set_vlan_tci2(VLAN_PRESENT);
+                    self.consult(&m);
+                    self.key.set_vlan_tci(inner);
+                    self.key.set_vlan_tci2(0);
+                    self.actions.push(DpAction::PopVlan);
+                }
+            }
+            Action::DecTtl | Action::SetNwTtl(_) => {
+                self.consult_dl_type();
+                if !self.key.is_ip_any() {
+                    self.say("  not IP; ignored");
+                    return;
+                }
+                let ttl = if let Action::SetNwTtl(t) = a {
+                    *t
+                } else {
+                    let mut m = FlowKey::ZERO;
+                    m.set_nw_ttl(0xff);
+                    self.consult(&m);
+                    let t = self.key.nw_ttl();
+                    if t <= 1 {
+                        self.say("  TTL exceeded; dropping");
+                        self.stop = true;
+                        return;
+                    }
+                    t - 1
+                };
+                self.key.set_nw_ttl(ttl);
+                let mut m = FlowKey::ZERO;
+                m.set_nw_ttl(0xff);
+                self.pending.or_assign(&m);
+            }
+            Action::Resubmit { port, table } => {
+                let saved = self.key.in_port();
+                if let Some(p) = port {
+                    self.key.set_in_port(*p);
+                }
+                let t = table.unwrap_or(self.table);
+                self.indent += 4;
+                self.do_table(t, false);
+                self.indent -= 4;
+                self.key.set_in_port(saved);
+            }
+            Action::Group(g) => self.say(format!("  group {g} does not exist")),
+            Action::SetQueue(_) => {}
+        }
+    }
+
+    fn controller(&mut self, max_len: u16) {
+        self.commit();
+        let (table_id, cookie) = (self.table, self.cookie);
+        self.actions.push(DpAction::Userspace { reason: UserspaceReason::Action, max_len, table_id, cookie });
+    }
+
+    /// Emits VLAN changes so that the packet leaves in `vlan`, tagged or not.
+    fn output_in_vlan(&mut self, port: u32, vlan: u16, tagged: bool) {
+        let cur = self.key.vlan_tci();
+        let cur_tagged = cur & VLAN_PRESENT != 0;
+        if tagged {
+            if !cur_tagged {
+                self.commit();
+                let tci = VLAN_PRESENT | vlan;
+                self.key.set_vlan_tci(tci);
+                self.actions.push(DpAction::PushVlan { tpid: ethertype::VLAN, tci });
+            } else if cur & 0xfff != vlan {
+                let mut m = FlowKey::ZERO;
+                m.set_vlan_tci(0x0fff);
+                self.key.set_vlan_tci((cur & !0x0fff) | vlan);
+                self.pending.or_assign(&m);
+            }
+        } else if cur_tagged {
+            self.commit();
+            self.key.set_vlan_tci(self.key.vlan_tci2());
+            self.key.set_vlan_tci2(0);
+            self.actions.push(DpAction::PopVlan);
+        }
+        self.output(port);
+    }
+
+    fn normal(&mut self) {
+        let of = self.of;
+        let in_port = self.key.in_port();
+        let default_mode = VlanMode::TrunkAll;
+        let in_mode = of.port(in_port).map(|p| &p.vlan).unwrap_or(&default_mode);
+        let mut m = FlowKey::ZERO;
+        m.set_vlan_tci(0x1fff);
+        m.set_dl_src(u64::MAX);
+        m.set_dl_dst(u64::MAX);
+        self.consult(&m);
+        let Some(vlan) = in_mode.input_vlan(self.key.vlan_tci()) else {
+            self.say("  NORMAL: frame's VLAN not allowed on the input port; dropping");
+            return;
+        };
+        let src = self.key.dl_src();
+        let dst = self.key.dl_dst();
+        let now = of.now();
+        if !is_multicast(src) {
+            let learned = of.mac.lock().expect("mac table lock").learn(src, vlan, in_port, now);
+            if learned == Learned::Changed {
+                of.bump_generation();
+                self.say(format!("  learned {} on port {in_port} in VLAN {vlan}", flow::key::fmt_mac(src)));
+            }
+        }
+        let known =
+            if is_multicast(dst) { None } else { of.mac.lock().expect("mac table lock").lookup(dst, vlan, now) };
+        match known {
+            Some(p) if p == in_port => self.say("  NORMAL: destination is on the input port; dropping"),
+            Some(p) => {
+                let mode = of.port(p).map(|c| c.vlan.clone()).unwrap_or_default();
+                self.say(format!("  NORMAL: forwarding to learned port {p}"));
+                self.output_in_vlan(p, vlan, mode.output_tagged(vlan));
+            }
+            None => {
+                self.say(format!("  NORMAL: flooding in VLAN {vlan}"));
+                let outs: Vec<(u32, bool)> = of
+                    .flood_ports(false)
+                    .filter(|p| p.ofport != in_port && p.vlan.carries(vlan))
+                    .map(|p| (p.ofport, p.vlan.output_tagged(vlan)))
+                    .collect();
+                // Untagged copies first, then tagged ones: one VLAN change.
+                let in_tagged = self.key.vlan_tci() & VLAN_PRESENT != 0;
+                let (first, second): (Vec<_>, Vec<_>) = outs.into_iter().partition(|&(_, t)| t == in_tagged);
+                for (p, t) in first.into_iter().chain(second) {
+                    self.output_in_vlan(p, vlan, t);
+                }
+            }
+        }
+    }
+}
