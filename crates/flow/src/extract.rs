@@ -8,6 +8,13 @@ pub enum ParseError {
     Runt,
 }
 
+impl ParseError {
+    pub const ALL: &'static [ParseError] = &[ParseError::Runt];
+    pub fn name(self) -> &'static str {
+        "drop_rx_runt"
+    }
+}
+
 /// Offsets of the parsed headers in the packet, for action execution.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Layout {

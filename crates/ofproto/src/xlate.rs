@@ -85,7 +85,7 @@ impl Ofproto {
         // IP packets' megaflows always pin the fragment bits: the datapath
         // must never apply an L4 decision to a later fragment.
         if key.is_ip_any() && cx.wc.dl_type() == 0xffff {
-            cx.wc.set_nw_frag(0xff);
+            cx.wc.set_nw_frag(flow::key::FRAG_ANY | flow::key::FRAG_LATER);
         }
         let final_key = cx.key;
         let mask = cx.wc;

@@ -1,1 +1,266 @@
-fn main() {}
+//! The `xvs` command: the switch daemon and its tools.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use xvs::config::{PollMode, PortSpec};
+use xvs::switch::{Switch, SwitchOptions};
+
+const DEFAULT_RUN_DIR: &str = "/run/xvs";
+
+#[derive(Parser)]
+#[command(name = "xvs", version, about = "A userspace virtual switch fed by AF_XDP")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a bridge (no database, no config file): NORMAL forwarding over the given ports.
+    Switch {
+        /// Directory for the control socket.
+        #[arg(long, default_value = DEFAULT_RUN_DIR)]
+        run_dir: PathBuf,
+        #[arg(long, default_value = "br0")]
+        bridge: String,
+        /// IFACE[,type=afxdp|system|af_packet|tap|internal][,xdp-mode=native|generic|best-effort]
+        /// [,need-wakeup=true|false][,n-rxq=N][,umem=shared|copy][,ofport=N][,tag=VLAN][,trunks=V1:V2]
+        #[arg(long = "port")]
+        ports: Vec<String>,
+        /// Poll threads.
+        #[arg(long, default_value_t = 1)]
+        pmd_threads: usize,
+        /// busy: spin on the queues; adaptive: spin while busy, sleep when idle.
+        #[arg(long, default_value = "adaptive")]
+        poll: String,
+        /// OpenFlow rules to install at start (ovs-ofctl add-flows syntax);
+        /// without it the bridge has one rule: priority=0,actions=NORMAL.
+        #[arg(long)]
+        flows: Option<PathBuf>,
+    },
+    /// Bridge, ports, XDP modes, counters.
+    Show(ClientArgs),
+    /// The datapath's megaflows with their counters.
+    DumpFlows(ClientArgs),
+    /// Poll-thread statistics: cache hits, upcalls, drops by reason, cycles per packet.
+    PmdStats(ClientArgs),
+    /// The OpenFlow rules with their counters.
+    DumpOfFlows(ClientArgs),
+    /// The MAC learning table.
+    FdbShow(ClientArgs),
+    /// Add a port to a running switch (same syntax as --port).
+    AddPort {
+        spec: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Remove a port from a running switch.
+    DelPort {
+        name: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Add OpenFlow rules to a running switch (ovs-ofctl syntax).
+    AddFlow {
+        flow: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Delete OpenFlow rules matching (ovs-ofctl syntax; empty = all).
+    DelFlows {
+        #[arg(default_value = "")]
+        flow: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Stop a running switch.
+    Exit(ClientArgs),
+    /// Translate one packet through OpenFlow rules offline, like ofproto/trace.
+    Trace {
+        /// File of OpenFlow rules in ovs-ofctl add-flows syntax, one per line.
+        #[arg(long)]
+        flows: String,
+        /// The packet as an ovs-ofctl flow, e.g. 'in_port=1,tcp,nw_dst=10.0.0.2,tcp_dst=80'.
+        packet: String,
+        /// The bridge's OpenFlow ports (default 1-4, plus any the flows name), e.g. '1-3,7'.
+        #[arg(long)]
+        ports: Option<String>,
+    },
+    /// The demo: hosts in namespaces ping and stream through xvs over AF_XDP.
+    Demo {
+        #[arg(long, default_value_t = 3)]
+        hosts: usize,
+        /// UDP datagrams in the burst.
+        #[arg(long, default_value_t = 20000)]
+        burst: u64,
+        /// native, generic or best-effort.
+        #[arg(long, default_value = "best-effort")]
+        xdp_mode: String,
+    },
+    /// Traffic helpers used by the demo and tests inside namespaces.
+    #[command(hide = true)]
+    Util {
+        #[command(subcommand)]
+        cmd: UtilCmd,
+    },
+}
+
+#[derive(clap::Args)]
+struct ClientArgs {
+    #[arg(long, default_value = DEFAULT_RUN_DIR)]
+    run_dir: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum UtilCmd {
+    UdpSend {
+        #[arg(long)]
+        dst: String,
+        #[arg(long)]
+        count: u64,
+        #[arg(long, default_value_t = 18)]
+        size: usize,
+        #[arg(long)]
+        pps: Option<u64>,
+        /// Number of source ports to spread over (flows).
+        #[arg(long, default_value_t = 1)]
+        flows: u16,
+    },
+    UdpRecv {
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value_t = 500)]
+        idle_ms: u64,
+        #[arg(long, default_value_t = 10000)]
+        max_ms: u64,
+        #[arg(long)]
+        ready_file: Option<String>,
+    },
+    TcpRecv {
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value_t = 10000)]
+        max_ms: u64,
+        #[arg(long)]
+        ready_file: Option<String>,
+    },
+    TcpSend {
+        #[arg(long)]
+        dst: String,
+        #[arg(long)]
+        bytes: u64,
+        #[arg(long, default_value_t = 10000)]
+        timeout_ms: u64,
+    },
+    SendRaw {
+        #[arg(long)]
+        dev: String,
+        frames: Vec<String>,
+    },
+}
+
+fn client(c: &ClientArgs, cmd: &str, args: &[String]) -> Result<()> {
+    let (text, json) = xvs::control::request(&c.run_dir, cmd, args)?;
+    if c.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
+
+fn signal_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register(sig, Arc::clone(&flag)).context("installing signal handler")?;
+    }
+    Ok(flag)
+}
+
+fn run_switch(
+    run_dir: PathBuf,
+    bridge: String,
+    ports: Vec<String>,
+    pmd_threads: usize,
+    poll: String,
+    flows: Option<PathBuf>,
+) -> Result<()> {
+    let poll_mode = match poll.as_str() {
+        "busy" => PollMode::Busy,
+        "adaptive" => PollMode::Adaptive,
+        _ => anyhow::bail!("--poll: '{poll}' is not busy or adaptive"),
+    };
+    // Refuse bad configuration before touching any device.
+    let specs = ports.iter().map(|p| PortSpec::parse(p)).collect::<Result<Vec<_>>>()?;
+    let stop = signal_flag()?;
+    let sw = Switch::start(SwitchOptions { bridge, n_pmd: pmd_threads, poll_mode, pmd: dpif::PmdConfig::default() })?;
+    if let Some(f) = flows {
+        let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        xvs::commands::run(&sw, "del-flows", &[String::new()])?;
+        xvs::commands::run(&sw, "add-flows", &[text]).with_context(|| format!("{}", f.display()))?;
+    }
+    for s in specs {
+        let name = s.name.clone();
+        let n = sw.add_port(s).with_context(|| format!("port {name}"))?;
+        let p = sw.ports().into_iter().find(|p| p.ofport == n).expect("just added");
+        eprintln!("xvs: port {n} {name}: {} {} rxq {} {}", p.info.kind, p.info.xdp_mode, p.info.n_rxq, p.info.detail);
+    }
+    eprintln!(
+        "xvs: bridge {} running; control socket {}",
+        sw.shared.bridge,
+        xvs::control::socket_path(&run_dir).display()
+    );
+    xvs::control::serve(&sw, &run_dir, &stop)?;
+    eprintln!("xvs: stopping");
+    sw.stop();
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Switch { run_dir, bridge, ports, pmd_threads, poll, flows } => {
+            run_switch(run_dir, bridge, ports, pmd_threads, poll, flows)
+        }
+        Cmd::Show(c) => client(&c, "show", &[]),
+        Cmd::DumpFlows(c) => client(&c, "dump-flows", &[]),
+        Cmd::PmdStats(c) => client(&c, "pmd-stats", &[]),
+        Cmd::DumpOfFlows(c) => client(&c, "dump-of-flows", &[]),
+        Cmd::FdbShow(c) => client(&c, "fdb-show", &[]),
+        Cmd::AddPort { spec, c } => client(&c, "add-port", &[spec]),
+        Cmd::DelPort { name, c } => client(&c, "del-port", &[name]),
+        Cmd::AddFlow { flow, c } => client(&c, "add-flow", &[flow]),
+        Cmd::DelFlows { flow, c } => client(&c, "del-flows", &[flow]),
+        Cmd::Exit(c) => client(&c, "exit", &[]),
+        Cmd::Trace { flows, packet, ports } => {
+            xvs::trace::run(&xvs::trace::TraceArgs { flows, packet, ports }).map(|s| print!("{s}"))
+        }
+        Cmd::Demo { hosts, burst, xdp_mode } => {
+            signal_flag().and_then(|f| xvs::demo::run(&xvs::demo::DemoOptions { hosts, burst, xdp_mode }, f))
+        }
+        Cmd::Util { cmd } => match cmd {
+            UtilCmd::UdpSend { dst, count, size, pps, flows } => xvs::util::udp_send(&dst, count, size, pps, flows),
+            UtilCmd::UdpRecv { port, idle_ms, max_ms, ready_file } => {
+                xvs::util::udp_recv(port, idle_ms, max_ms, ready_file.as_deref())
+            }
+            UtilCmd::TcpRecv { port, max_ms, ready_file } => xvs::util::tcp_recv(port, max_ms, ready_file.as_deref()),
+            UtilCmd::TcpSend { dst, bytes, timeout_ms } => xvs::util::tcp_send(&dst, bytes, timeout_ms),
+            UtilCmd::SendRaw { dev, frames } => xvs::util::send_raw(&dev, &frames),
+        }
+        .map(|s| println!("{s}")),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xvs: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

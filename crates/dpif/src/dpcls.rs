@@ -1,0 +1,126 @@
+//! The megaflow classifier: one subtable per megaflow mask, each a hash
+//! table from masked key to megaflow slot. Megaflows never overlap in a
+//! sound cache, so the first match found is the answer; subtables are
+//! therefore ordered by how often they hit, most first.
+
+use flow::key::{finish, hash_word, WORDS};
+use flow::FlowKey;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("only u64 keys")
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
+pub(crate) struct Subtable {
+    pub mask: FlowKey,
+    words: Vec<u8>,
+    /// Masked-key hash -> megaflow slots (normally one).
+    map: IdMap<Vec<u32>>,
+    pub hits: u64,
+    pub n: usize,
+}
+
+impl Subtable {
+    fn new(mask: FlowKey) -> Subtable {
+        let words = (0..WORDS).filter(|&i| mask.w[i] != 0).map(|i| i as u8).collect();
+        Subtable { mask, words, map: IdMap::default(), hits: 0, n: 0 }
+    }
+
+    #[inline]
+    pub fn hash(&self, key: &FlowKey) -> u64 {
+        let mut h = 0x51_7cc1_b727_220a;
+        for &w in &self.words {
+            let w = w as usize;
+            h = hash_word(h, key.w[w] & self.mask.w[w]);
+        }
+        finish(h)
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Dpcls {
+    subtables: Vec<Subtable>,
+    by_mask: HashMap<FlowKey, usize>,
+    /// Subtable indices, most hits first.
+    order: Vec<usize>,
+}
+
+impl Dpcls {
+    /// Finds the megaflow slot matching `key`; `keys[slot]` gives each
+    /// slot's masked key for the final compare.
+    #[inline]
+    pub fn lookup(&mut self, key: &FlowKey, masked_key_of: impl Fn(u32) -> FlowKey) -> Option<u32> {
+        for &si in &self.order {
+            let st = &mut self.subtables[si];
+            let h = st.hash(key);
+            if let Some(slots) = st.map.get(&h) {
+                for &s in slots {
+                    if key.and(&st.mask) == masked_key_of(s) {
+                        st.hits += 1;
+                        return Some(s);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    pub fn insert(&mut self, masked_key: &FlowKey, mask: &FlowKey, slot: u32) -> usize {
+        let si = match self.by_mask.get(mask) {
+            Some(&i) => i,
+            None => {
+                self.subtables.push(Subtable::new(*mask));
+                let i = self.subtables.len() - 1;
+                self.by_mask.insert(*mask, i);
+                self.order.push(i);
+                i
+            }
+        };
+        let st = &mut self.subtables[si];
+        let h = st.hash(masked_key);
+        st.map.entry(h).or_default().push(slot);
+        st.n += 1;
+        si
+    }
+
+    pub fn remove(&mut self, masked_key: &FlowKey, si: usize, slot: u32) {
+        let st = &mut self.subtables[si];
+        let h = st.hash(masked_key);
+        if let Some(v) = st.map.get_mut(&h) {
+            v.retain(|&s| s != slot);
+            if v.is_empty() {
+                st.map.remove(&h);
+            }
+        }
+        st.n -= 1;
+    }
+
+    /// Re-sorts subtables by hits since the last call and drops empty ones
+    /// from the search order.
+    pub fn rank(&mut self) {
+        let st = &self.subtables;
+        let mut order: Vec<usize> = (0..st.len()).filter(|&i| st[i].n > 0).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(st[i].hits));
+        self.order = order;
+        for s in &mut self.subtables {
+            s.hits /= 2;
+        }
+    }
+
+    /// Subtables in search order: (mask, flows, recent hits).
+    pub fn subtables(&self) -> impl Iterator<Item = (&FlowKey, usize, u64)> {
+        self.order.iter().map(|&i| (&self.subtables[i].mask, self.subtables[i].n, self.subtables[i].hits))
+    }
+}

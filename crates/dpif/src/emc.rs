@@ -1,0 +1,80 @@
+//! Exact-match cache: full flow key -> megaflow, 2-way set associative.
+//!
+//! The EMC answers the common case (a few thousand active flows) with one
+//! hash and one key compare. Entries point at megaflows by slot index plus
+//! the slot's version, so an entry whose megaflow was removed (or whose
+//! slot was reused) is recognized as stale and ignored.
+
+use flow::FlowKey;
+
+pub const EMC_ENTRIES: usize = 8192;
+const MASK: usize = EMC_ENTRIES - 1;
+
+#[derive(Clone, Copy)]
+struct Entry {
+    key: FlowKey,
+    hash: u64,
+    flow: u32,
+    version: u32,
+}
+
+pub struct Emc {
+    entries: Box<[Option<Entry>]>,
+}
+
+impl Default for Emc {
+    fn default() -> Self {
+        Emc { entries: vec![None; EMC_ENTRIES].into_boxed_slice() }
+    }
+}
+
+impl Emc {
+    #[inline]
+    fn ways(hash: u64) -> [usize; 2] {
+        [(hash as usize) & MASK, ((hash >> 32) as usize) & MASK]
+    }
+
+    /// (slot, version) of the megaflow cached for `key`, if any.
+    #[inline]
+    pub fn lookup(&self, key: &FlowKey, hash: u64) -> Option<(u32, u32)> {
+        for i in Self::ways(hash) {
+            if let Some(e) = &self.entries[i] {
+                if e.hash == hash && e.key == *key {
+                    return Some((e.flow, e.version));
+                }
+            }
+        }
+        None
+    }
+
+    /// Caches `key` -> megaflow, replacing an empty or the second way.
+    pub fn insert(&mut self, key: &FlowKey, hash: u64, flow: u32, version: u32) {
+        let [a, b] = Self::ways(hash);
+        let slot = match (&self.entries[a], &self.entries[b]) {
+            (Some(e), _) if e.hash == hash && e.key == *key => a,
+            (_, Some(e)) if e.hash == hash && e.key == *key => b,
+            (None, _) => a,
+            (_, None) => b,
+            _ => {
+                if hash & (1 << 20) == 0 {
+                    a
+                } else {
+                    b
+                }
+            }
+        };
+        self.entries[slot] = Some(Entry { key: *key, hash, flow, version });
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.iter_mut().for_each(|e| *e = None);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.iter().filter(|e| e.is_some()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,381 @@
+//! The per-poll-thread datapath: extract, EMC, megaflow cache, upcall,
+//! execute; revalidation and expiry.
+
+use crate::actions::{DpAction, Translation, Upcall};
+use crate::dpcls::Dpcls;
+use crate::emc::Emc;
+use crate::execute::{execute, Exec, OutQueues, Sink};
+use flow::{FlowKey, Match};
+use netdev::Packet;
+
+/// Tunables of one poll thread's caches.
+#[derive(Clone, Debug)]
+pub struct PmdConfig {
+    /// Insert into the EMC on one in N megaflow hits (1 = always), as OVS's
+    /// `emc-insert-inv-prob`; 0 disables the EMC.
+    pub emc_insert_inv_prob: u32,
+    /// Most megaflows this thread caches; misses beyond it are translated
+    /// and executed but not cached.
+    pub megaflow_limit: usize,
+    /// Megaflows unused this long are removed by [`Pmd::sweep`].
+    pub max_idle_ms: u64,
+}
+
+impl Default for PmdConfig {
+    fn default() -> Self {
+        PmdConfig { emc_insert_inv_prob: 100, megaflow_limit: 200_000, max_idle_ms: 10_000 }
+    }
+}
+
+/// Counters of one poll thread. Written by its thread only.
+#[derive(Clone, Debug, Default)]
+pub struct PmdStats {
+    /// Packets that parsed and entered the caches.
+    pub packets: u64,
+    pub emc_hits: u64,
+    pub megaflow_hits: u64,
+    /// Cache misses translated by the slow path.
+    pub upcalls: u64,
+    /// Misses not cached because the megaflow limit was reached.
+    pub upcall_lost_limit: u64,
+    /// Stale megaflows checked against the current rules and kept.
+    pub revalidated: u64,
+    /// Stale megaflows whose translation changed, removed.
+    pub removed_stale: u64,
+    /// Megaflows removed after going idle.
+    pub expired: u64,
+    /// Packets dropped by recirculating too deep.
+    pub drop_recirc_depth: u64,
+    /// Malformed packets dropped, by reason (counter name, count).
+    pub drops: Vec<(&'static str, u64)>,
+}
+
+impl PmdStats {
+    /// Every drop reason with its count (zero for reasons not seen).
+    pub fn drops_by_reason(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<(&'static str, u64)> = flow::ParseError::ALL
+            .iter()
+            .map(|e| (e.name(), self.drops.iter().find(|(n, _)| *n == e.name()).map(|x| x.1).unwrap_or(0)))
+            .collect();
+        v.push(("drop_recirc_depth", self.drop_recirc_depth));
+        v
+    }
+
+    fn count_drop(&mut self, name: &'static str) {
+        match self.drops.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += 1,
+            None => self.drops.push((name, 1)),
+        }
+    }
+}
+
+/// A cached megaflow as `dump_megaflows` reports it.
+#[derive(Clone, Debug)]
+pub struct MegaflowInfo {
+    pub matched: Match,
+    pub actions: Vec<DpAction>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub used_ms: u64,
+}
+
+struct Megaflow {
+    m: Match,
+    actions: Vec<DpAction>,
+    /// The key whose translation created this megaflow (for revalidation).
+    orig: FlowKey,
+    /// Rule generation this megaflow was last known valid at.
+    generation: u64,
+    subtable: usize,
+    packets: u64,
+    bytes: u64,
+    used_ms: u64,
+}
+
+const MAX_RECIRC: u32 = 6;
+
+/// One poll thread's fast path. Owned by that thread; nothing is shared.
+pub struct Pmd {
+    cfg: PmdConfig,
+    emc: Emc,
+    dpcls: Dpcls,
+    flows: Vec<Option<Megaflow>>,
+    /// Per slot: bumped whenever the slot is freed, so EMC entries naming
+    /// an old occupant are recognized.
+    slot_version: Vec<u32>,
+    free: Vec<u32>,
+    n_flows: usize,
+    generation: u64,
+    stats: PmdStats,
+    out: OutQueues,
+    rng: u64,
+    last_rank_ms: u64,
+}
+
+/// How a packet's actions were found.
+enum Found {
+    Flow(u32),
+    /// Translated but not cached (megaflow limit).
+    Uncached(Translation),
+}
+
+impl Pmd {
+    pub fn new(cfg: PmdConfig) -> Pmd {
+        Pmd {
+            cfg,
+            emc: Emc::default(),
+            dpcls: Dpcls::default(),
+            flows: Vec::new(),
+            slot_version: Vec::new(),
+            free: Vec::new(),
+            n_flows: 0,
+            generation: 0,
+            stats: PmdStats::default(),
+            out: OutQueues::default(),
+            rng: 0x2545_f491_4f6c_dd1d,
+            last_rank_ms: 0,
+        }
+    }
+
+    /// Tells the cache the slow path's current rule generation. Megaflows
+    /// validated at an older generation are revalidated before their next
+    /// use.
+    pub fn set_generation(&mut self, g: u64) {
+        self.generation = g;
+    }
+
+    pub fn stats(&self) -> &PmdStats {
+        &self.stats
+    }
+
+    pub fn n_megaflows(&self) -> usize {
+        self.n_flows
+    }
+
+    /// Processes a batch received on one port (each packet's `in_port`
+    /// set): every packet is extracted, looked up (EMC, megaflows, upcall),
+    /// and executed; outputs are grouped per port and handed to `sink` at
+    /// the end. Drains `pkts`.
+    pub fn process_batch(&mut self, pkts: &mut Vec<Packet>, upcall: &dyn Upcall, now_ms: u64, sink: &mut dyn Sink) {
+        for pkt in pkts.drain(..) {
+            let (key, layout, err) = flow::extract(pkt.data(), pkt.in_port);
+            if let Some(e) = err {
+                self.stats.count_drop(e.name());
+                continue;
+            }
+            self.stats.packets += 1;
+            self.handle(pkt, key, layout, upcall, now_ms, sink, 0);
+        }
+        self.out.flush(sink);
+        if now_ms >= self.last_rank_ms + 1000 {
+            self.dpcls.rank();
+            self.last_rank_ms = now_ms;
+        }
+    }
+
+    /// Executes `actions` on one packet outside any cache (packet-out).
+    pub fn execute(
+        &mut self,
+        pkt: Packet,
+        actions: &[DpAction],
+        upcall: &dyn Upcall,
+        now_ms: u64,
+        sink: &mut dyn Sink,
+    ) {
+        let (key, layout, _) = flow::extract(pkt.data(), pkt.in_port);
+        if let Exec::Recirc(p, k, _) = execute(actions, pkt, key, layout, &mut self.out, sink) {
+            let (_, layout, _) = flow::extract(p.data(), p.in_port);
+            self.handle(p, k, layout, upcall, now_ms, sink, 1);
+        }
+        self.out.flush(sink);
+    }
+
+    #[allow(clippy::too_many_arguments)] // reason: the per-packet context, passed down without a struct on the hot path
+    fn handle(
+        &mut self,
+        pkt: Packet,
+        key: FlowKey,
+        layout: flow::Layout,
+        upcall: &dyn Upcall,
+        now_ms: u64,
+        sink: &mut dyn Sink,
+        depth: u32,
+    ) {
+        if depth > MAX_RECIRC {
+            self.stats.drop_recirc_depth += 1;
+            return;
+        }
+        let len = pkt.len() as u64;
+        let found = self.lookup(&key, upcall, now_ms);
+        let res = match &found {
+            Found::Flow(slot) => {
+                let f = self.flows[*slot as usize].as_mut().expect("found flows exist");
+                f.packets += 1;
+                f.bytes += len;
+                f.used_ms = now_ms;
+                execute(&f.actions, pkt, key, layout, &mut self.out, sink)
+            }
+            Found::Uncached(t) => execute(&t.actions, pkt, key, layout, &mut self.out, sink),
+        };
+        if let Exec::Recirc(p, k, _) = res {
+            let (_, layout, _) = flow::extract(p.data(), p.in_port);
+            self.handle(p, k, layout, upcall, now_ms, sink, depth + 1);
+        }
+    }
+
+    #[inline]
+    fn next_rand(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    fn lookup(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Found {
+        let hash = key.hash();
+        if self.cfg.emc_insert_inv_prob > 0 {
+            if let Some((slot, ver)) = self.emc.lookup(key, hash) {
+                if self.slot_version.get(slot as usize) == Some(&ver) && self.validate(slot, upcall) {
+                    self.stats.emc_hits += 1;
+                    return Found::Flow(slot);
+                }
+            }
+        }
+        let flows = &self.flows;
+        let hit = self.dpcls.lookup(key, |s| flows[s as usize].as_ref().map(|f| f.m.key).unwrap_or(FlowKey::ALL_ONES));
+        if let Some(slot) = hit {
+            if self.validate(slot, upcall) {
+                self.stats.megaflow_hits += 1;
+                let p = self.cfg.emc_insert_inv_prob;
+                if p == 1 || (p > 1 && self.next_rand() % p as u64 == 0) {
+                    self.emc.insert(key, hash, slot, self.slot_version[slot as usize]);
+                }
+                return Found::Flow(slot);
+            }
+        }
+        // Miss: ask the slow path.
+        self.stats.upcalls += 1;
+        let t = upcall.translate(key);
+        if self.n_flows >= self.cfg.megaflow_limit {
+            self.stats.upcall_lost_limit += 1;
+            return Found::Uncached(t);
+        }
+        let slot = self.install(key, t, now_ms);
+        if self.cfg.emc_insert_inv_prob > 0 {
+            self.emc.insert(key, hash, slot, self.slot_version[slot as usize]);
+        }
+        Found::Flow(slot)
+    }
+
+    fn install(&mut self, key: &FlowKey, t: Translation, now_ms: u64) -> u32 {
+        let m = Match::new(*key, t.mask);
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.flows.push(None);
+                self.slot_version.push(0);
+                (self.flows.len() - 1) as u32
+            }
+        };
+        let subtable = self.dpcls.insert(&m.key, &m.mask, slot);
+        self.flows[slot as usize] = Some(Megaflow {
+            m,
+            actions: t.actions,
+            orig: *key,
+            generation: self.generation,
+            subtable,
+            packets: 0,
+            bytes: 0,
+            used_ms: now_ms,
+        });
+        self.n_flows += 1;
+        slot
+    }
+
+    fn remove(&mut self, slot: u32) {
+        if let Some(f) = self.flows[slot as usize].take() {
+            self.dpcls.remove(&f.m.key, f.subtable, slot);
+            self.slot_version[slot as usize] = self.slot_version[slot as usize].wrapping_add(1);
+            self.free.push(slot);
+            self.n_flows -= 1;
+        }
+    }
+
+    /// Makes sure a megaflow is valid for the current generation before
+    /// it is used. A megaflow validated at an older generation is
+    /// re-translated from the key that created it. It stays iff the
+    /// actions are equal and the new mask is a subset of its mask.
+    ///
+    /// Why that is sound: the new translation `t` of `orig` is, by the
+    /// slow path's soundness, correct for every key agreeing with `orig`
+    /// on `t.mask`. Every key this megaflow covers agrees with `orig` on
+    /// the megaflow's mask, which contains `t.mask`, so it agrees on
+    /// `t.mask` too and its correct actions are `t.actions`, which equal
+    /// the cached ones. Otherwise the megaflow is removed and the packet
+    /// is treated as a miss.
+    fn validate(&mut self, slot: u32, upcall: &dyn Upcall) -> bool {
+        let f = self.flows[slot as usize].as_ref().expect("validated flows exist");
+        if f.generation == self.generation {
+            return true;
+        }
+        let t = upcall.translate(&f.orig);
+        if t.actions == f.actions && t.mask.is_subset_of(&f.m.mask) {
+            self.flows[slot as usize].as_mut().expect("exists").generation = self.generation;
+            self.stats.revalidated += 1;
+            true
+        } else {
+            self.remove(slot);
+            self.stats.removed_stale += 1;
+            false
+        }
+    }
+
+    /// Revalidates every megaflow now (rather than on its next use).
+    pub fn revalidate_all(&mut self, upcall: &dyn Upcall) {
+        for slot in 0..self.flows.len() as u32 {
+            if self.flows[slot as usize].is_some() {
+                self.validate(slot, upcall);
+            }
+        }
+    }
+
+    /// Removes megaflows idle for longer than `max_idle_ms`.
+    pub fn sweep(&mut self, now_ms: u64) {
+        let idle = self.cfg.max_idle_ms;
+        for slot in 0..self.flows.len() as u32 {
+            if let Some(f) = &self.flows[slot as usize] {
+                if now_ms.saturating_sub(f.used_ms) > idle {
+                    self.remove(slot);
+                    self.stats.expired += 1;
+                }
+            }
+        }
+    }
+
+    /// Removes every megaflow and EMC entry.
+    pub fn flush(&mut self) {
+        for slot in 0..self.flows.len() as u32 {
+            self.remove(slot);
+        }
+        self.emc.clear();
+    }
+
+    pub fn dump_megaflows(&self) -> Vec<MegaflowInfo> {
+        self.flows
+            .iter()
+            .flatten()
+            .map(|f| MegaflowInfo {
+                matched: f.m,
+                actions: f.actions.clone(),
+                packets: f.packets,
+                bytes: f.bytes,
+                used_ms: f.used_ms,
+            })
+            .collect()
+    }
+
+    /// (mask, megaflows, recent hits) per megaflow subtable, search order.
+    pub fn subtables(&self) -> Vec<(FlowKey, usize, u64)> {
+        self.dpcls.subtables().map(|(m, n, h)| (*m, n, h)).collect()
+    }
+}

@@ -1,0 +1,165 @@
+//! Typed configuration of a standalone switch, parsed once from the
+//! command line. Errors name the offending field.
+
+use anyhow::{bail, Result};
+use ofproto::VlanMode;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortType {
+    /// AF_XDP socket(s) on a kernel device.
+    Afxdp,
+    /// AF_XDP in best-effort mode, or AF_PACKET where XDP is refused.
+    System,
+    /// AF_PACKET only.
+    AfPacket,
+    /// A tap device the switch creates.
+    Tap,
+    /// The bridge's local port: a tap device named after the bridge.
+    Internal,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpModeCfg {
+    Native,
+    Generic,
+    BestEffort,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortSpec {
+    pub name: String,
+    pub kind: PortType,
+    pub xdp_mode: XdpModeCfg,
+    pub need_wakeup: bool,
+    pub n_rxq: usize,
+    /// Share one UMEM with the poll thread's other AF_XDP ports (default)
+    /// or copy every forwarded frame.
+    pub shared_umem: bool,
+    pub ofport: Option<u32>,
+    pub vlan: VlanMode,
+}
+
+impl PortSpec {
+    pub fn new(name: &str) -> PortSpec {
+        PortSpec {
+            name: name.into(),
+            kind: PortType::Afxdp,
+            xdp_mode: XdpModeCfg::BestEffort,
+            need_wakeup: true,
+            n_rxq: 1,
+            shared_umem: true,
+            ofport: None,
+            vlan: VlanMode::TrunkAll,
+        }
+    }
+
+    /// Parses `IFACE[,key=value]...`.
+    pub fn parse(s: &str) -> Result<PortSpec> {
+        let mut parts = s.split(',');
+        let name = parts.next().unwrap_or("").trim();
+        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '=']) {
+            bail!("port '{s}': interface name must be 1-15 characters without '/', '=' or spaces");
+        }
+        let mut p = PortSpec::new(name);
+        for kv in parts {
+            let (k, v) = kv.split_once('=').ok_or_else(|| anyhow::anyhow!("port {name}: '{kv}' is not key=value"))?;
+            let bad = |what: &str| anyhow::anyhow!("port {name}: bad {k} '{v}' ({what})");
+            match k {
+                "type" => {
+                    p.kind = match v {
+                        "afxdp" => PortType::Afxdp,
+                        "system" => PortType::System,
+                        "af_packet" | "afpacket" => PortType::AfPacket,
+                        "tap" => PortType::Tap,
+                        "internal" => PortType::Internal,
+                        _ => return Err(bad("afxdp, system, af_packet, tap or internal")),
+                    }
+                }
+                "xdp-mode" => {
+                    p.xdp_mode = match v {
+                        "native" | "native-with-zerocopy" => XdpModeCfg::Native,
+                        "generic" | "generic-skb" => XdpModeCfg::Generic,
+                        "best-effort" => XdpModeCfg::BestEffort,
+                        _ => return Err(bad("native, generic or best-effort")),
+                    }
+                }
+                "need-wakeup" | "use-need-wakeup" => {
+                    p.need_wakeup = parse_bool(v).ok_or_else(|| bad("true or false"))?
+                }
+                "n-rxq" | "n_rxq" => {
+                    p.n_rxq = v.parse().ok().filter(|&n: &usize| (1..=64).contains(&n)).ok_or_else(|| bad("1-64"))?
+                }
+                "umem" => {
+                    p.shared_umem = match v {
+                        "shared" => true,
+                        "copy" => false,
+                        _ => return Err(bad("shared or copy")),
+                    }
+                }
+                "ofport" => {
+                    p.ofport =
+                        Some(v.parse().ok().filter(|&n: &u32| (1..0xff00).contains(&n)).ok_or_else(|| bad("1-65279"))?)
+                }
+                "tag" => {
+                    let t: u16 = v.parse().ok().filter(|&n: &u16| n < 4096).ok_or_else(|| bad("VLAN 0-4095"))?;
+                    p.vlan = VlanMode::Access(t);
+                }
+                "trunks" => {
+                    let mut list = Vec::new();
+                    for t in v.split(':') {
+                        list.push(
+                            t.parse()
+                                .ok()
+                                .filter(|&n: &u16| n < 4096)
+                                .ok_or_else(|| bad("VLANs 0-4095 separated by ':'"))?,
+                        );
+                    }
+                    p.vlan = VlanMode::Trunk(list);
+                }
+                _ => bail!(
+                    "port {name}: unknown option '{k}' (type, xdp-mode, need-wakeup, n-rxq, umem, ofport, tag, trunks)"
+                ),
+            }
+        }
+        Ok(p)
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "true" | "yes" | "on" | "1" => Some(true),
+        "false" | "no" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// How poll threads wait when their queues are empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollMode {
+    /// Spin at 100% of a core: lowest latency.
+    Busy,
+    /// Spin while traffic flows; after a short idle period, sleep in
+    /// poll(2) on the ports' descriptors (or a 1 ms tick) until a packet
+    /// arrives.
+    Adaptive,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn parse_ports() {
+        let p = PortSpec::parse("veth0,type=afxdp,xdp-mode=generic,need-wakeup=false,n-rxq=2,ofport=7,tag=10").unwrap();
+        assert_eq!(p.kind, PortType::Afxdp);
+        assert_eq!(p.xdp_mode, XdpModeCfg::Generic);
+        assert!(!p.need_wakeup);
+        assert_eq!(p.n_rxq, 2);
+        assert_eq!(p.ofport, Some(7));
+        assert_eq!(p.vlan, VlanMode::Access(10));
+        let e = PortSpec::parse("veth0,xdp-mode=bogus").unwrap_err().to_string();
+        assert!(e.contains("xdp-mode") && e.contains("bogus"), "{e}");
+        assert!(PortSpec::parse("veth0,n-rxq=0").unwrap_err().to_string().contains("n-rxq"));
+        assert!(PortSpec::parse("veth0,colour=blue").unwrap_err().to_string().contains("colour"));
+        assert_eq!(PortSpec::parse("a,trunks=1:2").unwrap().vlan, VlanMode::Trunk(vec![1, 2]));
+    }
+}

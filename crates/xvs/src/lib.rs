@@ -1,0 +1,32 @@
+//! # xvs: the daemon and its tools
+//!
+//! This crate wires the layers together: [`switch`] runs a bridge with its
+//! poll threads over ports opened by [`ports`]; [`control`] serves the CLI
+//! over a unix socket; [`commands`] formats what the CLI shows; [`demo`]
+//! builds hosts in namespaces and sends real traffic through a switch;
+//! [`trace`] translates packets offline; [`netns`] and [`util`] are the
+//! namespace and traffic helpers the demo and tests share.
+#![deny(unsafe_code)]
+
+pub mod commands;
+pub mod config;
+pub mod control;
+pub mod demo;
+pub mod netns;
+pub mod ports;
+pub mod switch;
+pub mod trace;
+pub mod util;
+
+/// The CPU clock in MHz (from /proc/cpuinfo), to express times as cycles.
+pub fn cpu_mhz() -> f64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(1000.0)
+}

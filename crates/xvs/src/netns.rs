@@ -1,0 +1,265 @@
+//! Network namespaces as hosts, for the demo, tests and benchmarks.
+//!
+//! Everything created here is removed when its guard drops, also when the
+//! caller fails: deleting a namespace deletes the veth ends inside it, and
+//! with them their peers.
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The xvs binary to run `xvs util` with inside namespaces: `$XVS_BIN`
+/// (tests set it), else the running executable.
+pub fn xvs_exe() -> PathBuf {
+    std::env::var_os("XVS_BIN")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| "xvs".into())
+}
+
+/// Waits for a child and returns its stdout, or its stderr as the error.
+pub fn finish(c: Child) -> Result<String> {
+    let out = c.wait_with_output()?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Waits up to `ms` for `path` to exist.
+pub fn wait_file(path: &str, ms: u64) {
+    let t = Instant::now();
+    while !std::path::Path::new(path).exists() && t.elapsed() < Duration::from_millis(ms) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The first number after `word` in `text` ("received 10 bytes" -> 10).
+pub fn number_after(text: &str, word: &str) -> Option<u64> {
+    let mut it = text.split_whitespace();
+    while let Some(w) = it.next() {
+        if w == word {
+            return it.next().and_then(|n| n.parse().ok());
+        }
+    }
+    None
+}
+
+/// Runs a command, failing with its stderr if it exits non-zero.
+pub fn sh(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", args[0]))?;
+    check(args, out)
+}
+
+fn check(args: &[&str], out: Output) -> Result<String> {
+    if !out.status.success() {
+        bail!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A host: a namespace with one veth whose peer stays in the root
+/// namespace for the switch to use.
+pub struct Host {
+    pub ns: String,
+    /// Interface inside the namespace.
+    pub ifname: String,
+    /// Its peer in the root namespace (the switch port).
+    pub port: String,
+    pub ip: String,
+    pub mac: String,
+}
+
+impl Host {
+    /// Creates namespace `ns` with `eth0` at `ip` (CIDR) and a peer named
+    /// `port` in the root namespace. `queues` sets the veth queue count.
+    pub fn create(ns: &str, port: &str, ip_cidr: &str, queues: usize) -> Result<Host> {
+        if port.len() > 15 {
+            bail!("interface name {port} is longer than 15 characters");
+        }
+        // Remove leftovers of an earlier run with the same names.
+        let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip").args(["link", "del", port]).stderr(Stdio::null()).status();
+        sh(&["ip", "netns", "add", ns])?;
+        let mut host = Host {
+            ns: ns.into(),
+            ifname: "eth0".into(),
+            port: port.into(),
+            ip: ip_cidr.split('/').next().unwrap_or(ip_cidr).into(),
+            mac: String::new(),
+        };
+        let q = queues.to_string();
+        sh(&[
+            "ip",
+            "link",
+            "add",
+            port,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+        ])?;
+        host.exec(&["ip", "addr", "add", ip_cidr, "dev", "eth0"])?;
+        host.exec(&["ip", "link", "set", "eth0", "up"])?;
+        host.exec(&["ip", "link", "set", "lo", "up"])?;
+        // The switch sees raw frames (XDP runs before any checksum is
+        // filled in), so hosts must send complete checksums.
+        host.exec(&["ethtool", "-K", "eth0", "tx", "off"])?;
+        // Keep IPv6 autoconfiguration chatter out of counters.
+        host.exec(&["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        sh(&["ip", "link", "set", port, "up"])?;
+        sh(&["ethtool", "-K", port, "tx", "off"])?;
+        host.mac = host.exec(&["cat", "/sys/class/net/eth0/address"])?.trim().to_string();
+        Ok(host)
+    }
+
+    /// Runs a command inside the namespace.
+    pub fn exec(&self, args: &[&str]) -> Result<String> {
+        let mut v = vec!["ip", "netns", "exec", &self.ns];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// Runs a command inside the namespace, returning its full output.
+    pub fn run(&self, args: &[&str]) -> Result<Output> {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("running ip netns exec")
+    }
+
+    /// Starts `xvs util ARGS` inside the namespace.
+    pub fn util(&self, args: &[&str]) -> Result<Child> {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(xvs_exe())
+            .arg("util")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting xvs util")
+    }
+
+    /// A counter of the namespace's eth0 (e.g. "rx_packets").
+    pub fn counter(&self, name: &str) -> u64 {
+        self.exec(&["cat", &format!("/sys/class/net/eth0/statistics/{name}")])
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Sends `count` UDP datagrams (18-byte payload: 64-byte frames) from
+    /// this host to `to` and returns how many `to` received.
+    pub fn udp_burst(&self, to: &Host, port: u16, count: u64, pps: Option<u64>) -> Result<u64> {
+        let ready = format!("/tmp/{}-{port}.ready", to.ns);
+        let _ = std::fs::remove_file(&ready);
+        let p = port.to_string();
+        let rx =
+            to.util(&["udp-recv", "--port", &p, "--idle-ms", "700", "--max-ms", "30000", "--ready-file", &ready])?;
+        wait_file(&ready, 5000);
+        let mut args = vec![
+            "udp-send".to_string(),
+            "--dst".into(),
+            format!("{}:{port}", to.ip),
+            "--count".into(),
+            count.to_string(),
+        ];
+        if let Some(r) = pps {
+            args.push("--pps".into());
+            args.push(r.to_string());
+        }
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let tx = self.util(&a)?;
+        finish(tx)?;
+        let got = finish(rx)?;
+        let _ = std::fs::remove_file(&ready);
+        number_after(&got, "received").context("udp-recv output")
+    }
+
+    /// Streams `bytes` over TCP from this host to `to`; returns the bytes
+    /// `to` received.
+    pub fn tcp_stream(&self, to: &Host, port: u16, bytes: u64) -> Result<u64> {
+        let ready = format!("/tmp/{}-{port}.tready", to.ns);
+        let _ = std::fs::remove_file(&ready);
+        let p = port.to_string();
+        let rx = to.util(&["tcp-recv", "--port", &p, "--max-ms", "30000", "--ready-file", &ready])?;
+        wait_file(&ready, 5000);
+        let tx = self.util(&[
+            "tcp-send",
+            "--dst",
+            &format!("{}:{port}", to.ip),
+            "--bytes",
+            &bytes.to_string(),
+            "--timeout-ms",
+            "20000",
+        ])?;
+        let sent = finish(tx);
+        let got = finish(rx)?;
+        let _ = std::fs::remove_file(&ready);
+        sent?;
+        number_after(&got, "received").context("tcp-recv output")
+    }
+
+    /// Pings `dst` `count` times (0.2 s apart, 1 s deadline per reply);
+    /// returns how many replies arrived.
+    pub fn ping(&self, dst: &str, count: u32) -> Result<u32> {
+        let c = count.to_string();
+        let w = (count + 2).to_string();
+        let out = self.run(&["ping", "-n", "-q", "-c", &c, "-i", "0.2", "-W", "1", "-w", &w, dst])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(parse_ping_received(&text))
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip").args(["link", "del", &self.port]).stderr(Stdio::null()).status();
+    }
+}
+
+/// "3 packets transmitted, 3 received" -> 3.
+pub fn parse_ping_received(text: &str) -> u32 {
+    text.lines()
+        .find(|l| l.contains("packets transmitted"))
+        .and_then(|l| l.split(',').nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The XDP programs attached to `ifname`, as `ip link` reports them.
+pub fn xdp_attached(ifname: &str) -> bool {
+    sh(&["ip", "-d", "link", "show", "dev", ifname])
+        .map(|s| s.contains("prog/xdp") || s.contains(" xdp"))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ping_summary() {
+        assert_eq!(super::parse_ping_received("3 packets transmitted, 2 received, 33% packet loss, time 402ms"), 2);
+        assert_eq!(super::parse_ping_received("garbage"), 0);
+    }
+}

@@ -1,0 +1,78 @@
+//! Opening ports from their typed configuration.
+
+use crate::config::{PortSpec, PortType, XdpModeCfg};
+use anyhow::{Context, Result};
+use netdev::Netdev;
+use netdev_linux::{AfPacketPort, AfxdpConfig, AfxdpPort, TapPort, UmemConfig, UmemHandle, XdpMode};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The UMEM a poll thread's AF_XDP ports share.
+pub type UmemShare = UmemHandle;
+
+fn xdp_mode(m: XdpModeCfg) -> XdpMode {
+    match m {
+        XdpModeCfg::Native => XdpMode::Native,
+        XdpModeCfg::Generic => XdpMode::Generic,
+        XdpModeCfg::BestEffort => XdpMode::BestEffort,
+    }
+}
+
+fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemHandle>>) -> Result<AfxdpPort> {
+    let shared = if spec.shared_umem {
+        let mut slot = umem.lock().expect("umem lock");
+        if slot.is_none() {
+            // Room for several ports' rings (4 x 1024 per queue) plus
+            // frames in flight in the datapath.
+            *slot = Some(UmemHandle::new(UmemConfig { nframes: 32 * 1024, ..UmemConfig::default() })?);
+        }
+        slot.clone()
+    } else {
+        None
+    };
+    let cfg = AfxdpConfig {
+        xdp_mode: xdp_mode(mode),
+        need_wakeup: spec.need_wakeup,
+        n_rxq: spec.n_rxq,
+        shared_umem: shared,
+        ..AfxdpConfig::default()
+    };
+    AfxdpPort::open(&spec.name, cfg).with_context(|| format!("port {}: opening AF_XDP", spec.name))
+}
+
+/// Opens the device a port spec describes. `umem` is the owning poll
+/// thread's shared UMEM slot.
+pub fn open(spec: &PortSpec, bridge: &str, umem: &Mutex<Option<UmemHandle>>) -> Result<Box<dyn Netdev>> {
+    Ok(match spec.kind {
+        PortType::Afxdp => Box::new(open_afxdp(spec, spec.xdp_mode, umem)?),
+        PortType::System => match open_afxdp(spec, XdpModeCfg::BestEffort, umem) {
+            Ok(p) => Box::new(p),
+            Err(e) => {
+                eprintln!("xvs: port {}: AF_XDP refused ({e:#}); falling back to AF_PACKET", spec.name);
+                Box::new(
+                    AfPacketPort::open(&spec.name).with_context(|| format!("port {}: opening AF_PACKET", spec.name))?,
+                )
+            }
+        },
+        PortType::AfPacket => {
+            Box::new(AfPacketPort::open(&spec.name).with_context(|| format!("port {}: opening AF_PACKET", spec.name))?)
+        }
+        PortType::Tap => {
+            Box::new(TapPort::open(&spec.name).with_context(|| format!("port {}: opening tap", spec.name))?)
+        }
+        PortType::Internal => {
+            let _ = bridge;
+            Box::new(TapPort::open(&spec.name).with_context(|| format!("port {}: opening internal port", spec.name))?)
+        }
+    })
+}
+
+/// Waits until one of `fds` is readable or `timeout_ms` passes.
+pub fn poll_readable(fds: &[i32], timeout_ms: i32) {
+    match fds {
+        [fd] => {
+            let _ = netdev_linux::sys::poll_readable(*fd, timeout_ms);
+        }
+        _ => std::thread::sleep(Duration::from_micros(200)),
+    }
+}

@@ -1,0 +1,372 @@
+//! The running switch: one bridge, its ports, its poll threads.
+//!
+//! Threads and what they own:
+//! * poll (PMD) threads: each owns a [`dpif::Pmd`] (its EMC and megaflow
+//!   cache) and polls the receive queues of the ports assigned to it. On a
+//!   cache miss it translates through the bridge under a *read* lock.
+//! * the control thread (the caller of [`Switch::serve`]): accepts CLI
+//!   requests, adds and removes ports and rules under the *write* lock, and
+//!   runs housekeeping (MAC aging, rule timeouts).
+//!
+//! Shared state lives in [`Shared`]; every field says who writes it.
+
+use crate::config::{PollMode, PortSpec};
+use crate::ports;
+use anyhow::{bail, Result};
+use dpif::{DpAction, Pmd, PmdConfig, Sink, Translation, Upcall};
+use flow::FlowKey;
+use netdev::{Netdev, Packet, PortInfo, PortStats, BATCH};
+use ofproto::{Ofproto, PortConfig};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A port of the running switch.
+pub struct Port {
+    pub ofport: u32,
+    pub spec: PortSpec,
+    pub info: PortInfo,
+    /// Which poll thread receives from this port.
+    pub pmd: usize,
+    /// The device. Locked by the owning PMD for rx, by any PMD for tx
+    /// (once per batch), by the control thread for stats.
+    pub dev: Mutex<Box<dyn Netdev>>,
+    /// Packets the datapath dropped because this port could not be reached
+    /// (removed while in flight).
+    pub tx_no_port: AtomicU64,
+}
+
+/// Counters a PMD publishes for the CLI (written by its PMD only).
+#[derive(Clone, Debug, Default)]
+pub struct PmdReport {
+    pub id: usize,
+    pub stats: dpif::PmdStats,
+    /// Time spent in iterations that moved packets, and in idle ones.
+    pub busy_ns: u64,
+    pub idle_ns: u64,
+    pub iterations: u64,
+    pub rxqs: Vec<(String, usize)>,
+    pub megaflows: Vec<dpif::MegaflowInfo>,
+    pub n_megaflows: usize,
+    /// Packets sent to a controller that is not there (dropped).
+    pub userspace_dropped: u64,
+}
+
+pub struct Shared {
+    pub bridge: String,
+    /// The OpenFlow bridge. Written by the control thread; read by PMDs on
+    /// cache misses.
+    pub ofproto: RwLock<Ofproto>,
+    /// Copy of the bridge's generation counter, readable without the lock.
+    pub generation: Arc<AtomicU64>,
+    /// Ports by OpenFlow number. Written by the control thread.
+    pub ports: RwLock<BTreeMap<u32, Arc<Port>>>,
+    /// Bumped (Release) after `ports` changes; PMDs reload (Acquire).
+    pub ports_gen: AtomicU64,
+    pub reports: Vec<Mutex<PmdReport>>,
+    /// Set by the control thread when a CLI wants megaflow dumps.
+    pub want_dump: AtomicBool,
+    pub stop: AtomicBool,
+    pub start: Instant,
+    pub poll_mode: PollMode,
+    /// One UMEM per PMD, shared by that PMD's AF_XDP ports.
+    pub umems: Vec<Mutex<Option<ports::UmemShare>>>,
+}
+
+impl Shared {
+    pub fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+}
+
+pub struct SwitchOptions {
+    pub bridge: String,
+    pub n_pmd: usize,
+    pub poll_mode: PollMode,
+    pub pmd: PmdConfig,
+}
+
+pub struct Switch {
+    pub shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Switch {
+    pub fn start(opts: SwitchOptions) -> Result<Switch> {
+        if opts.n_pmd == 0 || opts.n_pmd > 64 {
+            bail!("pmd threads: {} is not in 1-64", opts.n_pmd);
+        }
+        let of = Ofproto::new(&opts.bridge);
+        // No controller: the bridge forwards with NORMAL (fail-mode standalone).
+        let mut of = of;
+        let normal = ofproto::parse_flow("priority=0,actions=NORMAL", ofproto::Need::Actions).expect("static flow");
+        of.flow_mod(ofproto::FlowModCmd::Add, &normal).expect("static flow");
+        let generation = of.generation_handle();
+        let shared = Arc::new(Shared {
+            bridge: opts.bridge.clone(),
+            ofproto: RwLock::new(of),
+            generation,
+            ports: RwLock::new(BTreeMap::new()),
+            ports_gen: AtomicU64::new(1),
+            reports: (0..opts.n_pmd).map(|i| Mutex::new(PmdReport { id: i, ..Default::default() })).collect(),
+            want_dump: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            start: Instant::now(),
+            poll_mode: opts.poll_mode,
+            umems: (0..opts.n_pmd).map(|_| Mutex::new(None)).collect(),
+        });
+        let mut threads = Vec::new();
+        for id in 0..opts.n_pmd {
+            let sh = Arc::clone(&shared);
+            let cfg = opts.pmd.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("pmd{id}"))
+                    .spawn(move || pmd_main(sh, id, cfg))
+                    .expect("spawn pmd thread"),
+            );
+        }
+        Ok(Switch { shared, threads })
+    }
+
+    /// Adds a port: opens the device, gives it an OpenFlow number, and
+    /// hands it to the least loaded poll thread.
+    pub fn add_port(&self, spec: PortSpec) -> Result<u32> {
+        let sh = &self.shared;
+        let mut ports = sh.ports.write().expect("ports lock");
+        if ports.values().any(|p| p.spec.name == spec.name) {
+            bail!("port {}: already on bridge {}", spec.name, sh.bridge);
+        }
+        let ofport = match spec.ofport {
+            Some(n) if ports.contains_key(&n) => bail!("port {}: ofport {n} is already in use", spec.name),
+            Some(n) => n,
+            None => (1..).find(|n| !ports.contains_key(n)).expect("a free port number"),
+        };
+        let n_pmd = sh.reports.len();
+        let pmd = (0..n_pmd).min_by_key(|i| ports.values().filter(|p| p.pmd == *i).count()).unwrap_or(0);
+        let dev = ports::open(&spec, &sh.bridge, &sh.umems[pmd])?;
+        let info = dev.info();
+        let port = Arc::new(Port {
+            ofport,
+            spec: spec.clone(),
+            info,
+            pmd,
+            dev: Mutex::new(dev),
+            tx_no_port: AtomicU64::new(0),
+        });
+        ports.insert(ofport, port);
+        drop(ports);
+        let mut pc = PortConfig::new(ofport, &spec.name);
+        pc.vlan = spec.vlan.clone();
+        sh.ofproto.write().expect("ofproto lock").add_port(pc);
+        sh.ports_gen.fetch_add(1, Ordering::Release);
+        Ok(ofport)
+    }
+
+    /// Removes a port by name. Its device is closed (and its XDP program
+    /// detached) once the poll thread lets go of it.
+    pub fn del_port(&self, name: &str) -> Result<()> {
+        let sh = &self.shared;
+        let ofport = {
+            let mut ports = sh.ports.write().expect("ports lock");
+            let Some((&n, _)) = ports.iter().find(|(_, p)| p.spec.name == name) else {
+                bail!("no port named {name} on bridge {}", sh.bridge);
+            };
+            ports.remove(&n);
+            n
+        };
+        sh.ofproto.write().expect("ofproto lock").remove_port(ofport);
+        sh.ports_gen.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn ports(&self) -> Vec<Arc<Port>> {
+        self.shared.ports.read().expect("ports lock").values().cloned().collect()
+    }
+
+    /// Runs control-plane housekeeping once (MAC aging, rule timeouts).
+    pub fn housekeeping(&self) {
+        let now = self.shared.now_ms();
+        let of = self.shared.ofproto.read().expect("ofproto lock");
+        of.run(now);
+    }
+
+    /// Asks the PMDs for fresh megaflow dumps and waits (up to 1 s).
+    pub fn collect_reports(&self, with_flows: bool) -> Vec<PmdReport> {
+        if with_flows {
+            let before: Vec<u64> = self.shared.reports.iter().map(|r| r.lock().expect("report").iterations).collect();
+            self.shared.want_dump.store(true, Ordering::Release);
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < deadline {
+                let fresh =
+                    self.shared.reports.iter().zip(&before).all(|(r, b)| r.lock().expect("report").iterations > *b + 1);
+                if fresh {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Let PMDs publish one more report with the dump.
+            std::thread::sleep(Duration::from_millis(20));
+            self.shared.want_dump.store(false, Ordering::Release);
+        }
+        self.shared.reports.iter().map(|r| r.lock().expect("report").clone()).collect()
+    }
+
+    pub fn port_stats(&self) -> Vec<(Arc<Port>, PortStats)> {
+        self.ports()
+            .into_iter()
+            .map(|p| {
+                let s = p.dev.lock().expect("port lock").stats();
+                (p, s)
+            })
+            .collect()
+    }
+
+    /// Stops the poll threads and closes every port (detaching XDP).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.shared.ports.write().expect("ports lock").clear();
+        for u in &self.shared.umems {
+            *u.lock().expect("umem") = None;
+        }
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The bridge as a PMD's upcall target: a read lock per miss.
+struct BridgeUpcall<'a>(&'a RwLock<Ofproto>);
+
+impl Upcall for BridgeUpcall<'_> {
+    fn translate(&self, key: &FlowKey) -> Translation {
+        self.0.read().expect("ofproto lock").translate_key(key, 0)
+    }
+}
+
+/// Where a PMD's output goes: straight to the ports' transmit queues.
+struct PortSink<'a> {
+    ports: &'a BTreeMap<u32, Arc<Port>>,
+    userspace_dropped: u64,
+}
+
+impl Sink for PortSink<'_> {
+    fn output(&mut self, port: u32, pkts: &mut Vec<Packet>) {
+        match self.ports.get(&port) {
+            Some(p) => {
+                let mut dev = p.dev.lock().expect("port lock");
+                let _ = dev.tx_batch(pkts);
+            }
+            None => {
+                self.ports.values().next().map(|p| p.tx_no_port.fetch_add(pkts.len() as u64, Ordering::Relaxed));
+                pkts.clear();
+            }
+        }
+    }
+
+    fn userspace(&mut self, _pkt: Packet, _action: &DpAction) {
+        // No controller connection yet: count and drop.
+        self.userspace_dropped += 1;
+    }
+}
+
+fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
+    let mut pmd = Pmd::new(cfg);
+    let mut ports_gen = 0;
+    let mut all_ports: BTreeMap<u32, Arc<Port>> = BTreeMap::new();
+    let mut rxqs: Vec<(Arc<Port>, usize)> = Vec::new();
+    let mut pkts: Vec<Packet> = Vec::with_capacity(BATCH);
+    let mut report = PmdReport { id, ..Default::default() };
+    let mut last_publish = Instant::now();
+    let mut last_sweep = Instant::now();
+    let mut idle_iters = 0u32;
+    let mut userspace_dropped = 0u64;
+    let upcall = BridgeUpcall(&sh.ofproto);
+    while !sh.stop.load(Ordering::Acquire) {
+        let g = sh.ports_gen.load(Ordering::Acquire);
+        if g != ports_gen {
+            ports_gen = g;
+            all_ports = sh.ports.read().expect("ports lock").clone();
+            rxqs = all_ports
+                .values()
+                .filter(|p| p.pmd == id)
+                .flat_map(|p| (0..p.info.n_rxq.max(1)).map(move |q| (Arc::clone(p), q)))
+                .collect();
+            report.rxqs = rxqs.iter().map(|(p, q)| (p.spec.name.clone(), *q)).collect();
+        }
+        let t0 = Instant::now();
+        let now_ms = sh.now_ms();
+        pmd.set_generation(sh.generation.load(Ordering::Acquire));
+        let mut moved = 0usize;
+        let mut sink = PortSink { ports: &all_ports, userspace_dropped: 0 };
+        for (port, q) in &rxqs {
+            let n = {
+                let mut dev = port.dev.lock().expect("port lock");
+                dev.poll_housekeeping();
+                dev.rx_batch(*q, &mut pkts, BATCH).unwrap_or(0)
+            };
+            if n == 0 {
+                continue;
+            }
+            moved += n;
+            for p in pkts.iter_mut() {
+                p.in_port = port.ofport;
+            }
+            pmd.process_batch(&mut pkts, &upcall, now_ms, &mut sink);
+            pkts.clear();
+        }
+        userspace_dropped += sink.userspace_dropped;
+        let dt = t0.elapsed().as_nanos() as u64;
+        report.iterations += 1;
+        if moved > 0 {
+            report.busy_ns += dt;
+            idle_iters = 0;
+        } else {
+            report.idle_ns += dt;
+            idle_iters = idle_iters.saturating_add(1);
+            if sh.poll_mode == PollMode::Adaptive && idle_iters > 2000 {
+                wait_for_packets(&rxqs);
+            } else if rxqs.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        if last_sweep.elapsed() >= Duration::from_millis(1000) {
+            pmd.sweep(now_ms);
+            last_sweep = Instant::now();
+        }
+        let want = sh.want_dump.load(Ordering::Acquire);
+        if want || last_publish.elapsed() >= Duration::from_millis(100) {
+            report.stats = pmd.stats().clone();
+            report.n_megaflows = pmd.n_megaflows();
+            report.userspace_dropped = userspace_dropped;
+            if want {
+                report.megaflows = pmd.dump_megaflows();
+            }
+            *sh.reports[id].lock().expect("report") = report.clone();
+            last_publish = Instant::now();
+        }
+    }
+}
+
+/// Sleeps until a polled queue is readable, or 1 ms (ports without a file
+/// descriptor are re-polled on the tick).
+fn wait_for_packets(rxqs: &[(Arc<Port>, usize)]) {
+    let fds: Vec<i32> = rxqs.iter().filter_map(|(p, q)| p.dev.lock().ok().and_then(|d| d.rx_fd(*q))).collect();
+    if fds.is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    } else {
+        ports::poll_readable(&fds, 1);
+    }
+}

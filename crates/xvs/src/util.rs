@@ -1,0 +1,141 @@
+//! Small traffic tools the demo and tests run inside namespaces
+//! (`xvs util ...`), so they need nothing beyond the xvs binary.
+
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// Sends `count` UDP datagrams of `payload` bytes to `dst` as fast as the
+/// socket allows, or paced to `pps` packets per second if given.
+pub fn udp_send(dst: &str, count: u64, payload: usize, pps: Option<u64>, sport_spread: u16) -> Result<String> {
+    let buf = vec![0x5au8; payload];
+    let mut socks = Vec::new();
+    for _ in 0..sport_spread.max(1) {
+        let s = UdpSocket::bind("0.0.0.0:0").context("binding UDP socket")?;
+        s.connect(dst).with_context(|| format!("connecting to {dst}"))?;
+        socks.push(s);
+    }
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut errors = 0u64;
+    for i in 0..count {
+        if let Some(rate) = pps {
+            let due = Duration::from_secs_f64(i as f64 / rate as f64);
+            let el = start.elapsed();
+            if due > el {
+                std::thread::sleep(due - el);
+            }
+        }
+        match socks[(i % socks.len() as u64) as usize].send(&buf) {
+            Ok(_) => sent += 1,
+            Err(_) => errors += 1,
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(format!("sent {sent} errors {errors} seconds {secs:.3}"))
+}
+
+/// Counts UDP datagrams arriving on `port` until `idle_ms` passes without
+/// one (after the first) or `max_ms` in total.
+pub fn udp_recv(port: u16, idle_ms: u64, max_ms: u64, ready_file: Option<&str>) -> Result<String> {
+    let s = UdpSocket::bind(("0.0.0.0", port)).with_context(|| format!("binding UDP port {port}"))?;
+    s.set_read_timeout(Some(Duration::from_millis(50)))?;
+    if let Some(f) = ready_file {
+        std::fs::write(f, "ready")?;
+    }
+    let start = Instant::now();
+    let mut last = None::<Instant>;
+    let mut n = 0u64;
+    let mut bytes = 0u64;
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.recv(&mut buf) {
+            Ok(len) => {
+                n += 1;
+                bytes += len as u64;
+                last = Some(Instant::now());
+            }
+            Err(_) => {
+                if last.is_some_and(|l| l.elapsed() >= Duration::from_millis(idle_ms)) {
+                    break;
+                }
+            }
+        }
+        if start.elapsed() >= Duration::from_millis(max_ms) {
+            break;
+        }
+    }
+    Ok(format!("received {n} bytes {bytes}"))
+}
+
+/// Accepts one TCP connection on `port` and counts the bytes until EOF.
+pub fn tcp_recv(port: u16, max_ms: u64, ready_file: Option<&str>) -> Result<String> {
+    let l = TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("binding TCP port {port}"))?;
+    if let Some(f) = ready_file {
+        std::fs::write(f, "ready")?;
+    }
+    l.set_nonblocking(true)?;
+    let start = Instant::now();
+    let mut conn = loop {
+        match l.accept() {
+            Ok((c, _)) => break c,
+            Err(_) if start.elapsed() < Duration::from_millis(max_ms) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => bail!("no connection within {max_ms} ms: {e}"),
+        }
+    };
+    conn.set_nonblocking(false)?;
+    conn.set_read_timeout(Some(Duration::from_millis(max_ms)))?;
+    let mut buf = vec![0u8; 65536];
+    let mut total = 0u64;
+    let t0 = Instant::now();
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => total += n as u64,
+            Err(e) => bail!("receive failed after {total} bytes: {e}"),
+        }
+    }
+    Ok(format!("received {total} bytes in {:.3} s", t0.elapsed().as_secs_f64()))
+}
+
+/// Connects to `dst` and sends `bytes` bytes.
+pub fn tcp_send(dst: &str, bytes: u64, timeout_ms: u64) -> Result<String> {
+    let addr = dst.parse().with_context(|| format!("bad address {dst}"))?;
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_millis(timeout_ms))
+        .with_context(|| format!("connecting to {dst}"))?;
+    c.set_write_timeout(Some(Duration::from_millis(timeout_ms)))?;
+    let chunk = vec![0xa5u8; 64 * 1024];
+    let mut left = bytes;
+    let t0 = Instant::now();
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        c.write_all(&chunk[..n]).context("sending")?;
+        left -= n as u64;
+    }
+    c.shutdown(std::net::Shutdown::Write).ok();
+    // Wait for the peer to close so every byte is known delivered.
+    let mut b = [0u8; 16];
+    let _ = c.set_read_timeout(Some(Duration::from_millis(timeout_ms)));
+    let _ = c.read(&mut b);
+    Ok(format!("sent {bytes} bytes in {:.3} s", t0.elapsed().as_secs_f64()))
+}
+
+/// Writes raw Ethernet frames given as hex strings out of `ifname` with a
+/// packet socket (for malformed-frame tests).
+pub fn send_raw(ifname: &str, frames_hex: &[String]) -> Result<String> {
+    let frames: Vec<Vec<u8>> = frames_hex
+        .iter()
+        .map(|h| (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16)).collect::<Result<Vec<u8>, _>>())
+        .collect::<Result<_, _>>()
+        .context("frames must be hex")?;
+    use netdev::Netdev;
+    let mut port = netdev_linux::AfPacketPort::open(ifname).with_context(|| format!("opening {ifname}"))?;
+    let mut pkts: Vec<netdev::Packet> = frames.iter().map(|f| netdev::Packet::from_slice(f)).collect();
+    port.tx_batch(&mut pkts)?;
+    let s = port.stats();
+    if s.tx_packets != frames.len() as u64 {
+        bail!("sent {} of {} frames", s.tx_packets, frames.len());
+    }
+    Ok(format!("sent {} frames", s.tx_packets))
+}

@@ -1,0 +1,218 @@
+//! End-to-end tests: real traffic between network namespaces through xvs
+//! over AF_XDP.
+//!
+//! Plan (each test): create its own hosts (namespace + veth pair, names
+//! unique to the test and process), start a switch on the root-side veth
+//! ends, send traffic with ping and `xvs util`, then check what the hosts
+//! received and what the switch counted. Hosts are removed by their Drop
+//! guards, also when an assertion fails. Needs root.
+
+use std::time::Duration;
+use xvs::config::{PollMode, PortSpec};
+use xvs::netns::{xdp_attached, Host};
+use xvs::switch::{Switch, SwitchOptions};
+
+fn setup() {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+}
+
+/// `n` hosts named for test `t`; IPs 10.77.0.i/24.
+fn hosts(t: &str, n: usize) -> Vec<Host> {
+    setup();
+    let id = std::process::id() % 1000;
+    (1..=n)
+        .map(|i| {
+            Host::create(&format!("xvst{t}{id}h{i}"), &format!("xt{t}{id}h{i}"), &format!("10.77.0.{i}/24"), 1).unwrap()
+        })
+        .collect()
+}
+
+fn switch(poll: PollMode) -> Switch {
+    Switch::start(SwitchOptions {
+        bridge: "xvstest".into(),
+        n_pmd: 1,
+        poll_mode: poll,
+        pmd: dpif::PmdConfig::default(),
+    })
+    .unwrap()
+}
+
+fn add(sw: &Switch, h: &Host, opts: &str) -> u32 {
+    sw.add_port(PortSpec::parse(&format!("{}{opts}", h.port)).unwrap()).unwrap()
+}
+
+fn megaflows(sw: &Switch) -> String {
+    xvs::commands::run(sw, "dump-flows", &[]).unwrap().0
+}
+
+fn two_hosts_exchange(t: &str, opts: &str, expect_mode: &str) {
+    let hs = hosts(t, 2);
+    let sw = switch(PollMode::Adaptive);
+    for h in &hs {
+        add(&sw, h, opts);
+    }
+    for p in sw.ports() {
+        assert_eq!(p.info.kind, "afxdp");
+        assert_eq!(p.info.xdp_mode, expect_mode, "{}", p.info.detail);
+    }
+    assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 3, "ping h1 -> h2");
+    assert_eq!(hs[1].ping(&hs[0].ip, 3).unwrap(), 3, "ping h2 -> h1");
+    let bytes = 4_000_000;
+    assert_eq!(hs[0].tcp_stream(&hs[1], 7001, bytes).unwrap(), bytes, "TCP stream h1 -> h2");
+    let stats = xvs::commands::run(&sw, "pmd-stats", &[]).unwrap().0;
+    assert!(stats.contains("megaflow hits") && !stats.contains("packets received: 0\n"), "{stats}");
+    let ports: Vec<String> = hs.iter().map(|h| h.port.clone()).collect();
+    sw.stop();
+    for p in &ports {
+        assert!(!xdp_attached(p), "XDP left on {p}");
+    }
+}
+
+#[test]
+fn native_shared_umem() {
+    two_hosts_exchange("ns", ",xdp-mode=native,umem=shared", "native");
+}
+
+#[test]
+fn native_copy() {
+    two_hosts_exchange("nc", ",xdp-mode=native,umem=copy", "native");
+}
+
+#[test]
+fn generic_shared_umem() {
+    two_hosts_exchange("gs", ",xdp-mode=generic,umem=shared", "generic");
+}
+
+#[test]
+fn generic_copy_no_need_wakeup() {
+    two_hosts_exchange("gc", ",xdp-mode=generic,umem=copy,need-wakeup=false", "generic");
+}
+
+#[test]
+fn three_hosts_learning_stops_flooding() {
+    let hs = hosts("ml", 3);
+    let sw = switch(PollMode::Busy);
+    for h in &hs {
+        add(&sw, h, "");
+    }
+    // First exchange: ARP and the first frames flood, then both MACs are learned.
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
+    assert_eq!(hs[2].ping(&hs[0].ip, 2).unwrap(), 2);
+    let before = hs[2].counter("rx_packets");
+    let got = hs[0].udp_burst(&hs[1], 7002, 2000, Some(20000)).unwrap();
+    assert!(got >= 1900, "h2 received {got} of 2000");
+    let leaked = hs[2].counter("rx_packets") - before;
+    assert!(leaked < 10, "h3 saw {leaked} frames of the h1 -> h2 stream: still flooding");
+    let flows = megaflows(&sw);
+    assert!(flows.contains(&format!("dl_dst={}", hs[1].mac)), "{flows}");
+    assert!(!flows.contains("nw_src") && !flows.contains("tp_dst"), "NORMAL megaflows must not hold L3/L4: {flows}");
+    let fdb = xvs::commands::run(&sw, "fdb-show", &[]).unwrap().0;
+    for h in &hs {
+        assert!(fdb.contains(&h.mac), "{fdb}");
+    }
+}
+
+#[test]
+fn port_removed_while_traffic_flows() {
+    let hs = hosts("rm", 3);
+    let sw = switch(PollMode::Adaptive);
+    for h in &hs {
+        add(&sw, h, "");
+    }
+    assert_eq!(hs[0].ping(&hs[1].ip, 1).unwrap(), 1);
+    assert_eq!(hs[0].ping(&hs[2].ip, 1).unwrap(), 1);
+    std::thread::scope(|s| {
+        let to3 = s.spawn(|| hs[0].udp_burst(&hs[2], 7003, 3000, Some(3000)).unwrap());
+        std::thread::sleep(Duration::from_millis(400));
+        sw.del_port(&hs[2].port).unwrap();
+        let got3 = to3.join().unwrap();
+        assert!(got3 > 0 && got3 < 3000, "h3 got {got3}: removal should cut the stream");
+    });
+    assert!(!xdp_attached(&hs[2].port), "XDP left on removed port");
+    // The others keep forwarding.
+    assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 3);
+    assert_eq!(hs[0].ping(&hs[2].ip, 1).unwrap(), 0);
+}
+
+#[test]
+fn malformed_frames_are_dropped_and_counted() {
+    let hs = hosts("mf", 2);
+    let sw = switch(PollMode::Adaptive);
+    for h in &hs {
+        add(&sw, h, "");
+    }
+    assert_eq!(hs[0].ping(&hs[1].ip, 1).unwrap(), 1);
+    let eth = format!("{}{}0800", hs[1].mac.replace(':', ""), hs[0].mac.replace(':', ""));
+    let runt = "0102030405".to_string();
+    // IPv4 with IHL 3 (< 5).
+    let bad_ihl = format!("{eth}43000028000000004006000{}", "0".repeat(60));
+    // IPv4 + TCP header cut after 4 bytes.
+    let trunc_tcp = format!("{eth}4500001800000000400600000a4d00010a4d000200500050");
+    let out = hs[0]
+        .exec(&[env!("CARGO_BIN_EXE_xvs"), "util", "send-raw", "--dev", "eth0", &runt, &bad_ihl, &trunc_tcp])
+        .unwrap();
+    assert!(out.contains("sent 3"), "{out}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, j) = xvs::commands::run(&sw, "pmd-stats", &[]).unwrap();
+    let drops = &j["pmds"][0]["drops"];
+    let count = |k: &str| {
+        drops.as_object().unwrap().iter().filter(|(n, _)| n.contains(k)).map(|(_, v)| v.as_u64().unwrap()).sum::<u64>()
+    };
+    assert!(count("runt") >= 1, "{drops}");
+    assert!(count("ipv4") >= 1, "{drops}");
+    assert!(count("tcp") >= 1, "{drops}");
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2, "switch keeps forwarding");
+}
+
+/// Runs the real daemon as a process.
+fn daemon(hs: &[Host], run_dir: &str) -> std::process::Child {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_xvs"));
+    cmd.args(["switch", "--run-dir", run_dir, "--bridge", "xvsd"]);
+    for h in hs {
+        cmd.args(["--port", &h.port]);
+    }
+    let child = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+    let sock = format!("{run_dir}/xvs.ctl");
+    for _ in 0..200 {
+        if std::path::Path::new(&sock).exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    child
+}
+
+#[test]
+fn sigterm_and_kill9_leave_nothing_behind() {
+    let hs = hosts("sg", 2);
+    let run_dir = format!("/tmp/xvs-test-sg-{}", std::process::id());
+    let mut d = daemon(&hs, &run_dir);
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
+    let show =
+        std::process::Command::new(env!("CARGO_BIN_EXE_xvs")).args(["show", "--run-dir", &run_dir]).output().unwrap();
+    assert!(String::from_utf8_lossy(&show.stdout).contains(&hs[0].port));
+    // SIGTERM: clean stop.
+    unsafe_free_kill(d.id(), "TERM");
+    assert!(d.wait().unwrap().success());
+    for h in &hs {
+        assert!(!xdp_attached(&h.port), "XDP left after SIGTERM");
+    }
+    // kill -9, then a restart on the same ports works.
+    let mut d = daemon(&hs, &run_dir);
+    assert_eq!(hs[0].ping(&hs[1].ip, 1).unwrap(), 1);
+    d.kill().unwrap();
+    d.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    for h in &hs {
+        assert!(!xdp_attached(&h.port), "XDP left after kill -9");
+    }
+    let mut d = daemon(&hs, &run_dir);
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2, "forwarding after restart");
+    unsafe_free_kill(d.id(), "TERM");
+    d.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&run_dir);
+}
+
+fn unsafe_free_kill(pid: u32, sig: &str) {
+    std::process::Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status().unwrap();
+}
