@@ -223,6 +223,18 @@ impl Pmd {
         }
     }
 
+    /// The actions the fast path would apply to a packet with `key`, found
+    /// through the caches exactly as [`Pmd::process_batch`] finds them
+    /// (filling the caches on a miss). For tests and tools that work on
+    /// keys rather than packet bytes.
+    pub fn actions_for_key(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Vec<DpAction> {
+        self.stats.packets += 1;
+        match self.lookup(key, upcall, now_ms) {
+            Found::Flow(slot) => self.flows[slot as usize].as_ref().expect("found flows exist").actions.clone(),
+            Found::Uncached(t) => t.actions,
+        }
+    }
+
     #[inline]
     fn next_rand(&mut self) -> u64 {
         self.rng ^= self.rng << 13;
