@@ -204,6 +204,16 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     Ok(n > 0 && p.revents & libc::POLLIN != 0)
 }
 
+/// Waits up to `timeout_ms` for any of `fds` to become readable; returns
+/// how many are.
+pub fn poll_any(fds: &[RawFd], timeout_ms: i32) -> io::Result<usize> {
+    let mut ps: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    // SAFETY: `ps` is a valid array of `ps.len()` pollfds for the call.
+    let n = cvt(unsafe { libc::poll(ps.as_mut_ptr(), ps.len() as libc::nfds_t, timeout_ms) })?;
+    Ok(n as usize)
+}
+
 pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is writable for its length.
     cvt_size(unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) })

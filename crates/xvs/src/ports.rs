@@ -69,10 +69,7 @@ pub fn open(spec: &PortSpec, bridge: &str, umem: &Mutex<Option<UmemHandle>>) -> 
 
 /// Waits until one of `fds` is readable or `timeout_ms` passes.
 pub fn poll_readable(fds: &[i32], timeout_ms: i32) {
-    match fds {
-        [fd] => {
-            let _ = netdev_linux::sys::poll_readable(*fd, timeout_ms);
-        }
-        _ => std::thread::sleep(Duration::from_micros(200)),
+    if netdev_linux::sys::poll_any(fds, timeout_ms).is_err() {
+        std::thread::sleep(Duration::from_millis(timeout_ms.max(0) as u64));
     }
 }

@@ -328,19 +328,18 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             pkts.clear();
         }
         userspace_dropped += sink.userspace_dropped;
-        let dt = t0.elapsed().as_nanos() as u64;
         report.iterations += 1;
         if moved > 0 {
-            report.busy_ns += dt;
+            report.busy_ns += t0.elapsed().as_nanos() as u64;
             idle_iters = 0;
         } else {
-            report.idle_ns += dt;
             idle_iters = idle_iters.saturating_add(1);
             if sh.poll_mode == PollMode::Adaptive && idle_iters > 2000 {
                 wait_for_packets(&rxqs);
             } else if rxqs.is_empty() {
                 std::thread::sleep(Duration::from_millis(1));
             }
+            report.idle_ns += t0.elapsed().as_nanos() as u64;
         }
         if last_sweep.elapsed() >= Duration::from_millis(1000) {
             pmd.sweep(now_ms);
