@@ -204,6 +204,19 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     Ok(n > 0 && p.revents & libc::POLLIN != 0)
 }
 
+/// Pins the calling thread to one CPU.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "CPU number out of range"));
+    }
+    // SAFETY: `cpu` is within the set's capacity (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 = this thread.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }).map(|_| ())
+}
+
 /// Waits up to `timeout_ms` for any of `fds` to become readable; returns
 /// how many are.
 pub fn poll_any(fds: &[RawFd], timeout_ms: i32) -> io::Result<usize> {

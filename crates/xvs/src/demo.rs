@@ -43,6 +43,7 @@ pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
     let sw = Switch::start(SwitchOptions {
         bridge: "xvsbr0".into(),
         n_pmd: 1,
+        pmd_cpus: vec![],
         poll_mode: PollMode::Adaptive,
         pmd: dpif::PmdConfig::default(),
     })?;

@@ -34,6 +34,9 @@ enum Cmd {
         /// Poll threads.
         #[arg(long, default_value_t = 1)]
         pmd_threads: usize,
+        /// Pin poll threads to these CPUs, one per thread (e.g. '1' or '2,3').
+        #[arg(long, value_delimiter = ',')]
+        pmd_cpus: Vec<usize>,
         /// busy: spin on the queues; adaptive: spin while busy, sleep when idle.
         #[arg(long, default_value = "adaptive")]
         poll: String,
@@ -189,6 +192,7 @@ fn run_switch(
     bridge: String,
     ports: Vec<String>,
     pmd_threads: usize,
+    pmd_cpus: Vec<usize>,
     poll: String,
     flows: Option<PathBuf>,
 ) -> Result<()> {
@@ -200,7 +204,13 @@ fn run_switch(
     // Refuse bad configuration before touching any device.
     let specs = ports.iter().map(|p| PortSpec::parse(p)).collect::<Result<Vec<_>>>()?;
     let stop = signal_flag()?;
-    let sw = Switch::start(SwitchOptions { bridge, n_pmd: pmd_threads, poll_mode, pmd: dpif::PmdConfig::default() })?;
+    let sw = Switch::start(SwitchOptions {
+        bridge,
+        n_pmd: pmd_threads,
+        pmd_cpus,
+        poll_mode,
+        pmd: dpif::PmdConfig::default(),
+    })?;
     if let Some(f) = flows {
         let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
         xvs::commands::run(&sw, "del-flows", &[String::new()])?;
@@ -226,8 +236,8 @@ fn run_switch(
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Cmd::Switch { run_dir, bridge, ports, pmd_threads, poll, flows } => {
-            run_switch(run_dir, bridge, ports, pmd_threads, poll, flows)
+        Cmd::Switch { run_dir, bridge, ports, pmd_threads, pmd_cpus, poll, flows } => {
+            run_switch(run_dir, bridge, ports, pmd_threads, pmd_cpus, poll, flows)
         }
         Cmd::Show(c) => client(&c, "show", &[]),
         Cmd::DumpFlows(c) => client(&c, "dump-flows", &[]),

@@ -84,6 +84,8 @@ impl Shared {
 pub struct SwitchOptions {
     pub bridge: String,
     pub n_pmd: usize,
+    /// CPU for each poll thread (empty: let the scheduler place them).
+    pub pmd_cpus: Vec<usize>,
     pub poll_mode: PollMode,
     pub pmd: PmdConfig,
 }
@@ -97,6 +99,9 @@ impl Switch {
     pub fn start(opts: SwitchOptions) -> Result<Switch> {
         if opts.n_pmd == 0 || opts.n_pmd > 64 {
             bail!("pmd threads: {} is not in 1-64", opts.n_pmd);
+        }
+        if !opts.pmd_cpus.is_empty() && opts.pmd_cpus.len() != opts.n_pmd {
+            bail!("pmd-cpus: {} CPUs given for {} poll threads", opts.pmd_cpus.len(), opts.n_pmd);
         }
         let of = Ofproto::new(&opts.bridge);
         // No controller: the bridge forwards with NORMAL (fail-mode standalone).
@@ -121,10 +126,18 @@ impl Switch {
         for id in 0..opts.n_pmd {
             let sh = Arc::clone(&shared);
             let cfg = opts.pmd.clone();
+            let cpu = opts.pmd_cpus.get(id).copied();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("pmd{id}"))
-                    .spawn(move || pmd_main(sh, id, cfg))
+                    .spawn(move || {
+                        if let Some(c) = cpu {
+                            if let Err(e) = netdev_linux::sys::pin_current_thread(c) {
+                                eprintln!("xvs: pmd{id}: cannot pin to CPU {c}: {e}");
+                            }
+                        }
+                        pmd_main(sh, id, cfg)
+                    })
                     .expect("spawn pmd thread"),
             );
         }

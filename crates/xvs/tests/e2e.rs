@@ -31,6 +31,7 @@ fn switch(poll: PollMode) -> Switch {
     Switch::start(SwitchOptions {
         bridge: "xvstest".into(),
         n_pmd: 1,
+        pmd_cpus: vec![],
         poll_mode: poll,
         pmd: dpif::PmdConfig::default(),
     })
