@@ -66,8 +66,8 @@ fn show(sw: &Switch) -> Result<(String, Value)> {
     let mut out = String::new();
     let mut ports = Vec::new();
     writeln!(out, "bridge {}:", sw.shared.bridge)?;
-    for (p, s) in sw.port_stats() {
-        let info = &p.info;
+    for (p, s, info) in sw.port_stats() {
+        let info = &info;
         let mode = if info.xdp_mode.is_empty() { String::new() } else { format!(", xdp-mode {}", info.xdp_mode) };
         let detail = if info.detail.is_empty() { String::new() } else { format!(", {}", info.detail) };
         writeln!(

@@ -227,12 +227,15 @@ impl Switch {
         self.shared.reports.iter().map(|r| r.lock().expect("report").clone()).collect()
     }
 
-    pub fn port_stats(&self) -> Vec<(Arc<Port>, PortStats)> {
+    /// Live counters and facts of every port.
+    pub fn port_stats(&self) -> Vec<(Arc<Port>, PortStats, PortInfo)> {
         self.ports()
             .into_iter()
             .map(|p| {
-                let s = p.dev.lock().expect("port lock").stats();
-                (p, s)
+                let dev = p.dev.lock().expect("port lock");
+                let (s, i) = (dev.stats(), dev.info());
+                drop(dev);
+                (p, s, i)
             })
             .collect()
     }
