@@ -14,7 +14,6 @@
 //! uses [`netdev::BATCH`] = 32); the pool lock is taken once per fill-ring
 //! refill, completion reap and copy allocation, not per packet.
 
-use crate::hash::flow_hash;
 use crate::sys::XdpDesc;
 use crate::umem::{Umem, UmemConfig, UmemHandle, USER};
 use crate::xsk::{BindMode, Xsk, XskConfig};
@@ -289,8 +288,7 @@ impl Netdev for AfxdpPort {
                 continue; // Cannot happen with a sane kernel; lose the frame rather than panic.
             }
             self.umem.set_tag(frame, USER);
-            let mut p = Packet::from_frame(self.umem.frame_buf(frame), offset, d.len as usize);
-            p.rx_hash = Some(flow_hash(p.data()));
+            let p = Packet::from_frame(self.umem.frame_buf(frame), offset, d.len as usize);
             self.c.rx_bytes += d.len as u64;
             out.push(p);
             got += 1;
