@@ -5,4 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ./scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-exec cargo test --workspace --locked "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# One closing line over every test binary (cargo prints one per binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+     END { printf "\nall tests: %d passed, %d failed\n", p, f }' "$log"
+exit $status

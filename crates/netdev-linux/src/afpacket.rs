@@ -3,7 +3,6 @@
 //! not its own transmissions (`PACKET_IGNORE_OUTGOING`), and restores VLAN
 //! tags the device stripped into metadata (`PACKET_AUXDATA`).
 
-use crate::hash::flow_hash;
 use crate::sys::{self, PacketMreq};
 use netdev::{Netdev, Packet, PortInfo, PortStats};
 use std::io;
@@ -73,7 +72,6 @@ impl Netdev for AfPacketPort {
                             p.data_mut()[14..16].copy_from_slice(&a.vlan_tci.to_be_bytes());
                         }
                     }
-                    p.rx_hash = Some(flow_hash(p.data()));
                     self.stats.rx_packets += 1;
                     self.stats.rx_bytes += p.len() as u64;
                     out.push(p);

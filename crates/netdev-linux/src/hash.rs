@@ -1,6 +1,6 @@
 //! Software receive hash.
 //!
-//! Ports fill `Packet::rx_hash` with a symmetric hash of the flow: for IPv4
+//! A symmetric hash of a raw frame's flow: for IPv4
 //! and IPv6, the addresses, the protocol and (TCP, UDP, SCTP) the ports,
 //! with source and destination ordered so both directions of a connection
 //! hash alike; for other frames, the two MAC addresses (ordered) and the

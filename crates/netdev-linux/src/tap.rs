@@ -2,7 +2,6 @@
 //! kernel's tap interface, and frames the kernel sends on the interface
 //! are read from the fd. Also the bridge's "internal" (local) port.
 
-use crate::hash::flow_hash;
 use crate::sys;
 use netdev::{Netdev, Packet, PortInfo, PortStats};
 use std::io;
@@ -59,8 +58,7 @@ impl Netdev for TapPort {
             match sys::read(self.fd.as_raw_fd(), &mut self.buf) {
                 Ok(0) => break,
                 Ok(len) => {
-                    let mut p = Packet::from_slice(&self.buf[..len]);
-                    p.rx_hash = Some(flow_hash(p.data()));
+                    let p = Packet::from_slice(&self.buf[..len]);
                     self.stats.rx_packets += 1;
                     self.stats.rx_bytes += len as u64;
                     out.push(p);

@@ -26,7 +26,8 @@ fn rx_from_namespace(tag: &str, mode: XdpMode, want: ActiveMode) {
     let p = wait_rx(&mut port, Duration::from_secs(5), is_arp).expect("no ARP frame received");
     assert_eq!(&p.data()[38..42], &[10, 9, 0, 99], "ARP target");
     assert!(p.frame_owner().is_some(), "received packets reference UMEM frames");
-    assert!(p.rx_hash.is_some());
+    // No NIC hash on veth, and the datapath hashes the extracted key itself.
+    assert!(p.rx_hash.is_none());
     drop(p);
     pinger.join().unwrap();
     assert!(port.stats().rx_packets >= 1);
