@@ -14,7 +14,7 @@ use crate::actions::{Action, Instruction, OfPort};
 use crate::bridge::{Ofproto, TableMiss};
 use crate::normal::{is_multicast, Learned, VlanMode};
 use dpif::{DpAction, Translation, UserspaceReason};
-use flow::key::{ethertype, FlowKey, VLAN_PRESENT};
+use flow::key::{ethertype, FlowKey, STAGE_L3, STAGE_L4, VLAN_PRESENT, WORDS};
 use std::sync::atomic::Ordering;
 
 /// Resubmit/goto depth limit (OVS uses 64 for resubmits).
@@ -247,11 +247,15 @@ impl Ctx<'_> {
     fn commit(&mut self) {
         if !self.pending.is_zero() {
             self.actions.push(DpAction::SetMasked { key: self.key.and(&self.pending), mask: self.pending });
-            // Keep the consulted bits of dl_type/nw_proto in the set
-            // action's key so it prints by protocol (they are not written:
-            // the mask excludes them). Unconsulted bits stay zero so equal
-            // megaflows get equal actions.
-            let (dl, proto) = (self.key.dl_type() & self.wc.dl_type(), self.key.nw_proto() & self.wc.nw_proto());
+            // The set action's key also carries the protocol (dl_type for
+            // L3 writes, nw_proto for L4 writes) so it prints by protocol.
+            // Those fields are never written (the mask excludes them), and
+            // writing a field of that layer required its prerequisite, so
+            // every key of the megaflow agrees on them.
+            let l3 = (STAGE_L3..WORDS).any(|i| self.pending.w[i] != 0);
+            let l4 = (STAGE_L4..WORDS).any(|i| self.pending.w[i] != 0);
+            let dl = if l3 { self.key.dl_type() } else { 0 };
+            let proto = if l4 { self.key.nw_proto() } else { 0 };
             if let Some(DpAction::SetMasked { key, .. }) = self.actions.last_mut() {
                 key.set_dl_type(dl);
                 key.set_nw_proto(proto);
