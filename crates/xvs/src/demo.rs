@@ -44,6 +44,8 @@ pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
         bridge: "xvsbr0".into(),
         n_pmd: 1,
         pmd_cpus: vec![],
+        local_port: false,
+        mirror: None,
         poll_mode: PollMode::Adaptive,
         pmd: dpif::PmdConfig::default(),
     })?;

@@ -40,6 +40,12 @@ enum Cmd {
         /// busy: spin on the queues; adaptive: spin while busy, sleep when idle.
         #[arg(long, default_value = "adaptive")]
         poll: String,
+        /// Do not create the bridge's local (internal) port.
+        #[arg(long)]
+        no_local_port: bool,
+        /// Copy every frame the switch sends to this tap device (for tcpdump).
+        #[arg(long)]
+        mirror: Option<String>,
         /// OpenFlow rules to install at start (ovs-ofctl add-flows syntax);
         /// without it the bridge has one rule: priority=0,actions=NORMAL.
         #[arg(long)]
@@ -187,6 +193,7 @@ fn signal_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+#[allow(clippy::too_many_arguments)] // reason: one parameter per command-line option
 fn run_switch(
     run_dir: PathBuf,
     bridge: String,
@@ -194,6 +201,8 @@ fn run_switch(
     pmd_threads: usize,
     pmd_cpus: Vec<usize>,
     poll: String,
+    local_port: bool,
+    mirror: Option<String>,
     flows: Option<PathBuf>,
 ) -> Result<()> {
     let poll_mode = match poll.as_str() {
@@ -208,6 +217,8 @@ fn run_switch(
         bridge,
         n_pmd: pmd_threads,
         pmd_cpus,
+        local_port,
+        mirror,
         poll_mode,
         pmd: dpif::PmdConfig::default(),
     })?;
@@ -236,8 +247,8 @@ fn run_switch(
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Cmd::Switch { run_dir, bridge, ports, pmd_threads, pmd_cpus, poll, flows } => {
-            run_switch(run_dir, bridge, ports, pmd_threads, pmd_cpus, poll, flows)
+        Cmd::Switch { run_dir, bridge, ports, pmd_threads, pmd_cpus, poll, no_local_port, mirror, flows } => {
+            run_switch(run_dir, bridge, ports, pmd_threads, pmd_cpus, poll, !no_local_port, mirror, flows)
         }
         Cmd::Show(c) => client(&c, "show", &[]),
         Cmd::DumpFlows(c) => client(&c, "dump-flows", &[]),

@@ -61,8 +61,8 @@ pub fn open(spec: &PortSpec, bridge: &str, umem: &Mutex<Option<UmemHandle>>) -> 
             Box::new(TapPort::open(&spec.name).with_context(|| format!("port {}: opening tap", spec.name))?)
         }
         PortType::Internal => {
-            let _ = bridge;
-            Box::new(TapPort::open(&spec.name).with_context(|| format!("port {}: opening internal port", spec.name))?)
+            let name = if spec.name.is_empty() { bridge } else { &spec.name };
+            Box::new(TapPort::internal(name).with_context(|| format!("port {name}: opening internal port"))?)
         }
     })
 }

@@ -73,6 +73,8 @@ pub struct Shared {
     pub poll_mode: PollMode,
     /// One UMEM per PMD, shared by that PMD's AF_XDP ports.
     pub umems: Vec<Mutex<Option<ports::UmemShare>>>,
+    /// Where copies of sent frames go, if configured (any PMD sends).
+    pub mirror: Option<Mutex<Box<dyn Netdev>>>,
 }
 
 impl Shared {
@@ -86,6 +88,12 @@ pub struct SwitchOptions {
     pub n_pmd: usize,
     /// CPU for each poll thread (empty: let the scheduler place them).
     pub pmd_cpus: Vec<usize>,
+    /// Create the bridge's local port: a tap device named after the bridge,
+    /// OpenFlow port LOCAL, so the host can address the bridge.
+    pub local_port: bool,
+    /// A tap device that receives a copy of every frame the switch sends,
+    /// for tcpdump (AF_XDP ports hide redirected frames from it).
+    pub mirror: Option<String>,
     pub poll_mode: PollMode,
     pub pmd: PmdConfig,
 }
@@ -121,6 +129,12 @@ impl Switch {
             start: Instant::now(),
             poll_mode: opts.poll_mode,
             umems: (0..opts.n_pmd).map(|_| Mutex::new(None)).collect(),
+            mirror: match &opts.mirror {
+                Some(name) => Some(Mutex::new(Box::new(
+                    netdev_linux::TapPort::open(name).map_err(|e| anyhow::anyhow!("mirror tap {name}: {e}"))?,
+                ) as Box<dyn Netdev>)),
+                None => None,
+            },
         });
         let mut threads = Vec::new();
         for id in 0..opts.n_pmd {
@@ -141,7 +155,14 @@ impl Switch {
                     .expect("spawn pmd thread"),
             );
         }
-        Ok(Switch { shared, threads })
+        let sw = Switch { shared, threads };
+        if opts.local_port {
+            let mut spec = PortSpec::new(&opts.bridge);
+            spec.kind = crate::config::PortType::Internal;
+            spec.ofport = Some(ofproto::actions::ofpp::LOCAL);
+            sw.add_port(spec)?;
+        }
+        Ok(sw)
     }
 
     /// Adds a port: opens the device, gives it an OpenFlow number, and
@@ -155,7 +176,7 @@ impl Switch {
         let ofport = match spec.ofport {
             Some(n) if ports.contains_key(&n) => bail!("port {}: ofport {n} is already in use", spec.name),
             Some(n) => n,
-            None => (1..).find(|n| !ports.contains_key(n)).expect("a free port number"),
+            None => (1..ofproto::actions::ofpp::MAX).find(|n| !ports.contains_key(n)).expect("a free port number"),
         };
         let n_pmd = sh.reports.len();
         let pmd = (0..n_pmd).min_by_key(|i| ports.values().filter(|p| p.pmd == *i).count()).unwrap_or(0);
@@ -275,11 +296,16 @@ impl Upcall for BridgeUpcall<'_> {
 /// Where a PMD's output goes: straight to the ports' transmit queues.
 struct PortSink<'a> {
     ports: &'a BTreeMap<u32, Arc<Port>>,
+    mirror: Option<&'a Mutex<Box<dyn Netdev>>>,
     userspace_dropped: u64,
 }
 
 impl Sink for PortSink<'_> {
     fn output(&mut self, port: u32, pkts: &mut Vec<Packet>) {
+        if let Some(m) = self.mirror {
+            let mut copies: Vec<Packet> = pkts.iter().map(|p| p.clone()).collect();
+            let _ = m.lock().expect("mirror lock").tx_batch(&mut copies);
+        }
         match self.ports.get(&port) {
             Some(p) => {
                 let mut dev = p.dev.lock().expect("port lock");
@@ -328,7 +354,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         let housekeeping = report.iterations % 64 == 0;
         pmd.set_generation(sh.generation.load(Ordering::Acquire));
         let mut moved = 0usize;
-        let mut sink = PortSink { ports: &all_ports, userspace_dropped: 0 };
+        let mut sink = PortSink { ports: &all_ports, mirror: sh.mirror.as_ref(), userspace_dropped: 0 };
         for (port, q) in &rxqs {
             let n = {
                 let mut dev = port.dev.lock().expect("port lock");

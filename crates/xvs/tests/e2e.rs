@@ -32,6 +32,8 @@ fn switch(poll: PollMode) -> Switch {
         bridge: "xvstest".into(),
         n_pmd: 1,
         pmd_cpus: vec![],
+        local_port: false,
+        mirror: None,
         poll_mode: poll,
         pmd: dpif::PmdConfig::default(),
     })
@@ -111,6 +113,55 @@ fn three_hosts_learning_stops_flooding() {
     for h in &hs {
         assert!(fdb.contains(&h.mac), "{fdb}");
     }
+    // Three hosts, two TCP streams at once.
+    std::thread::scope(|s| {
+        let a = s.spawn(|| hs[0].tcp_stream(&hs[2], 7012, 3_000_000).unwrap());
+        let b = s.spawn(|| hs[1].tcp_stream(&hs[2], 7013, 3_000_000).unwrap());
+        assert_eq!(a.join().unwrap(), 3_000_000);
+        assert_eq!(b.join().unwrap(), 3_000_000);
+    });
+}
+
+#[test]
+fn local_port_and_mirror() {
+    let hs = hosts("lp", 2);
+    let id = std::process::id() % 1000;
+    let bridge = format!("xtbr{id}");
+    let mirror = format!("xtmir{id}");
+    let sw = Switch::start(SwitchOptions {
+        bridge: bridge.clone(),
+        n_pmd: 1,
+        pmd_cpus: vec![],
+        local_port: true,
+        mirror: Some(mirror.clone()),
+        poll_mode: PollMode::Adaptive,
+        pmd: dpif::PmdConfig::default(),
+    })
+    .unwrap();
+    for h in &hs {
+        add(&sw, h, "");
+    }
+    // The host reaches a namespace through the bridge's local port.
+    xvs::netns::sh(&["ip", "addr", "add", "10.77.0.254/24", "dev", &bridge]).unwrap();
+    let out = std::process::Command::new("ping").args(["-c", "2", "-i", "0.2", "-W", "1", &hs[0].ip]).output().unwrap();
+    assert!(
+        xvs::netns::parse_ping_received(&String::from_utf8_lossy(&out.stdout)) == 2,
+        "ping from the host via {bridge}"
+    );
+    let show = xvs::commands::run(&sw, "show", &[]).unwrap().0;
+    assert!(show.contains("port 65534") && show.contains("internal"), "{show}");
+    // The mirror tap saw the switched frames.
+    let mirrored: u64 = std::fs::read_to_string(format!("/sys/class/net/{mirror}/statistics/rx_packets"))
+        .map(|s| s.trim().parse().unwrap_or(0))
+        .unwrap_or(0)
+        .max(
+            std::fs::read_to_string(format!("/sys/class/net/{mirror}/statistics/tx_packets"))
+                .map(|s| s.trim().parse().unwrap_or(0))
+                .unwrap_or(0),
+        );
+    assert!(mirrored >= 4, "mirror saw {mirrored} frames");
+    sw.stop();
+    assert!(!std::path::Path::new(&format!("/sys/class/net/{bridge}")).exists(), "local port left behind");
 }
 
 #[test]
