@@ -121,35 +121,7 @@ fn wr16(d: &mut [u8], o: usize, v: u16) {
     d[o..o + 2].copy_from_slice(&v.to_be_bytes());
 }
 
-/// RFC 1624: checksum `c` after a 16-bit word changes from `old` to `new`.
-#[inline]
-fn csum_update16(c: u16, old: u16, new: u16) -> u16 {
-    let mut s = (!c as u32) + (!old as u32) + new as u32;
-    s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    !(s as u16)
-}
-fn csum_update32(c: u16, old: u32, new: u32) -> u16 {
-    let c = csum_update16(c, (old >> 16) as u16, (new >> 16) as u16);
-    csum_update16(c, old as u16, new as u16)
-}
-fn csum_update128(mut c: u16, old: u128, new: u128) -> u16 {
-    for i in 0..8 {
-        c = csum_update16(c, (old >> (i * 16)) as u16, (new >> (i * 16)) as u16);
-    }
-    c
-}
-
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
-        }
-    }
-    !crc
-}
+use wire::checksum::{crc32c, update128 as csum_update128, update16 as csum_update16, update32 as csum_update32};
 
 /// Offset of the L4 checksum, if the packet has an L4 header we can fix.
 fn l4_csum_offset(key: &FlowKey, layout: &Layout, len: usize) -> Option<usize> {
@@ -286,28 +258,5 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
             }
             _ => {}
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn incremental_matches_full() {
-        // Checksum of a tiny header, then change one word.
-        let words = [0x4500u16, 0x0054, 0x1234, 0x4000, 0x4001, 0, 0x0a00, 0x0001, 0x0a00, 0x0002];
-        let full = |w: &[u16]| {
-            let mut s: u32 = w.iter().map(|&x| x as u32).sum();
-            while s >> 16 != 0 {
-                s = (s & 0xffff) + (s >> 16);
-            }
-            !(s as u16)
-        };
-        let c = full(&words);
-        let mut w2 = words;
-        w2[7] = 0x0099;
-        assert_eq!(csum_update16(c, words[7], w2[7]), full(&w2));
-        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
     }
 }
