@@ -1,167 +1,293 @@
 //! # classifier: the OpenFlow rule classifier
 //!
-//! **What it is for.** An OpenFlow table holds prioritized wildcarded rules;
-//! [`Classifier::lookup`] finds the highest-priority rule matching a flow
-//! key. Because the datapath caches the *answer* as a megaflow, every
-//! lookup also reports the exact set of key bits it consulted (`wc`).
+//! **Purpose.** An OpenFlow table is a set of wildcarded rules, each with a
+//! priority. [`Classifier::lookup`] finds the highest-priority rule that
+//! matches a flow key. The datapath then caches that answer as a
+//! *megaflow*: a key plus a mask, applied to every later packet that
+//! agrees with this one on the masked bits. So a lookup must also report
+//! which key bits it depended on (`wc`), and it should depend on as few as
+//! possible, because every extra bit splits one megaflow into many.
 //!
-//! **Correctness property.** If `lookup(k, v, wc)` returns `r`, then for
-//! every key `k2` with `k2 & wc == k & wc`, `lookup(k2, v, _)` returns `r`
-//! too. And it returns the same rule as a linear scan in priority order
-//! (ties between equal-priority rules go to the lowest [`RuleId`], i.e.
-//! the rule inserted first).
+//! **Correctness property.** Let `lookup(k, v, wc)` return `r` (a rule or
+//! none). Then (1) `r` is what a linear scan of the rules visible at `v`
+//! returns: the matching rule of highest priority, ties going to the
+//! lowest [`RuleId`] — ids are handed out in increasing order and never
+//! reused, so among equal priorities the rule inserted first wins; and
+//! (2) every key `k2` with `k2 & wc == k & wc` gets `r` as well. The bits
+//! added to `wc` are all bits of some rule mask or `dl_type`: never a bit
+//! no rule looks at.
 //!
-//! **Algorithm.** Tuple space search: rules with the same mask share a
-//! *subtable*, a hash table from masked key to rules. Subtables are visited
-//! in order of the highest priority they hold, and the search stops once no
-//! remaining subtable can beat the best match. Within a subtable the lookup
-//! is *staged*: the hash of the metadata words is checked first, then
-//! metadata+L2, then +L3, then the full key; a stage with no rule stops the
-//! subtable early, and only the stages visited add their mask bits to `wc`.
-//! *Prefix tries* on the IPv4 and IPv6 source and destination addresses let
-//! a subtable with a /p prefix be skipped when no rule prefix of length p
-//! can match the address, un-wildcarding only the bits the trie walk read
-//! (so a /24 rule elsewhere in the table does not force /24 megaflows on
-//! packets that a /8 rule serves).
+//! **Algorithm.** *Tuple space search*: rules with the same mask share a
+//! subtable, a hash table from masked key to the rules with that masked
+//! key (sorted by priority, then id). Subtables are visited in decreasing
+//! order of the highest priority they hold, and the search stops as soon
+//! as no remaining subtable can beat the match in hand. Within a subtable
+//! the lookup is *staged*: the key's words are hashed in stage order
+//! (metadata, L2, L3, L4), and after each stage but the last the running
+//! hash is checked against the set of the rules' hashes for that stage
+//! prefix; a miss ends the subtable, and the mask bits of later stages are
+//! never added to `wc`. Before the L3 stage, *prefix tries* on nw_src,
+//! nw_dst, ipv6_src and ipv6_dst prune subtables whose mask is a /p prefix
+//! on one of them: if no rule prefix of length exactly p agrees with the
+//! packet's address, the subtable is skipped, and `wc` gets only the
+//! leading address bits the trie needed to prove it (at most p). So with
+//! rules on 10.0.0.0/8 and 192.168.0.0/24, a packet to 10.1.2.3 yields a
+//! /8 megaflow, not a /24 one.
 //!
-//! **Versions.** Each rule is visible from the version it was inserted at
-//! until the version it was removed at. Readers look up at one version, so
-//! a batch of changes staged at `v + 1` appears all at once when readers
-//! move to `v + 1`. [`Classifier::purge`] frees rules no version can see.
+//! The tries follow protocol prerequisites: the IPv4 tries hold the
+//! prefixes of rules with `dl_type=0x0800` (the IPv6 tries,
+//! `dl_type=0x86dd`) in subtables whose mask matches all of `dl_type`, and
+//! are only consulted for keys of that Ethertype, adding `dl_type` to `wc`.
+//! (ARP rules reuse the nw_src/nw_dst bits; they are not in the tries, and
+//! an ARP packet never skips a subtable by trie.)
 //!
-//! **Threads.** Mutation takes `&mut self`, lookup `&self`; the owner
-//! provides the lock (readers never see a torn update).
+//! **Versions.** Each rule is visible in versions `[added, removed)`. A
+//! reader looks up at one version, so a batch of changes made at version
+//! `v + 1` becomes visible all at once when readers move to `v + 1`, while
+//! readers still at `v` keep seeing the old set. Rules that are invisible
+//! at the lookup version never decide the result; they may still cause
+//! extra bits in `wc` (which is always allowed). [`Classifier::purge`]
+//! frees rules that no version still in use can see.
+//!
+//! **Threads.** All mutation takes `&mut self` and lookups take `&self`,
+//! so the borrow checker enforces one writer or many readers. Owners that
+//! share a classifier between threads wrap it in a lock (or in an
+//! `Arc`-swapped copy); versions make a batch atomic for readers even when
+//! the lock is released between individual changes. `Classifier<T>` is
+//! `Send`/`Sync` exactly when `T` is. No interior mutability, no unsafe
+//! code.
 #![deny(unsafe_code)]
 
 pub mod trie;
 
-use flow::key::{finish, hash_word, loc, FlowKey, Loc, STAGES, WORDS};
+use flow::key::{ethertype, finish, hash_word, loc, FlowKey, Loc, STAGES, WORDS};
+use flow::matching::prefix_len;
 use flow::Match;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use trie::Trie;
+use trie::{Trie, Walk};
 
-/// Handle of a rule in a classifier.
+/// Handle of a rule. Increasing in insertion order and never reused, so a
+/// stale handle never names another rule.
 pub type RuleId = u64;
 
+/// `removed` of a rule not yet removed.
 const LIVE: u64 = u64::MAX;
 
-/// The address fields that get prefix tries.
-const TRIE_FIELDS: [Loc; 4] = [loc::NW_SRC, loc::NW_DST, loc::IPV6_SRC, loc::IPV6_DST];
+/// Basis of the staged hashes.
+const BASIS: u64 = 0x2545_f491_4f6c_dd1d;
 
-/// A hasher for keys that already are good 64-bit hashes.
+/// Fields with prefix tries, and the Ethertype each requires.
+const TRIE_FIELDS: [Loc; 4] = [loc::NW_SRC, loc::NW_DST, loc::IPV6_SRC, loc::IPV6_DST];
+const TRIE_ETH: [u16; 4] = [ethertype::IPV4, ethertype::IPV4, ethertype::IPV6, ethertype::IPV6];
+
+/// Hasher for keys that already are well-mixed 64-bit hashes.
 #[derive(Default)]
-struct IdHasher(u64);
-impl Hasher for IdHasher {
+struct PassThrough(u64);
+impl Hasher for PassThrough {
+    #[inline]
     fn finish(&self) -> u64 {
         self.0
     }
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("only u64 keys")
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = hash_word(self.0, b as u64);
+        }
+        self.0 = finish(self.0);
     }
+    #[inline]
     fn write_u64(&mut self, v: u64) {
         self.0 = v;
     }
 }
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+type HashKeyed<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
 
-struct Entry<T> {
+/// Hasher for rule ids (sequential, so they need mixing).
+#[derive(Default)]
+struct Mix(u64);
+impl Hasher for Mix {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = hash_word(self.0, b as u64);
+        }
+        self.0 = finish(self.0);
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = finish(v);
+    }
+}
+
+/// One stored rule.
+struct Rule<T> {
     m: Match,
     priority: u32,
     data: T,
     added: u64,
     removed: u64,
     subtable: usize,
+    /// Full hash of the masked key in its subtable (locates its group).
+    hash: u64,
 }
 
-impl<T> Entry<T> {
+/// What lookup needs of a rule, stored inline in its group.
+#[derive(Clone, Copy, Debug)]
+struct Ref {
+    priority: u32,
+    id: RuleId,
+    added: u64,
+    removed: u64,
+}
+
+impl Ref {
     #[inline]
     fn visible(&self, v: u64) -> bool {
         self.added <= v && v < self.removed
     }
 }
 
+/// Rules sharing one masked key, ordered by priority (high first) then id.
+/// Groups whose different keys share a 64-bit hash are chained.
+struct Group {
+    key: FlowKey,
+    rules: Vec<Ref>,
+    next: Option<Box<Group>>,
+}
+
 struct Subtable {
     mask: FlowKey,
-    /// Non-zero mask words, in key order.
+    /// Indices of the non-zero mask words, in key order.
     words: Vec<u8>,
-    /// `words[..stage_end[s]]` are the words of stages 0..=s.
-    stage_end: [usize; 4],
-    /// Counts of rules per prefix hash after stages 0, 1, 2.
-    stage_hashes: [IdMap<u32>; 3],
-    /// Full masked-key hash -> rules (priority desc, then id asc).
-    rules: IdMap<Vec<RuleId>>,
-    /// Priorities held, with counts (for max_priority upkeep).
+    /// The stages that have mask words: `words[..ends[i]]` are the words up
+    /// to and including the `i`-th of them. `n_stages` of them are used.
+    ends: [u8; 4],
+    n_stages: u8,
+    /// Index in `ends` of the stage holding L3 (where tries apply), if any.
+    l3: u8,
+    /// For each used stage but the last: rule count per hash of the stage
+    /// prefix of the rule keys.
+    stage_sets: [HashKeyed<u32>; 3],
+    /// Full hash -> group.
+    groups: HashKeyed<Group>,
+    /// Priority -> rule count.
     prios: BTreeMap<u32, u32>,
-    /// Prefix length of the mask on each trie field: `Some(p)` for a CIDR
-    /// prefix (p > 0), `None` if the field is unmasked or not CIDR-shaped.
-    plen: [Option<u32>; 4],
-    n: usize,
+    /// Prefix length of the mask on each trie field, 0 if not usable (not
+    /// a CIDR prefix, absent, or `dl_type` not exactly matched).
+    plen: [u8; 4],
+    has_trie: bool,
+    n_rules: usize,
 }
 
 impl Subtable {
     fn new(mask: FlowKey) -> Subtable {
         let words: Vec<u8> = (0..WORDS).filter(|&i| mask.w[i] != 0).map(|i| i as u8).collect();
-        let mut stage_end = [0; 4];
-        for (s, end) in stage_end.iter_mut().enumerate() {
-            *end = words.iter().filter(|&&w| (w as usize) < STAGES[s + 1]).count();
-        }
-        let mut plen = [None; 4];
-        for (i, f) in TRIE_FIELDS.iter().enumerate() {
-            let m = f.get(&mask);
-            if m != 0 {
-                plen[i] = flow::matching::prefix_len(m, f.bits).filter(|&p| p > 0);
+        let mut ends = [0u8; 4];
+        let mut n_stages = 0;
+        let mut l3 = u8::MAX;
+        for s in 0..4 {
+            let end = words.iter().filter(|&&w| (w as usize) < STAGES[s + 1]).count() as u8;
+            let start = if n_stages == 0 { 0 } else { ends[n_stages - 1] };
+            if end > start {
+                if s == 2 {
+                    l3 = n_stages as u8;
+                }
+                ends[n_stages] = end;
+                n_stages += 1;
             }
         }
+        let mut plen = [0u8; 4];
+        if mask.dl_type() == 0xffff {
+            for (i, f) in TRIE_FIELDS.iter().enumerate() {
+                plen[i] = prefix_len(f.get(&mask), f.bits).unwrap_or(0) as u8;
+            }
+        }
+        let has_trie = plen.iter().any(|&p| p > 0);
+        debug_assert!(!has_trie || l3 != u8::MAX);
         Subtable {
             mask,
             words,
-            stage_end,
-            stage_hashes: Default::default(),
-            rules: IdMap::default(),
+            ends,
+            n_stages: n_stages as u8,
+            l3,
+            stage_sets: Default::default(),
+            groups: HashKeyed::default(),
             prios: BTreeMap::new(),
             plen,
-            n: 0,
+            has_trie,
+            n_rules: 0,
         }
     }
 
-    fn max_priority(&self) -> Option<u32> {
-        self.prios.keys().next_back().copied()
+    fn max_priority(&self) -> u32 {
+        self.prios.keys().next_back().copied().unwrap_or(0)
     }
 
-    /// Hashes of the masked key after each stage (index 3 = full key).
-    #[inline]
-    fn stage_hash(&self, key: &FlowKey, from: usize, to: usize, h: u64) -> u64 {
-        let mut h = h;
-        for &w in &self.words[from..to] {
-            let w = w as usize;
-            h = hash_word(h, key.w[w] & self.mask.w[w]);
-        }
-        h
-    }
-
-    fn hashes(&self, key: &FlowKey) -> [u64; 4] {
-        let mut out = [0; 4];
-        let mut h = 0x2545_f491_4f6c_dd1d;
+    /// Hash after each used stage (the last is the full hash).
+    fn stage_hashes(&self, key: &FlowKey) -> [u64; 4] {
+        // A catch-all subtable has no stages; its only key hashes to this.
+        let mut out = [finish(BASIS); 4];
+        let mut h = BASIS;
         let mut from = 0;
-        for s in 0..4 {
-            h = self.stage_hash(key, from, self.stage_end[s], h);
-            from = self.stage_end[s];
+        for s in 0..self.n_stages as usize {
+            let to = self.ends[s] as usize;
+            for &w in &self.words[from..to] {
+                h = hash_word(h, key.w[w as usize] & self.mask.w[w as usize]);
+            }
             out[s] = finish(h);
+            from = to;
         }
         out
     }
+
+    fn full_hash(&self, key: &FlowKey) -> u64 {
+        self.stage_hashes(key)[self.n_stages.max(1) as usize - 1]
+    }
+
+    #[inline]
+    fn key_eq(&self, key: &FlowKey, masked: &FlowKey) -> bool {
+        self.words.iter().all(|&w| key.w[w as usize] & self.mask.w[w as usize] == masked.w[w as usize])
+    }
+
+    fn group(&self, h: u64, key: &FlowKey) -> Option<&Group> {
+        let mut g = self.groups.get(&h)?;
+        loop {
+            if self.key_eq(key, &g.key) {
+                return Some(g);
+            }
+            g = g.next.as_deref()?;
+        }
+    }
+
+    fn group_mut(&mut self, h: u64, key: &FlowKey) -> Option<&mut Group> {
+        let mask = self.mask;
+        let words = &self.words;
+        let eq = |g: &Group| words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == g.key.w[w as usize]);
+        let mut g = self.groups.get_mut(&h)?;
+        loop {
+            if eq(g) {
+                return Some(g);
+            }
+            g = g.next.as_deref_mut()?;
+        }
+    }
 }
 
+/// An OpenFlow flow table: prioritized wildcarded rules carrying a `T`.
 pub struct Classifier<T> {
-    entries: Vec<Option<Entry<T>>>,
-    free: Vec<usize>,
-    subtables: Vec<Subtable>,
+    rules: HashMap<RuleId, Rule<T>, BuildHasherDefault<Mix>>,
+    next_id: RuleId,
+    /// Subtable slots; `None` slots are free (listed in `free_subtables`).
+    subtables: Vec<Option<Subtable>>,
+    free_subtables: Vec<usize>,
     by_mask: HashMap<FlowKey, usize>,
-    /// Subtable indices by max priority, highest first.
-    order: Vec<usize>,
+    /// (max priority, subtable index) of non-empty subtables, highest first.
+    order: Vec<(u32, usize)>,
     tries: [Trie; 4],
-    /// Rules whose removal version has been set (for purge).
+    /// Ids of removed rules not purged yet.
     removed: Vec<RuleId>,
 }
 
@@ -174,9 +300,10 @@ impl<T> Default for Classifier<T> {
 impl<T> Classifier<T> {
     pub fn new() -> Self {
         Classifier {
-            entries: Vec::new(),
-            free: Vec::new(),
+            rules: HashMap::default(),
+            next_id: 0,
             subtables: Vec::new(),
+            free_subtables: Vec::new(),
             by_mask: HashMap::new(),
             order: Vec::new(),
             tries: [Trie::new(32), Trie::new(32), Trie::new(128), Trie::new(128)],
@@ -184,235 +311,316 @@ impl<T> Classifier<T> {
         }
     }
 
-    fn reorder(&mut self) {
-        let st = &self.subtables;
-        self.order = (0..st.len()).filter(|&i| st[i].n > 0).collect();
-        self.order.sort_by_key(|&i| std::cmp::Reverse(st[i].max_priority().unwrap_or(0)));
+    fn st(&self, i: usize) -> &Subtable {
+        self.subtables[i].as_ref().expect("live subtable")
     }
 
-    /// Inserts a rule visible from `version` on.
+    /// Re-sorts `order` after subtable `si`'s maximum priority changed.
+    fn update_order(&mut self, si: usize) {
+        let st = self.st(si);
+        let entry = (st.n_rules > 0).then(|| (st.max_priority(), si));
+        let pos = self.order.iter().position(|&(_, i)| i == si);
+        match (pos, entry) {
+            (Some(p), Some(e)) if self.order[p] == e => return,
+            (Some(p), _) => {
+                self.order.remove(p);
+            }
+            (None, _) => {}
+        }
+        if let Some(e) = entry {
+            // Stable among equal priorities: older subtables first.
+            let at = self.order.partition_point(|&(p, _)| p >= e.0);
+            self.order.insert(at, e);
+        }
+    }
+
+    /// Inserts a rule, visible from `version` on. The key bits outside the
+    /// mask are ignored. Returns its handle.
     pub fn insert(&mut self, m: Match, priority: u32, data: T, version: u64) -> RuleId {
         let m = Match::new(m.key, m.mask);
         let si = match self.by_mask.get(&m.mask) {
             Some(&i) => i,
             None => {
-                self.subtables.push(Subtable::new(m.mask));
-                let i = self.subtables.len() - 1;
+                let st = Subtable::new(m.mask);
+                let i = match self.free_subtables.pop() {
+                    Some(i) => {
+                        self.subtables[i] = Some(st);
+                        i
+                    }
+                    None => {
+                        self.subtables.push(Some(st));
+                        self.subtables.len() - 1
+                    }
+                };
                 self.by_mask.insert(m.mask, i);
                 i
             }
         };
-        let id = match self.free.pop() {
-            Some(i) => i,
+        let id = self.next_id;
+        self.next_id += 1;
+        let st = self.subtables[si].as_mut().expect("live subtable");
+        let hs = st.stage_hashes(&m.key);
+        let last = st.n_stages.max(1) as usize - 1;
+        for (s, &h) in hs.iter().enumerate().take(last) {
+            *st.stage_sets[s].entry(h).or_insert(0) += 1;
+        }
+        let r = Ref { priority, id, added: version, removed: LIVE };
+        match st.group_mut(hs[last], &m.key) {
+            Some(g) => {
+                // Ids only grow, so the new rule goes after its equals.
+                let at = g.rules.partition_point(|x| x.priority >= priority);
+                g.rules.insert(at, r);
+            }
             None => {
-                self.entries.push(None);
-                self.entries.len() - 1
+                let g = Group { key: m.key, rules: vec![r], next: None };
+                match st.groups.get_mut(&hs[last]) {
+                    // A different key with the same 64-bit hash.
+                    Some(head) => head.next = Some(Box::new(Group { next: head.next.take(), ..g })),
+                    None => {
+                        st.groups.insert(hs[last], g);
+                    }
+                }
             }
-        } as RuleId;
-        let st = &mut self.subtables[si];
-        let hs = st.hashes(&m.key);
-        for s in 0..3 {
-            *st.stage_hashes[s].entry(hs[s]).or_insert(0) += 1;
         }
+        let old_max = (st.n_rules > 0).then(|| st.max_priority());
         *st.prios.entry(priority).or_insert(0) += 1;
-        st.n += 1;
-        for (i, f) in TRIE_FIELDS.iter().enumerate() {
-            if let Some(p) = st.plen[i] {
-                self.tries[i].insert(f.get(&m.key), p);
+        st.n_rules += 1;
+        if st.has_trie && m.key.dl_type() != 0 {
+            for (i, f) in TRIE_FIELDS.iter().enumerate() {
+                if st.plen[i] > 0 && m.key.dl_type() == TRIE_ETH[i] {
+                    self.tries[i].insert(f.get(&m.key), st.plen[i] as u32);
+                }
             }
         }
-        self.entries[id as usize] = Some(Entry { m, priority, data, added: version, removed: LIVE, subtable: si });
-        let entries = &self.entries;
-        let bucket = st.rules.entry(hs[3]).or_default();
-        bucket.push(id);
-        bucket.sort_by(|&a, &b| {
-            let (ea, eb) = (entries[a as usize].as_ref().unwrap(), entries[b as usize].as_ref().unwrap());
-            eb.priority.cmp(&ea.priority).then(a.cmp(&b))
-        });
-        self.reorder();
+        self.rules.insert(id, Rule { m, priority, data, added: version, removed: LIVE, subtable: si, hash: hs[last] });
+        if old_max.is_none_or(|p| priority > p) {
+            self.update_order(si);
+        }
         id
     }
 
-    /// Makes a rule invisible from `version` on.
+    /// Makes a rule invisible from `version` on (readers at earlier
+    /// versions still see it). Removing twice keeps the first version.
     pub fn remove(&mut self, id: RuleId, version: u64) {
-        if let Some(Some(e)) = self.entries.get_mut(id as usize) {
-            if e.removed == LIVE {
-                e.removed = version.max(e.added);
-                self.removed.push(id);
-            }
+        let Some(r) = self.rules.get_mut(&id) else { return };
+        if r.removed != LIVE {
+            return;
         }
+        r.removed = version.max(r.added);
+        let removed = r.removed;
+        let st = self.subtables[r.subtable].as_mut().expect("live subtable");
+        let g = st.group_mut(r.hash, &r.m.key).expect("rule is in its group");
+        g.rules.iter_mut().find(|x| x.id == id).expect("rule is in its group").removed = removed;
+        self.removed.push(id);
     }
 
-    /// Frees rules invisible at every version `>= oldest_live_version`.
+    /// Frees the removed rules that are invisible at every version from
+    /// `oldest_live_version` on, i.e. that no reader can still see.
     pub fn purge(&mut self, oldest_live_version: u64) {
         let mut keep = Vec::new();
-        let mut changed = false;
         for id in std::mem::take(&mut self.removed) {
-            let gone = self.entries[id as usize].as_ref().is_some_and(|e| e.removed <= oldest_live_version);
-            if !gone {
-                keep.push(id);
-                continue;
+            match self.rules.get(&id) {
+                Some(r) if r.removed <= oldest_live_version => {}
+                Some(_) => {
+                    keep.push(id);
+                    continue;
+                }
+                None => continue,
             }
-            let e = self.entries[id as usize].take().expect("listed entry exists");
-            let st = &mut self.subtables[e.subtable];
-            let hs = st.hashes(&e.m.key);
-            for s in 0..3 {
-                if let Some(c) = st.stage_hashes[s].get_mut(&hs[s]) {
-                    *c -= 1;
-                    if *c == 0 {
-                        st.stage_hashes[s].remove(&hs[s]);
+            let r = self.rules.remove(&id).expect("checked above");
+            let si = r.subtable;
+            let st = self.subtables[si].as_mut().expect("live subtable");
+            let hs = st.stage_hashes(&r.m.key);
+            let last = st.n_stages.max(1) as usize - 1;
+            for (s, &h) in hs.iter().enumerate().take(last) {
+                let c = st.stage_sets[s].get_mut(&h).expect("stage hash counted");
+                *c -= 1;
+                if *c == 0 {
+                    st.stage_sets[s].remove(&h);
+                }
+            }
+            Self::unlink(st, r.hash, &r.m.key, id);
+            let c = st.prios.get_mut(&r.priority).expect("priority counted");
+            *c -= 1;
+            let max_changed = if *c == 0 {
+                st.prios.remove(&r.priority);
+                st.prios.keys().next_back().is_none_or(|&p| p < r.priority)
+            } else {
+                false
+            };
+            st.n_rules -= 1;
+            if st.has_trie {
+                for (i, f) in TRIE_FIELDS.iter().enumerate() {
+                    if st.plen[i] > 0 && r.m.key.dl_type() == TRIE_ETH[i] {
+                        self.tries[i].remove(f.get(&r.m.key), st.plen[i] as u32);
                     }
                 }
             }
-            if let Some(b) = st.rules.get_mut(&hs[3]) {
-                b.retain(|&x| x != id);
-                if b.is_empty() {
-                    st.rules.remove(&hs[3]);
-                }
+            let empty = st.n_rules == 0;
+            if max_changed {
+                self.update_order(si);
             }
-            if let Some(c) = st.prios.get_mut(&e.priority) {
-                *c -= 1;
-                if *c == 0 {
-                    st.prios.remove(&e.priority);
-                }
+            if empty {
+                let st = self.subtables[si].take().expect("live subtable");
+                self.by_mask.remove(&st.mask);
+                self.free_subtables.push(si);
             }
-            st.n -= 1;
-            for (i, f) in TRIE_FIELDS.iter().enumerate() {
-                if let Some(p) = st.plen[i] {
-                    self.tries[i].remove(f.get(&e.m.key), p);
-                }
-            }
-            self.free.push(id as usize);
-            changed = true;
         }
         self.removed = keep;
-        if changed {
-            self.reorder();
+    }
+
+    /// Takes rule `id` out of its group, dropping the group if it empties.
+    fn unlink(st: &mut Subtable, h: u64, key: &FlowKey, id: RuleId) {
+        let g = st.group_mut(h, key).expect("rule is in its group");
+        g.rules.retain(|x| x.id != id);
+        if !g.rules.is_empty() {
+            return;
+        }
+        // Rebuild the (almost always one-long) chain without the empty group.
+        let mut head = st.groups.remove(&h).expect("group exists");
+        let mut rest = Vec::new();
+        loop {
+            let next = head.next.take();
+            if !head.rules.is_empty() {
+                rest.push(head);
+            }
+            match next {
+                Some(n) => head = *n,
+                None => break,
+            }
+        }
+        let mut chain: Option<Box<Group>> = None;
+        while let Some(mut g) = rest.pop() {
+            g.next = chain;
+            chain = Some(Box::new(g));
+        }
+        if let Some(c) = chain {
+            st.groups.insert(h, *c);
         }
     }
 
+    /// The rule's match, priority and data (while not purged).
     pub fn get(&self, id: RuleId) -> Option<(&Match, u32, &T)> {
-        self.entries.get(id as usize)?.as_ref().map(|e| (&e.m, e.priority, &e.data))
+        self.rules.get(&id).map(|r| (&r.m, r.priority, &r.data))
     }
 
     pub fn get_mut(&mut self, id: RuleId) -> Option<(&Match, u32, &mut T)> {
-        self.entries.get_mut(id as usize)?.as_mut().map(|e| (&e.m, e.priority, &mut e.data))
+        self.rules.get_mut(&id).map(|r| (&r.m, r.priority, &mut r.data))
     }
 
-    /// The highest-priority rule matching `key` at `version`; ORs every
-    /// key bit consulted into `wc`.
+    /// The versions `[added, removed)` in which the rule is visible
+    /// (`removed == u64::MAX` while not removed).
+    pub fn versions(&self, id: RuleId) -> Option<(u64, u64)> {
+        self.rules.get(&id).map(|r| (r.added, r.removed))
+    }
+
+    /// The highest-priority rule matching `key` among those visible at
+    /// `version` (ties: lowest id). ORs into `wc` the key bits the answer
+    /// depended on: any key agreeing with `key` on `wc` gets the same one.
     pub fn lookup(&self, key: &FlowKey, version: u64, wc: &mut FlowKey) -> Option<RuleId> {
-        let mut best: Option<(u32, RuleId)> = None;
-        // Trie results, computed on first use.
-        let mut tries: [Option<(trie::Plens, u32)>; 4] = [None; 4];
-        'subtables: for &si in &self.order {
-            let st = &self.subtables[si];
-            let maxp = st.max_priority().unwrap_or(0);
-            if let Some((bp, _)) = best {
-                if maxp < bp {
+        let mut best: Option<Ref> = None;
+        // Trie walks, done at most once per field and only when needed.
+        let mut walks: [Option<Walk>; 4] = [None; 4];
+        'subtables: for &(maxp, si) in &self.order {
+            if let Some(b) = &best {
+                // Equal priority could still win with a lower id.
+                if maxp < b.priority {
                     break;
                 }
             }
-            for (i, f) in TRIE_FIELDS.iter().enumerate() {
-                let Some(p) = st.plen[i] else { continue };
-                let (plens, bits) = *tries[i].get_or_insert_with(|| self.tries[i].lookup(f.get(key)));
-                if !plens.contains(p) {
-                    // No rule prefix of length p matches: skip, having
-                    // read `bits` leading bits of the field.
-                    if bits > 0 {
-                        let m = if bits >= f.bits { f.max() } else { (f.max() >> (f.bits - bits)) << (f.bits - bits) };
-                        let old = f.get(wc);
-                        f.set(wc, old | m);
-                    }
+            let st = self.st(si);
+            let mut h = BASIS;
+            let mut from = 0;
+            let n = st.n_stages as usize;
+            for s in 0..n {
+                if s == st.l3 as usize && st.has_trie && self.trie_skips(st, key, &mut walks, wc) {
+                    continue 'subtables;
+                }
+                let to = st.ends[s] as usize;
+                for &w in &st.words[from..to] {
+                    let w = w as usize;
+                    wc.w[w] |= st.mask.w[w];
+                    h = hash_word(h, key.w[w] & st.mask.w[w]);
+                }
+                from = to;
+                if s + 1 < n && !st.stage_sets[s].contains_key(&finish(h)) {
                     continue 'subtables;
                 }
             }
-            let mut h = 0x2545_f491_4f6c_dd1d;
-            let mut from = 0;
-            for s in 0..4 {
-                let to = st.stage_end[s];
-                if to == from && s < 3 {
-                    continue;
-                }
-                for &w in &st.words[from..to] {
-                    wc.w[w as usize] |= st.mask.w[w as usize];
-                }
-                h = st.stage_hash(key, from, to, h);
-                from = to;
-                let fh = finish(h);
-                if s < 3 {
-                    if to == st.words.len() {
-                        // No later stage has words: this is the full key.
-                        if self.check_bucket(st, key, fh, version, &mut best) {
-                            continue 'subtables;
-                        }
-                        continue 'subtables;
+            let Some(g) = st.group(finish(h), key) else { continue };
+            for r in &g.rules {
+                if let Some(b) = &best {
+                    if r.priority < b.priority || (r.priority == b.priority && r.id > b.id) {
+                        break;
                     }
-                    if !st.stage_hashes[s].contains_key(&fh) {
-                        continue 'subtables;
-                    }
-                } else {
-                    self.check_bucket(st, key, fh, version, &mut best);
+                }
+                if r.visible(version) {
+                    best = Some(*r);
+                    break;
                 }
             }
         }
-        best.map(|(_, id)| id)
+        best.map(|r| r.id)
     }
 
+    /// True if a prefix trie proves no rule of `st` matches `key`, having
+    /// added to `wc` the bits that proof read.
     #[inline]
-    fn check_bucket(
-        &self,
-        st: &Subtable,
-        key: &FlowKey,
-        h: u64,
-        version: u64,
-        best: &mut Option<(u32, RuleId)>,
-    ) -> bool {
-        let Some(bucket) = st.rules.get(&h) else { return false };
-        for &id in bucket {
-            let e = self.entries[id as usize].as_ref().expect("bucket entries exist");
-            if !e.visible(version) || !key.eq_masked(&e.m.key, &st.mask) {
+    fn trie_skips(&self, st: &Subtable, key: &FlowKey, walks: &mut [Option<Walk>; 4], wc: &mut FlowKey) -> bool {
+        let dl_type = key.dl_type();
+        for i in 0..4 {
+            let p = st.plen[i] as u32;
+            if p == 0 || dl_type != TRIE_ETH[i] {
                 continue;
             }
-            let better = match *best {
-                None => true,
-                Some((bp, bid)) => e.priority > bp || (e.priority == bp && id < bid),
-            };
-            if better {
-                *best = Some((e.priority, id));
+            let f = TRIE_FIELDS[i];
+            let walk = *walks[i].get_or_insert_with(|| self.tries[i].lookup(f.get(key)));
+            if let Some(bits) = walk.bits_to_exclude(p) {
+                if bits > 0 {
+                    let m = (f.max() >> (f.bits - bits)) << (f.bits - bits);
+                    f.set(wc, f.get(wc) | m);
+                }
+                // The proof holds only for this Ethertype. (The L2 stage has
+                // already added dl_type, since this subtable matches it
+                // exactly; this keeps the proof self-contained.)
+                loc::DL_TYPE.set(wc, 0xffff);
+                return true;
             }
-            return true;
         }
         false
     }
 
-    /// The visible rule with exactly this match and priority.
+    /// Strict find: the visible rule with exactly this match and priority.
     pub fn find_exact(&self, m: &Match, priority: u32, version: u64) -> Option<RuleId> {
         let m = Match::new(m.key, m.mask);
-        let &si = self.by_mask.get(&m.mask)?;
-        let st = &self.subtables[si];
-        let h = st.hashes(&m.key)[3];
-        st.rules.get(&h)?.iter().copied().find(|&id| {
-            let e = self.entries[id as usize].as_ref().expect("bucket entries exist");
-            e.visible(version) && e.priority == priority && e.m.key == m.key
-        })
+        let st = self.st(*self.by_mask.get(&m.mask)?);
+        let g = st.group(st.full_hash(&m.key), &m.key)?;
+        g.rules.iter().find(|r| r.priority == priority && r.visible(version)).map(|r| r.id)
     }
 
-    /// Visible rules whose match is `m` or more specific (OpenFlow's
-    /// non-strict modify and delete), any priority, in id order.
+    /// Non-strict find (OpenFlow's non-strict modify and delete): the
+    /// visible rules, of any priority, whose match is `m` or more specific
+    /// (every packet they match, `m` matches). In increasing id order.
     pub fn find_loose(&self, m: &Match, version: u64) -> Vec<RuleId> {
         let m = Match::new(m.key, m.mask);
         let mut out = Vec::new();
-        for st in &self.subtables {
-            if st.n == 0 || !m.mask.is_subset_of(&st.mask) {
+        for st in self.subtables.iter().flatten() {
+            if !m.mask.is_subset_of(&st.mask) {
                 continue;
             }
-            for bucket in st.rules.values() {
-                for &id in bucket {
-                    let e = self.entries[id as usize].as_ref().expect("bucket entries exist");
-                    if e.visible(version) && e.m.key.eq_masked(&m.key, &m.mask) {
-                        out.push(id);
+            if m.mask == st.mask {
+                if let Some(g) = st.group(st.full_hash(&m.key), &m.key) {
+                    out.extend(g.rules.iter().filter(|r| r.visible(version)).map(|r| r.id));
+                }
+                continue;
+            }
+            for head in st.groups.values() {
+                let mut g = Some(head);
+                while let Some(x) = g {
+                    if x.key.eq_masked(&m.key, &m.mask) {
+                        out.extend(x.rules.iter().filter(|r| r.visible(version)).map(|r| r.id));
                     }
+                    g = x.next.as_deref();
                 }
             }
         }
@@ -420,25 +628,30 @@ impl<T> Classifier<T> {
         out
     }
 
-    /// Every rule visible at `version`, in id order.
+    /// The rules visible at `version`, in increasing id order.
     pub fn iter(&self, version: u64) -> impl Iterator<Item = RuleId> + '_ {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(move |(_, e)| e.as_ref().is_some_and(|e| e.visible(version)))
-            .map(|(i, _)| i as RuleId)
+        let mut ids: Vec<RuleId> =
+            self.rules.iter().filter(|(_, r)| r.added <= version && version < r.removed).map(|(&id, _)| id).collect();
+        ids.sort_unstable();
+        ids.into_iter()
     }
 
+    /// Number of rules visible at `version`.
     pub fn len(&self, version: u64) -> usize {
-        self.iter(version).count()
+        self.rules.values().filter(|r| r.added <= version && version < r.removed).count()
     }
 
     pub fn is_empty(&self, version: u64) -> bool {
-        self.iter(version).next().is_none()
+        self.rules.values().all(|r| !(r.added <= version && version < r.removed))
     }
 
-    /// Subtables that hold at least one rule.
+    /// Rules stored, including removed ones not yet purged.
+    pub fn n_stored(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Number of subtables (distinct masks among stored rules).
     pub fn n_subtables(&self) -> usize {
-        self.subtables.iter().filter(|s| s.n > 0).count()
+        self.order.len()
     }
 }

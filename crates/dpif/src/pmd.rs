@@ -227,11 +227,18 @@ impl Pmd {
     /// through the caches exactly as [`Pmd::process_batch`] finds them
     /// (filling the caches on a miss). For tests and tools that work on
     /// keys rather than packet bytes.
-    pub fn actions_for_key(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Vec<DpAction> {
+    pub fn actions_for_key(
+        &mut self,
+        key: &FlowKey,
+        upcall: &dyn Upcall,
+        now_ms: u64,
+    ) -> std::borrow::Cow<'_, [DpAction]> {
         self.stats.packets += 1;
         match self.lookup(key, upcall, now_ms) {
-            Found::Flow(slot) => self.flows[slot as usize].as_ref().expect("found flows exist").actions.clone(),
-            Found::Uncached(t) => t.actions,
+            Found::Flow(slot) => {
+                std::borrow::Cow::Borrowed(&self.flows[slot as usize].as_ref().expect("found flows exist").actions)
+            }
+            Found::Uncached(t) => std::borrow::Cow::Owned(t.actions),
         }
     }
 

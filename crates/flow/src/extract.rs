@@ -104,28 +104,40 @@ fn be128(p: &[u8], o: usize) -> u128 {
 #[inline]
 pub fn extract(pkt: &[u8], in_port: u32) -> (FlowKey, Layout, Option<ParseError>) {
     let mut k = FlowKey::ZERO;
-    k.set_in_port(in_port);
-    let mut l = Layout::default();
-    let e = parse(pkt, &mut k, &mut l).err();
+    let (l, e) = extract_into(pkt, in_port, &mut k);
     (k, l, e)
+}
+
+/// Like [`extract`], writing into `k` (which is reset first), so a caller
+/// on the packet path can reuse one key and skip copying it around.
+#[inline]
+pub fn extract_into(pkt: &[u8], in_port: u32, k: &mut FlowKey) -> (Layout, Option<ParseError>) {
+    *k = FlowKey::ZERO;
+    k.w[0] = in_port as u64;
+    let mut l = Layout::default();
+    let e = parse(pkt, k, &mut l).err();
+    (l, e)
 }
 
 fn parse(p: &[u8], k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
     if p.len() < 14 {
         return Err(ParseError::Runt);
     }
-    k.set_dl_dst(be48(p, 0));
-    k.set_dl_src(be48(p, 6));
+    // Words are written whole (see key.rs for the layout): this is the
+    // per-packet path.
+    let dst = be48(p, 0);
+    let src = be48(p, 6);
     let mut off = 12;
     let mut ty = be16(p, off);
     let mut tags = 0;
+    let mut vlan = 0u16;
     while (ty == et::VLAN || ty == et::QINQ) && tags < 2 {
         if p.len() < off + 6 {
             return Err(ParseError::TruncatedVlan);
         }
         let tci = be16(p, off + 2) | VLAN_PRESENT;
         if tags == 0 {
-            k.set_vlan_tci(tci);
+            vlan = tci;
         } else {
             k.set_vlan_tci2(tci);
         }
@@ -134,11 +146,12 @@ fn parse(p: &[u8], k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
         ty = be16(p, off);
     }
     off += 2;
-    if ty < 0x0600 {
-        k.set_dl_type(et::NONE);
+    let ty = if ty < 0x0600 { et::NONE } else { ty };
+    k.w[6] = dst | (ty as u64) << 48;
+    k.w[7] = src | (vlan as u64) << 48;
+    if ty == et::NONE {
         return Ok(());
     }
-    k.set_dl_type(ty);
     l.l3 = off as u16;
     match ty {
         et::IPV4 => parse_ipv4(p, off, k, l),
@@ -186,20 +199,21 @@ fn parse_ipv4(p: &[u8], off: usize, k: &mut FlowKey, l: &mut Layout) -> Result<(
     if total < ihl || p.len() < off + total {
         return Err(ParseError::BadIpv4TotalLen);
     }
-    k.set_nw_tos(p[off + 1]);
-    k.set_nw_ttl(p[off + 8]);
     let proto = p[off + 9];
-    k.set_nw_proto(proto);
-    k.set_nw_src(be32(p, off + 12));
-    k.set_nw_dst(be32(p, off + 16));
+    k.w[9] = be32(p, off + 12) as u64 | (be32(p, off + 16) as u64) << 32;
     let frag = be16(p, off + 6);
     let offset = frag & 0x1fff;
     let mf = frag & 0x2000 != 0;
-    if mf || offset != 0 {
-        k.set_nw_frag(if offset != 0 { FRAG_ANY | FRAG_LATER } else { FRAG_ANY });
-        if offset != 0 {
-            return Ok(());
-        }
+    let fbits = if offset != 0 {
+        FRAG_ANY | FRAG_LATER
+    } else if mf {
+        FRAG_ANY
+    } else {
+        0
+    };
+    k.w[14] = (proto as u64) << 32 | (p[off + 1] as u64) << 40 | (p[off + 8] as u64) << 48 | (fbits as u64) << 56;
+    if offset != 0 {
+        return Ok(());
     }
     // L4 ends where the IP datagram does (padding after it is ignored).
     let end = off + total;
@@ -279,17 +293,14 @@ fn parse_l4(p: &[u8], o: usize, proto: u8, v6: bool, k: &mut FlowKey, l: &mut La
             if doff < 20 || p.len() < o + doff {
                 return Err(ParseError::BadTcpDataOffset);
             }
-            k.set_tp_src(be16(p, o));
-            k.set_tp_dst(be16(p, o + 2));
-            k.set_tcp_flags(be16(p, o + 12) & 0x0fff);
+            k.w[19] = be16(p, o) as u64 | (be16(p, o + 2) as u64) << 16 | ((be16(p, o + 12) & 0x0fff) as u64) << 32;
             l.payload = (o + doff) as u16;
         }
         ipproto::UDP => {
             if p.len() < o + 8 {
                 return Err(ParseError::TruncatedUdp);
             }
-            k.set_tp_src(be16(p, o));
-            k.set_tp_dst(be16(p, o + 2));
+            k.w[19] = be16(p, o) as u64 | (be16(p, o + 2) as u64) << 16;
             l.payload = (o + 8) as u16;
         }
         ipproto::SCTP => {

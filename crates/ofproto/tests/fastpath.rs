@@ -47,7 +47,7 @@ proptest! {
             match step {
                 Step::Packet(k) => {
                     pmd.set_generation(of.generation());
-                    let cached = pmd.actions_for_key(k, &of, i as u64);
+                    let cached = pmd.actions_for_key(k, &of, i as u64).into_owned();
                     // The reference: a fresh walk of the pipeline. It runs
                     // after the cached lookup, so MAC learning done by an
                     // upcall is already in the table for both.

@@ -1,0 +1,210 @@
+//! Scenario tests: the wc each technique should produce, priority order,
+//! strict and non-strict find, versions and purge.
+
+use classifier::Classifier;
+use flow::key::{loc, FlowKey};
+use flow::Match;
+
+fn m(s: &str) -> Match {
+    Match::parse(s).unwrap()
+}
+
+fn key(s: &str) -> FlowKey {
+    m(s).key
+}
+
+fn only(fields: &[(flow::key::Loc, u128)]) -> FlowKey {
+    let mut k = FlowKey::ZERO;
+    for &(f, v) in fields {
+        f.set(&mut k, v);
+    }
+    k
+}
+
+#[test]
+fn trie_keeps_megaflow_at_slash_8() {
+    let mut c: Classifier<&str> = Classifier::new();
+    c.insert(m("ip,nw_dst=10.0.0.0/8"), 10, "a", 1);
+    c.insert(m("ip,nw_dst=192.168.0.0/24"), 10, "b", 1);
+    assert_eq!(c.n_subtables(), 2);
+    let k = key("udp,nw_src=1.1.1.1,nw_dst=10.1.2.3,tp_src=5,tp_dst=6");
+    let mut wc = FlowKey::ZERO;
+    let id = c.lookup(&k, 1, &mut wc).unwrap();
+    assert_eq!(*c.get(id).unwrap().2, "a");
+    // Exactly dl_type and the /8: no nw_src, nw_proto or L4 bits.
+    assert_eq!(wc, only(&[(loc::DL_TYPE, 0xffff), (loc::NW_DST, 0xff00_0000)]));
+
+    // The /24 rule itself still gets a /24 megaflow.
+    let mut wc = FlowKey::ZERO;
+    let id = c.lookup(&key("ip,nw_dst=192.168.0.9"), 1, &mut wc).unwrap();
+    assert_eq!(*c.get(id).unwrap().2, "b");
+    assert_eq!(wc, only(&[(loc::DL_TYPE, 0xffff), (loc::NW_DST, 0xffff_ff00)]));
+}
+
+#[test]
+fn trie_miss_reads_only_the_diverging_bits() {
+    let mut c: Classifier<()> = Classifier::new();
+    c.insert(m("ip,nw_dst=10.0.0.0/8"), 10, (), 1);
+    c.insert(m("ip,nw_dst=192.168.0.0/24"), 10, (), 1);
+    let mut wc = FlowKey::ZERO;
+    // 0x01.. shares 0000 with 0x0a.. and differs at bit 4; the first bit
+    // already rules out 192.168/24.
+    assert_eq!(c.lookup(&key("ip,nw_dst=1.2.3.4"), 1, &mut wc), None);
+    assert_eq!(wc, only(&[(loc::DL_TYPE, 0xffff), (loc::NW_DST, 0xf800_0000)]));
+}
+
+#[test]
+fn trie_on_ipv6_and_on_source() {
+    let mut c: Classifier<()> = Classifier::new();
+    let a = c.insert(m("ipv6,ipv6_dst=2001:db8::/32"), 10, (), 1);
+    c.insert(m("ipv6,ipv6_dst=2001:db8:1:2::/64"), 20, (), 1);
+    c.insert(m("ip,nw_src=172.16.0.0/12"), 5, (), 1);
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&key("ipv6,ipv6_dst=2001:db8:7::1"), 1, &mut wc), Some(a));
+    // The /64 subtable (visited first) was skipped with at most 64 bits,
+    // in fact fewer: 2001:db8:7:: leaves 2001:db8:1:2:: within 48 bits.
+    assert!(wc.ipv6_dst().leading_ones() <= 48, "{:?}", wc);
+    assert_eq!(wc.ipv6_dst().leading_ones() + wc.ipv6_dst().trailing_zeros(), 128, "a prefix");
+    assert_eq!(wc.nw_src(), 0, "the IPv4 subtable fails at dl_type");
+}
+
+#[test]
+fn arp_packets_do_not_use_the_ipv4_tries() {
+    let mut c: Classifier<()> = Classifier::new();
+    let arp = c.insert(m("arp,arp_tpa=10.0.0.0/8"), 10, (), 1);
+    c.insert(m("ip,nw_dst=192.168.0.0/24"), 20, (), 1);
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&key("arp,arp_tpa=10.9.9.9"), 1, &mut wc), Some(arp));
+    let mut wc = FlowKey::ZERO;
+    // arp_tpa 192.168.0.1: ARP, so the ip rule cannot match; the ARP rule's
+    // subtable is not pruned by the trie (its prefix is not in it).
+    assert_eq!(c.lookup(&key("arp,arp_tpa=192.168.0.1"), 1, &mut wc), None);
+    assert_eq!(wc.dl_type(), 0xffff);
+}
+
+#[test]
+fn staged_lookup_stops_before_l4() {
+    let mut c: Classifier<()> = Classifier::new();
+    c.insert(m("tcp,nw_dst=10.0.0.1,tp_dst=80"), 10, (), 1);
+    // L3 mismatch on nw_proto: the L3 stage hash misses, L4 is never read.
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&key("udp,nw_dst=10.0.0.1,tp_dst=80"), 1, &mut wc), None);
+    assert_eq!(wc, only(&[(loc::DL_TYPE, 0xffff), (loc::NW_DST, 0xffff_ffff), (loc::NW_PROTO, 0xff)]));
+    // L3 mismatch on the address: the trie rules the subtable out even
+    // before the L3 stage, reading nw_dst only up to the differing bit.
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&key("tcp,nw_dst=10.0.0.2,tp_dst=80"), 1, &mut wc), None);
+    assert_eq!(wc, only(&[(loc::DL_TYPE, 0xffff), (loc::NW_DST, 0xffff_fffe)]));
+    // A hit reads everything.
+    let mut wc = FlowKey::ZERO;
+    assert!(c.lookup(&key("tcp,nw_dst=10.0.0.1,tp_dst=80"), 1, &mut wc).is_some());
+    assert_eq!(wc.tp_dst(), 0xffff);
+}
+
+#[test]
+fn staged_lookup_stops_at_metadata() {
+    let mut c: Classifier<()> = Classifier::new();
+    c.insert(m("in_port=1,tcp,nw_dst=10.0.0.0/8,tp_dst=80"), 10, (), 1);
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&key("in_port=2,tcp,nw_dst=10.0.0.2,tp_dst=80"), 1, &mut wc), None);
+    assert_eq!(wc, only(&[(loc::IN_PORT, u32::MAX as u128)]), "only the metadata stage was read");
+}
+
+#[test]
+fn priority_order_and_early_exit() {
+    let mut c: Classifier<u32> = Classifier::new();
+    let hi = c.insert(m("ip"), 100, 1, 1);
+    let lo = c.insert(m("tcp,tp_dst=80"), 5, 2, 1);
+    let k = key("tcp,tp_dst=80");
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&k, 1, &mut wc), Some(hi));
+    assert_eq!(wc, only(&[(loc::DL_TYPE, 0xffff)]), "the lower-priority subtable is never visited");
+    c.remove(hi, 2);
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&k, 2, &mut wc), Some(lo));
+    assert_eq!(wc.tp_dst(), 0xffff);
+}
+
+#[test]
+fn equal_priority_ties_go_to_the_oldest_rule() {
+    let mut c: Classifier<()> = Classifier::new();
+    let first = c.insert(m("tcp,tp_dst=80"), 7, (), 1);
+    let second = c.insert(m("ip,nw_dst=10.0.0.0/8"), 7, (), 1);
+    let third = c.insert(m("ip"), 7, (), 1);
+    assert!(first < second && second < third);
+    let k = key("tcp,nw_dst=10.1.1.1,tp_dst=80");
+    assert_eq!(c.lookup(&k, 1, &mut FlowKey::default()), Some(first));
+    c.remove(first, 2);
+    assert_eq!(c.lookup(&k, 2, &mut FlowKey::default()), Some(second));
+    // Same match, same priority: the older is found first too.
+    let dup = c.insert(m("ip"), 7, (), 1);
+    assert_eq!(c.find_exact(&m("ip"), 7, 1), Some(third));
+    c.remove(third, 3);
+    assert_eq!(c.find_exact(&m("ip"), 7, 3), Some(dup));
+}
+
+#[test]
+fn strict_and_loose_find() {
+    let mut c: Classifier<()> = Classifier::new();
+    let a = c.insert(m("ip,nw_dst=10.0.0.0/8"), 10, (), 1);
+    let b = c.insert(m("ip,nw_dst=10.1.0.0/16"), 20, (), 1);
+    let x = c.insert(m("arp"), 10, (), 1);
+    let d = c.insert(m("tcp,nw_dst=10.1.2.3,tp_dst=22"), 30, (), 1);
+    let _e = c.insert(m("tcp,nw_dst=11.1.2.3,tp_dst=22"), 30, (), 1);
+    assert_eq!(c.find_exact(&m("ip,nw_dst=10.0.0.0/8"), 10, 1), Some(a));
+    assert_eq!(c.find_exact(&m("ip,nw_dst=10.0.0.0/8"), 11, 1), None);
+    assert_eq!(c.find_exact(&m("ip,nw_dst=10.0.0.0/16"), 10, 1), None);
+    assert_eq!(c.find_exact(&m("ip,nw_dst=10.0.0.0/8"), 10, 0), None, "not visible yet");
+    assert_eq!(c.find_loose(&m("ip,nw_dst=10.0.0.0/8"), 1), vec![a, b, d]);
+    assert_eq!(c.find_loose(&m("ip,nw_dst=10.1.0.0/16"), 1), vec![b, d]);
+    assert_eq!(c.find_loose(&m("ip"), 1).len(), 4);
+    assert_eq!(c.find_loose(&m("arp"), 1), vec![x]);
+    assert_eq!(c.find_loose(&Match::CATCHALL, 1).len(), 5);
+    c.remove(b, 2);
+    assert_eq!(c.find_loose(&m("ip,nw_dst=10.1.0.0/16"), 2), vec![d]);
+    assert_eq!(c.find_loose(&m("ip,nw_dst=10.1.0.0/16"), 1), vec![b, d], "old version");
+}
+
+#[test]
+fn versions_hide_changes_until_published() {
+    let mut c: Classifier<()> = Classifier::new();
+    let a = c.insert(m("ip"), 10, (), 1);
+    let k = key("ip");
+    let mut wc = FlowKey::ZERO;
+    // A batch at version 2: replace a, add c.
+    c.remove(a, 2);
+    let b = c.insert(m("ip"), 20, (), 2);
+    let cc = c.insert(m("arp"), 20, (), 2);
+    assert_eq!(c.lookup(&k, 1, &mut wc), Some(a), "old readers see the old rule");
+    assert_eq!(c.lookup(&key("arp"), 1, &mut wc), None);
+    assert_eq!(c.lookup(&k, 2, &mut wc), Some(b));
+    assert_eq!(c.lookup(&key("arp"), 2, &mut wc), Some(cc));
+    assert_eq!(c.lookup(&k, 0, &mut wc), None);
+    assert_eq!((c.len(1), c.len(2)), (1, 2));
+    assert_eq!(c.iter(2).collect::<Vec<_>>(), vec![b, cc]);
+    c.purge(1);
+    assert!(c.get(a).is_some(), "version 1 may still be read");
+    c.purge(2);
+    assert!(c.get(a).is_none());
+    assert_eq!(c.n_stored(), 2);
+    assert_eq!(c.len(2), 2);
+}
+
+#[test]
+fn purge_drops_empty_subtables_and_keeps_ids_unique() {
+    let mut c: Classifier<u8> = Classifier::new();
+    let a = c.insert(m("ip,nw_dst=10.0.0.0/8"), 1, 0, 1);
+    let b = c.insert(m("tcp,tp_dst=80"), 1, 1, 1);
+    assert_eq!(c.n_subtables(), 2);
+    c.remove(a, 2);
+    c.purge(2);
+    assert_eq!(c.n_subtables(), 1);
+    let a2 = c.insert(m("ip,nw_dst=10.0.0.0/8"), 1, 2, 3);
+    assert!(a2 > b, "ids are never reused");
+    assert!(c.get(a).is_none());
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&key("ip,nw_dst=10.2.3.4"), 3, &mut wc), Some(a2));
+    assert_eq!(wc.nw_dst(), 0xff00_0000);
+    *c.get_mut(a2).unwrap().2 = 9;
+    assert_eq!(c.get(a2).unwrap().2, &9);
+}
