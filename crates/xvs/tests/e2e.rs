@@ -92,6 +92,28 @@ fn generic_copy_no_need_wakeup() {
 }
 
 #[test]
+fn two_queues_per_port() {
+    setup();
+    let id = std::process::id() % 1000;
+    let hs: Vec<Host> = (1..=2)
+        .map(|i| {
+            Host::create(&format!("xvstmq{id}h{i}"), &format!("xtmq{id}h{i}"), &format!("10.77.0.{i}/24"), 2).unwrap()
+        })
+        .collect();
+    let sw = switch(PollMode::Adaptive);
+    for h in &hs {
+        add(&sw, h, ",n-rxq=2");
+    }
+    for p in sw.ports() {
+        assert_eq!(p.info.n_rxq, 2);
+    }
+    assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 3);
+    assert_eq!(hs[1].tcp_stream(&hs[0], 7021, 2_000_000).unwrap(), 2_000_000);
+    let stats = xvs::commands::run(&sw, "pmd-stats", &[]).unwrap().0;
+    assert!(stats.contains(&format!("{}:1", hs[0].port)), "both queues polled: {stats}");
+}
+
+#[test]
 fn three_hosts_learning_stops_flooding() {
     let hs = hosts("ml", 3);
     let sw = switch(PollMode::Busy);
