@@ -165,11 +165,10 @@ fn local_port_and_mirror() {
     }
     // The host reaches a namespace through the bridge's local port.
     xvs::netns::sh(&["ip", "addr", "add", "10.77.0.254/24", "dev", &bridge]).unwrap();
-    let out = std::process::Command::new("ping").args(["-c", "2", "-i", "0.2", "-W", "1", &hs[0].ip]).output().unwrap();
-    assert!(
-        xvs::netns::parse_ping_received(&String::from_utf8_lossy(&out.stdout)) == 2,
-        "ping from the host via {bridge}"
-    );
+    let out = std::process::Command::new("ping").args(["-c", "4", "-i", "0.3", "-W", "2", &hs[0].ip]).output().unwrap();
+    let got = xvs::netns::parse_ping_received(&String::from_utf8_lossy(&out.stdout));
+    // The first request may wait on ARP while other tests load the machine.
+    assert!(got >= 3, "ping from the host via {bridge}: {got}/4");
     let show = xvs::commands::run(&sw, "show", &[]).unwrap().0;
     assert!(show.contains("port 65534") && show.contains("internal"), "{show}");
     // The mirror tap saw the switched frames.
