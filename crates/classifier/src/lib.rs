@@ -232,13 +232,12 @@ impl Subtable {
         let mut out = [finish(BASIS); 4];
         let mut h = BASIS;
         let mut from = 0;
-        for s in 0..self.n_stages as usize {
-            let to = self.ends[s] as usize;
-            for &w in &self.words[from..to] {
+        for (o, &end) in out.iter_mut().zip(&self.ends[..self.n_stages as usize]) {
+            for &w in &self.words[from..end as usize] {
                 h = hash_word(h, key.w[w as usize] & self.mask.w[w as usize]);
             }
-            out[s] = finish(h);
-            from = to;
+            *o = finish(h);
+            from = end as usize;
         }
         out
     }
@@ -532,22 +531,44 @@ impl<T> Classifier<T> {
             let mut h = BASIS;
             let mut from = 0;
             let n = st.n_stages as usize;
+            // A catch-all subtable has no stages, only its one group.
+            let mut group = if n == 0 { st.group(finish(BASIS), key) } else { None };
             for s in 0..n {
-                if s == st.l3 as usize && st.has_trie && self.trie_skips(st, key, &mut walks, wc) {
-                    continue 'subtables;
-                }
                 let to = st.ends[s] as usize;
+                let mut h2 = h;
                 for &w in &st.words[from..to] {
-                    let w = w as usize;
-                    wc.w[w] |= st.mask.w[w];
-                    h = hash_word(h, key.w[w] & st.mask.w[w]);
+                    h2 = hash_word(h2, key.w[w as usize] & st.mask.w[w as usize]);
                 }
-                from = to;
-                if s + 1 < n && !st.stage_sets[s].contains_key(&finish(h)) {
+                let fh = finish(h2);
+                let hit = if s + 1 < n {
+                    st.stage_sets[s].contains_key(&fh)
+                } else {
+                    group = st.group(fh, key);
+                    group.is_some()
+                };
+                // A miss at the L3 stage can also be proved by a prefix
+                // trie, often with fewer bits. Ask it only if the stage's
+                // bits are not all in `wc` already.
+                if !hit
+                    && s == st.l3 as usize
+                    && st.has_trie
+                    && !st.words[from..to]
+                        .iter()
+                        .all(|&w| wc.w[w as usize] & st.mask.w[w as usize] == st.mask.w[w as usize])
+                    && self.trie_skips(st, key, &mut walks, wc)
+                {
                     continue 'subtables;
                 }
+                for &w in &st.words[from..to] {
+                    wc.w[w as usize] |= st.mask.w[w as usize];
+                }
+                if !hit {
+                    continue 'subtables;
+                }
+                h = h2;
+                from = to;
             }
-            let Some(g) = st.group(finish(h), key) else { continue };
+            let Some(g) = group else { continue };
             for r in &g.rules {
                 if let Some(b) = &best {
                     if r.priority < b.priority || (r.priority == b.priority && r.id > b.id) {

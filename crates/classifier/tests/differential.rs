@@ -163,8 +163,8 @@ fn make_packet(base: &Match, other: &Match, r: &[u64; 4], noise: &[u64; WORDS]) 
         0 => {}
         1 | 2 => {
             // Unmasked bits random.
-            for i in 0..WORDS {
-                k.w[i] |= noise[i] & !base.mask.w[i];
+            for ((w, n), m) in k.w.iter_mut().zip(noise).zip(&base.mask.w) {
+                *w |= n & !m;
             }
         }
         3 => {
@@ -191,7 +191,7 @@ fn make_packet(base: &Match, other: &Match, r: &[u64; 4], noise: &[u64; WORDS]) 
             k.set_dl_type(t);
         }
     }
-    if r[3] % 5 == 0 {
+    if r[3].is_multiple_of(5) {
         let t = [ethertype::IPV4, ethertype::IPV6, ethertype::ARP][r[2] as usize % 3];
         k.set_dl_type(t);
     }
@@ -238,8 +238,8 @@ fn check_lookup(
     // Keys agreeing on wc, random elsewhere.
     for r in checks {
         let mut k2 = *k;
-        for i in 0..WORDS {
-            k2.w[i] = (k.w[i] & wc.w[i]) | (r[i] & !wc.w[i]);
+        for (i, x) in r.iter().enumerate() {
+            k2.w[i] = (k.w[i] & wc.w[i]) | (x & !wc.w[i]);
         }
         prop_assert_eq!(reference(model, &k2, v), got, "wc {:?} too narrow for {:?} vs {:?}", wc, k, k2);
     }
