@@ -50,16 +50,18 @@ impl OutQueues {
 /// Outcome of executing one packet's actions.
 pub enum Exec {
     Done,
-    /// A `Recirc(id)` action: look the (rewritten) packet up again.
-    Recirc(Packet, FlowKey, u32),
+    /// A `Recirc(id)` action: look the (rewritten) packet up again; its
+    /// key (updated in place, recirc_id set) is the caller's.
+    Recirc(Packet, u32),
 }
 
 /// Executes `actions` on `pkt` whose extracted key and layout are `key`
-/// and `layout`. Outputs go to `out`; userspace actions to `sink`.
+/// and `layout`; `key` follows the rewrites. Outputs go to `out`;
+/// userspace actions to `sink`.
 pub fn execute(
     actions: &[DpAction],
     mut pkt: Packet,
-    mut key: FlowKey,
+    key: &mut FlowKey,
     mut layout: Layout,
     out: &mut OutQueues,
     sink: &mut dyn Sink,
@@ -75,7 +77,7 @@ pub fn execute(
                 }
                 out.push(*port, pkt.clone());
             }
-            DpAction::SetMasked { key: v, mask } => set_masked(&mut pkt, &mut key, &layout, v, mask),
+            DpAction::SetMasked { key: v, mask } => set_masked(&mut pkt, key, &layout, v, mask),
             DpAction::PushVlan { tpid, tci } => {
                 pkt.insert_bytes(12, 4);
                 let d = pkt.data_mut();
@@ -100,7 +102,7 @@ pub fn execute(
             }
             DpAction::Recirc(id) => {
                 key.set_recirc_id(*id);
-                return Exec::Recirc(pkt, key, *id);
+                return Exec::Recirc(pkt, *id);
             }
         }
     }

@@ -157,14 +157,17 @@ impl Pmd {
     /// and executed; outputs are grouped per port and handed to `sink` at
     /// the end. Drains `pkts`.
     pub fn process_batch(&mut self, pkts: &mut Vec<Packet>, upcall: &dyn Upcall, now_ms: u64, sink: &mut dyn Sink) {
+        // One key buffer for the batch: extraction writes into it and
+        // execution rewrites it in place, so it is never copied around.
+        let mut key = FlowKey::ZERO;
         for pkt in pkts.drain(..) {
-            let (key, layout, err) = flow::extract(pkt.data(), pkt.in_port);
+            let (layout, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, &mut key);
             if let Some(e) = err {
                 self.stats.count_drop(e.name());
                 continue;
             }
             self.stats.packets += 1;
-            self.handle(pkt, key, layout, upcall, now_ms, sink, 0);
+            self.handle(pkt, &mut key, layout, upcall, now_ms, sink, 0);
         }
         self.out.flush(sink);
         if now_ms >= self.last_rank_ms + 1000 {
@@ -182,10 +185,10 @@ impl Pmd {
         now_ms: u64,
         sink: &mut dyn Sink,
     ) {
-        let (key, layout, _) = flow::extract(pkt.data(), pkt.in_port);
-        if let Exec::Recirc(p, k, _) = execute(actions, pkt, key, layout, &mut self.out, sink) {
+        let (mut key, layout, _) = flow::extract(pkt.data(), pkt.in_port);
+        if let Exec::Recirc(p, _) = execute(actions, pkt, &mut key, layout, &mut self.out, sink) {
             let (_, layout, _) = flow::extract(p.data(), p.in_port);
-            self.handle(p, k, layout, upcall, now_ms, sink, 1);
+            self.handle(p, &mut key, layout, upcall, now_ms, sink, 1);
         }
         self.out.flush(sink);
     }
@@ -194,7 +197,7 @@ impl Pmd {
     fn handle(
         &mut self,
         pkt: Packet,
-        key: FlowKey,
+        key: &mut FlowKey,
         layout: flow::Layout,
         upcall: &dyn Upcall,
         now_ms: u64,
@@ -206,7 +209,7 @@ impl Pmd {
             return;
         }
         let len = pkt.len() as u64;
-        let found = self.lookup(&key, upcall, now_ms);
+        let found = self.lookup(key, upcall, now_ms);
         let res = match &found {
             Found::Flow(slot) => {
                 let f = self.flows[*slot as usize].as_mut().expect("found flows exist");
@@ -217,9 +220,9 @@ impl Pmd {
             }
             Found::Uncached(t) => execute(&t.actions, pkt, key, layout, &mut self.out, sink),
         };
-        if let Exec::Recirc(p, k, _) = res {
+        if let Exec::Recirc(p, _) = res {
             let (_, layout, _) = flow::extract(p.data(), p.in_port);
-            self.handle(p, k, layout, upcall, now_ms, sink, depth + 1);
+            self.handle(p, key, layout, upcall, now_ms, sink, depth + 1);
         }
     }
 

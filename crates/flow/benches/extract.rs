@@ -17,6 +17,10 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("udp4_64B", |b| b.iter(|| flow::extract(black_box(&udp), 1)));
     g.bench_function("tcp6_78B", |b| b.iter(|| flow::extract(black_box(&tcp6), 1)));
+    let mut k = flow::FlowKey::ZERO;
+    g.bench_function("udp4_64B_into", |b| {
+        b.iter(|| black_box(flow::extract::extract_into(black_box(&udp), 1, &mut k)))
+    });
     g.finish();
 }
 
