@@ -26,13 +26,17 @@
 //! (metadata, L2, L3, L4), and after each stage but the last the running
 //! hash is checked against the set of the rules' hashes for that stage
 //! prefix; a miss ends the subtable, and the mask bits of later stages are
-//! never added to `wc`. Before the L3 stage, *prefix tries* on nw_src,
-//! nw_dst, ipv6_src and ipv6_dst prune subtables whose mask is a /p prefix
-//! on one of them: if no rule prefix of length exactly p agrees with the
-//! packet's address, the subtable is skipped, and `wc` gets only the
-//! leading address bits the trie needed to prove it (at most p). So with
+//! never added to `wc`. At the L3 stage, *prefix tries* on nw_src,
+//! nw_dst, ipv6_src and ipv6_dst give a second, often narrower, proof of a
+//! miss for subtables whose mask is a /p prefix on one of them: if no rule
+//! prefix of length exactly p agrees with the packet's address, the
+//! subtable is skipped and `wc` gets only the leading address bits the trie
+//! needed to prove it (at most p) instead of the whole L3 stage. So with
 //! rules on 10.0.0.0/8 and 192.168.0.0/24, a packet to 10.1.2.3 yields a
-//! /8 megaflow, not a /24 one.
+//! /8 megaflow, not a /24 one. The trie (path-compressed, one node per
+//! branch point) is walked at most once per field per lookup, and only when
+//! the stage hash has missed and the stage's bits are not all in `wc` yet
+//! (otherwise it could not narrow anything).
 //!
 //! The tries follow protocol prerequisites: the IPv4 tries hold the
 //! prefixes of rules with `dl_type=0x0800` (the IPv6 tries,
