@@ -142,6 +142,14 @@ pub trait Upcall {
     /// datapath actions and the megaflow mask. May have side effects such
     /// as MAC learning.
     fn translate(&self, key: &FlowKey) -> Translation;
+
+    /// Like [`Upcall::translate`], but answers `None` instead of waiting
+    /// when the slow path is busy (e.g. a large rule change holds it). The
+    /// fast path uses this, so it never stalls its other packets and ports;
+    /// the packet that needed it is dropped and counted.
+    fn try_translate(&self, key: &FlowKey) -> Option<Translation> {
+        Some(self.translate(key))
+    }
 }
 
 #[cfg(test)]

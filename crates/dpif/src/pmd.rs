@@ -38,6 +38,9 @@ pub struct PmdStats {
     pub upcalls: u64,
     /// Misses not cached because the megaflow limit was reached.
     pub upcall_lost_limit: u64,
+    /// Misses dropped because the slow path was busy (a rule change held
+    /// it): the poll thread never waits for it.
+    pub upcall_busy: u64,
     /// Stale megaflows checked against the current rules and kept.
     pub revalidated: u64,
     /// Stale megaflows whose translation changed, removed.
@@ -117,6 +120,8 @@ enum Found {
     Flow(u32),
     /// Translated but not cached (megaflow limit).
     Uncached(Translation),
+    /// The slow path was busy: drop the packet.
+    Busy,
 }
 
 impl Pmd {
@@ -219,6 +224,7 @@ impl Pmd {
                 execute(&f.actions, pkt, key, layout, &mut self.out, sink)
             }
             Found::Uncached(t) => execute(&t.actions, pkt, key, layout, &mut self.out, sink),
+            Found::Busy => return,
         };
         if let Exec::Recirc(p, _) = res {
             let (_, layout, _) = flow::extract(p.data(), p.in_port);
@@ -242,6 +248,7 @@ impl Pmd {
                 std::borrow::Cow::Borrowed(&self.flows[slot as usize].as_ref().expect("found flows exist").actions)
             }
             Found::Uncached(t) => std::borrow::Cow::Owned(t.actions),
+            Found::Busy => std::borrow::Cow::Owned(Vec::new()),
         }
     }
 
@@ -276,8 +283,11 @@ impl Pmd {
             }
         }
         // Miss: ask the slow path.
+        let Some(t) = upcall.try_translate(key) else {
+            self.stats.upcall_busy += 1;
+            return Found::Busy;
+        };
         self.stats.upcalls += 1;
-        let t = upcall.translate(key);
         if self.n_flows >= self.cfg.megaflow_limit {
             self.stats.upcall_lost_limit += 1;
             return Found::Uncached(t);
@@ -340,7 +350,9 @@ impl Pmd {
         if f.generation == self.generation {
             return true;
         }
-        let t = upcall.translate(&f.orig);
+        // If the slow path is busy the megaflow cannot be confirmed: it is
+        // not used (the lookup falls through to an upcall, which counts).
+        let Some(t) = upcall.try_translate(&f.orig) else { return false };
         if t.actions == f.actions && t.mask.is_subset_of(&f.m.mask) {
             self.flows[slot as usize].as_mut().expect("exists").generation = self.generation;
             self.stats.revalidated += 1;

@@ -34,7 +34,19 @@ pub fn run(sw: &Switch, cmd: &str, args: &[String]) -> Result<(String, Value)> {
                     mods.push((FlowModCmd::Add, spec));
                 }
             }
-            let n = sw.shared.ofproto.write().expect("ofproto lock").flow_mod_batch(&mods).map_err(|(i, e)| anyhow::anyhow!("flow {}: {e}", i + 1))?;
+            // Like ovs-ofctl add-flows without --bundle, flows are committed
+            // in chunks, so the write lock is held for a few milliseconds
+            // at a time and poll threads keep translating in between.
+            let mut n = 0;
+            for (c, chunk) in mods.chunks(1000).enumerate() {
+                n += sw
+                    .shared
+                    .ofproto
+                    .write()
+                    .expect("ofproto lock")
+                    .flow_mod_batch(chunk)
+                    .map_err(|(i, e)| anyhow::anyhow!("flow {}: {e}", c * 1000 + i + 1))?;
+            }
             Ok((format!("{n} flows added\n"), json!({"added": n})))
         }
         "del-flows" => {
@@ -123,7 +135,16 @@ fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {
         writeln!(out, "  packets received: {}", s.packets)?;
         writeln!(out, "  emc hits: {}", s.emc_hits)?;
         writeln!(out, "  megaflow hits: {}", s.megaflow_hits)?;
-        writeln!(out, "  upcalls: {} (lost to the megaflow limit: {})", s.upcalls, s.upcall_lost_limit)?;
+        writeln!(
+            out,
+            "  upcalls: {} (not cached, megaflow limit: {}; dropped, slow path busy: {})",
+            s.upcalls, s.upcall_lost_limit, s.upcall_busy
+        )?;
+        writeln!(
+            out,
+            "  megaflows revalidated: {} kept, {} removed; expired: {}",
+            s.revalidated, s.removed_stale, s.expired
+        )?;
         writeln!(out, "  megaflows: {}", r.n_megaflows)?;
         let drops: Vec<String> =
             s.drops_by_reason().into_iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k}={n}")).collect();
@@ -140,7 +161,8 @@ fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {
         )?;
         pmds.push(json!({
             "id": r.id, "packets": s.packets, "emc_hits": s.emc_hits, "megaflow_hits": s.megaflow_hits,
-            "upcalls": s.upcalls, "upcall_lost_limit": s.upcall_lost_limit, "megaflows": r.n_megaflows,
+            "upcalls": s.upcalls, "upcall_lost_limit": s.upcall_lost_limit, "upcall_busy": s.upcall_busy,
+            "revalidated": s.revalidated, "removed_stale": s.removed_stale, "expired": s.expired, "megaflows": r.n_megaflows,
             "busy_ns": r.busy_ns, "idle_ns": r.idle_ns, "ns_per_packet": ns_per_pkt,
             "cycles_per_packet": ns_per_pkt * mhz / 1000.0,
             "drops": s.drops_by_reason().into_iter().map(|(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),

@@ -168,6 +168,25 @@ impl Switch {
     /// Adds a port: opens the device, gives it an OpenFlow number, and
     /// hands it to the least loaded poll thread.
     pub fn add_port(&self, spec: PortSpec) -> Result<u32> {
+        let pmd = self.pick_pmd();
+        let dev = ports::open(&spec, &self.shared.bridge, &self.shared.umems[pmd])?;
+        self.attach(spec, dev, pmd)
+    }
+
+    /// Adds an already open device (e.g. an in-memory dummy port in tests
+    /// and benchmarks) as a port described by `spec`.
+    pub fn add_netdev(&self, spec: PortSpec, dev: Box<dyn Netdev>) -> Result<u32> {
+        let pmd = self.pick_pmd();
+        self.attach(spec, dev, pmd)
+    }
+
+    fn pick_pmd(&self) -> usize {
+        let ports = self.shared.ports.read().expect("ports lock");
+        let n_pmd = self.shared.reports.len();
+        (0..n_pmd).min_by_key(|i| ports.values().filter(|p| p.pmd == *i).count()).unwrap_or(0)
+    }
+
+    fn attach(&self, spec: PortSpec, dev: Box<dyn Netdev>, pmd: usize) -> Result<u32> {
         let sh = &self.shared;
         let mut ports = sh.ports.write().expect("ports lock");
         if ports.values().any(|p| p.spec.name == spec.name) {
@@ -178,9 +197,6 @@ impl Switch {
             Some(n) => n,
             None => (1..ofproto::actions::ofpp::MAX).find(|n| !ports.contains_key(n)).expect("a free port number"),
         };
-        let n_pmd = sh.reports.len();
-        let pmd = (0..n_pmd).min_by_key(|i| ports.values().filter(|p| p.pmd == *i).count()).unwrap_or(0);
-        let dev = ports::open(&spec, &sh.bridge, &sh.umems[pmd])?;
         let info = dev.info();
         let port = Arc::new(Port {
             ofport,
@@ -290,6 +306,14 @@ struct BridgeUpcall<'a>(&'a RwLock<Ofproto>);
 impl Upcall for BridgeUpcall<'_> {
     fn translate(&self, key: &FlowKey) -> Translation {
         self.0.read().expect("ofproto lock").translate_key(key, 0)
+    }
+
+    fn try_translate(&self, key: &FlowKey) -> Option<Translation> {
+        match self.0.try_read() {
+            Ok(of) => Some(of.translate_key(key, 0)),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner().translate_key(key, 0)),
+        }
     }
 }
 
