@@ -137,6 +137,12 @@ pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
     sw.stop();
     let ports: Vec<String> = hosts.iter().map(|h| h.port.clone()).collect();
     drop(hosts);
+    // The kernel releases an XDP link shortly after its last descriptor
+    // closes: give it a moment before calling anything a leftover.
+    let t = std::time::Instant::now();
+    while ports.iter().any(|p| crate::netns::xdp_attached(p)) && t.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let leftovers: Vec<&String> = ports.iter().filter(|p| crate::netns::xdp_attached(p)).collect();
     if !leftovers.is_empty() {
         bail!("XDP programs left on {leftovers:?}");

@@ -27,6 +27,19 @@ fn hosts(t: &str, n: usize) -> Vec<Host> {
         .collect()
 }
 
+/// Waits up to 2 s for `cond` (the kernel releases XDP links and tap
+/// devices asynchronously after their last file descriptor closes).
+fn eventually(cond: impl Fn() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
 fn switch(poll: PollMode) -> Switch {
     Switch::start(SwitchOptions {
         bridge: "xvstest".into(),
@@ -67,7 +80,7 @@ fn two_hosts_exchange(t: &str, opts: &str, expect_mode: &str) {
     let ports: Vec<String> = hs.iter().map(|h| h.port.clone()).collect();
     sw.stop();
     for p in &ports {
-        assert!(!xdp_attached(p), "XDP left on {p}");
+        assert!(eventually(|| !xdp_attached(p)), "XDP left on {p}");
     }
 }
 
@@ -182,7 +195,10 @@ fn local_port_and_mirror() {
         );
     assert!(mirrored >= 4, "mirror saw {mirrored} frames");
     sw.stop();
-    assert!(!std::path::Path::new(&format!("/sys/class/net/{bridge}")).exists(), "local port left behind");
+    assert!(
+        eventually(|| !std::path::Path::new(&format!("/sys/class/net/{bridge}")).exists()),
+        "local port left behind"
+    );
 }
 
 #[test]
@@ -201,7 +217,7 @@ fn port_removed_while_traffic_flows() {
         let got3 = to3.join().unwrap();
         assert!(got3 > 0 && got3 < 3000, "h3 got {got3}: removal should cut the stream");
     });
-    assert!(!xdp_attached(&hs[2].port), "XDP left on removed port");
+    assert!(eventually(|| !xdp_attached(&hs[2].port)), "XDP left on removed port");
     // The others keep forwarding.
     assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 3);
     assert_eq!(hs[0].ping(&hs[2].ip, 1).unwrap(), 0);
@@ -271,7 +287,7 @@ fn sigterm_and_kill9_leave_nothing_behind() {
     unsafe_free_kill(d.id(), "TERM");
     assert!(d.wait().unwrap().success());
     for h in &hs {
-        assert!(!xdp_attached(&h.port), "XDP left after SIGTERM");
+        assert!(eventually(|| !xdp_attached(&h.port)), "XDP left after SIGTERM");
     }
     // kill -9, then a restart on the same ports works.
     let mut d = daemon(&hs, &run_dir);
@@ -280,7 +296,7 @@ fn sigterm_and_kill9_leave_nothing_behind() {
     d.wait().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     for h in &hs {
-        assert!(!xdp_attached(&h.port), "XDP left after kill -9");
+        assert!(eventually(|| !xdp_attached(&h.port)), "XDP left after kill -9");
     }
     let mut d = daemon(&hs, &run_dir);
     assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2, "forwarding after restart");
