@@ -231,6 +231,54 @@ impl XdpProgram {
     }
 }
 
+/// A counting sink for benchmarks: an XDP program that counts every frame
+/// arriving on a device and drops it. Dropping the sink detaches it.
+pub struct XdpSink {
+    ebpf: Ebpf,
+    mode: ActiveMode,
+}
+
+impl XdpSink {
+    pub fn attach(iface: impl Into<Iface>, mode: XdpMode) -> Result<XdpSink, Error> {
+        let (ifindex, ifname) = resolve(iface.into())?;
+        let mut ebpf = EbpfLoader::new().load(&OBJECT.bytes)?;
+        let prog: &mut Xdp = ebpf
+            .program_mut("xvs_count_drop")
+            .ok_or_else(|| Error::Io(io::Error::other("program xvs_count_drop missing from object")))?
+            .try_into()?;
+        prog.load()?;
+        let mut attach = |m: ActiveMode| {
+            let aya_mode = if m == ActiveMode::Native { AyaMode::Driver } else { AyaMode::Skb };
+            prog.attach_to_if_index(ifindex, aya_mode).map(|_| m).map_err(|source| Error::Attach {
+                iface: ifname.clone(),
+                mode: m.as_str(),
+                source,
+            })
+        };
+        let mode = match mode {
+            XdpMode::Native => attach(ActiveMode::Native)?,
+            XdpMode::Generic => attach(ActiveMode::Generic)?,
+            XdpMode::BestEffort => match attach(ActiveMode::Native) {
+                Ok(m) => m,
+                Err(_) => attach(ActiveMode::Generic)?,
+            },
+        };
+        Ok(XdpSink { ebpf, mode })
+    }
+
+    pub fn mode(&self) -> ActiveMode {
+        self.mode
+    }
+
+    /// (packets, bytes) counted so far, summed over CPUs.
+    pub fn counts(&self) -> Result<(u64, u64), Error> {
+        let map = self.ebpf.map("xvs_counters").ok_or_else(|| Error::Io(io::Error::other("xvs_counters missing")))?;
+        let arr: aya::maps::PerCpuArray<&MapData, u64> = aya::maps::PerCpuArray::try_from(map)?;
+        let sum = |i: u32| -> Result<u64, Error> { Ok(arr.get(&i, 0)?.iter().sum()) };
+        Ok((sum(0)?, sum(1)?))
+    }
+}
+
 /// A program attached to a device. Dropping it detaches the program.
 pub struct Attached {
     // Holds the program and its link; dropped (detached) explicitly.

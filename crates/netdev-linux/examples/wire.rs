@@ -20,7 +20,8 @@ fn main() -> std::io::Result<()> {
     if let Some(i) = args.iter().position(|a| a == "--seconds") {
         seconds = args.get(i + 1).and_then(|s| s.parse().ok());
     }
-    let devs: Vec<&String> = devs.into_iter().filter(|d| Some(d.parse::<u64>().ok()) != Some(seconds)).collect();
+    let devs: Vec<&String> =
+        devs.into_iter().filter(|d| seconds.is_none() || d.parse::<u64>().ok() != seconds).collect();
     if devs.len() != 2 {
         eprintln!("usage: wire IF_A IF_B [--copy] [--generic] [--seconds N]");
         std::process::exit(2);

@@ -173,6 +173,28 @@ enum UtilCmd {
         dev: String,
         frames: Vec<String>,
     },
+    Pktgen {
+        #[arg(long)]
+        dev: String,
+        #[arg(long)]
+        src_mac: String,
+        #[arg(long)]
+        dst_mac: String,
+        #[arg(long, default_value_t = 60)]
+        size: usize,
+        #[arg(long, default_value_t = 1)]
+        flows: u32,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+    },
+    XdpSink {
+        #[arg(long)]
+        dev: String,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long)]
+        ready_file: Option<String>,
+    },
 }
 
 fn client(c: &ClientArgs, cmd: &str, args: &[String]) -> Result<()> {
@@ -274,6 +296,10 @@ fn main() -> ExitCode {
             UtilCmd::TcpRecv { port, max_ms, ready_file } => xvs::util::tcp_recv(port, max_ms, ready_file.as_deref()),
             UtilCmd::TcpSend { dst, bytes, timeout_ms } => xvs::util::tcp_send(&dst, bytes, timeout_ms),
             UtilCmd::SendRaw { dev, frames } => xvs::util::send_raw(&dev, &frames),
+            UtilCmd::Pktgen { dev, src_mac, dst_mac, size, flows, seconds } => {
+                xvs::util::pktgen(&dev, &src_mac, &dst_mac, size, flows, seconds)
+            }
+            UtilCmd::XdpSink { dev, seconds, ready_file } => xvs::util::xdp_sink(&dev, seconds, ready_file.as_deref()),
         }
         .map(|s| println!("{s}")),
     };

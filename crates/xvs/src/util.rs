@@ -139,3 +139,73 @@ pub fn send_raw(ifname: &str, frames_hex: &[String]) -> Result<String> {
     }
     Ok(format!("sent {} frames", s.tx_packets))
 }
+
+/// The `i`th of `n` flows: source and destination IPv4 addresses drawn
+/// from two pools of 1,000 (as the OVS AF_XDP paper's tests do) and a UDP
+/// source port, so rule tables on L3 or L4 see `n` distinct 5-tuples.
+pub fn flow_tuple(i: u32) -> (u32, u32, u16) {
+    let a = i.wrapping_mul(7919) % 1000;
+    let b = i.wrapping_mul(104_729) % 1000;
+    (
+        0x0a01_0000 | (a / 250) << 8 | (a % 250 + 1),
+        0x0a02_0000 | (b / 250) << 8 | (b % 250 + 1),
+        1024 + (i % 50_000) as u16,
+    )
+}
+
+/// Sends UDP frames of `size` bytes round-robin over `flows` flows out of
+/// `dev` through an AF_PACKET socket for `seconds`. Prints what it sent.
+pub fn pktgen(dev: &str, src_mac: &str, dst_mac: &str, size: usize, flows: u32, seconds: f64) -> Result<String> {
+    use netdev::Netdev;
+    let mac = |m: &str| -> Result<[u8; 6]> {
+        let v = flow::matching::parse_mac(m).with_context(|| format!("bad MAC {m}"))?;
+        Ok(flow::key::mac_to_bytes(v))
+    };
+    let (src, dst) = (mac(src_mac)?, mac(dst_mac)?);
+    if !(60..=1514).contains(&size) {
+        bail!("--size must be 60-1514 (frame without FCS)");
+    }
+    let frames: Vec<netdev::Packet> = (0..flows.max(1))
+        .map(|i| {
+            let (s, d, sp) = flow_tuple(i);
+            let f = wire::build::Frame::new(src, dst)
+                .l3(wire::build::L3::ipv4(s, d))
+                .l4(wire::build::L4::Udp { src: sp, dst: 5001 })
+                .pad_to(size)
+                .build();
+            netdev::Packet::from_slice(&f)
+        })
+        .collect();
+    let mut port = netdev_linux::AfPacketPort::open(dev).with_context(|| format!("opening {dev}"))?;
+    let start = Instant::now();
+    let mut batch = Vec::with_capacity(64);
+    let mut i = 0usize;
+    while start.elapsed().as_secs_f64() < seconds {
+        for _ in 0..64 {
+            batch.push(frames[i % frames.len()].clone());
+            i += 1;
+        }
+        port.tx_batch(&mut batch)?;
+    }
+    let st = port.stats();
+    let secs = start.elapsed().as_secs_f64();
+    Ok(format!(
+        "sent {} dropped {} seconds {secs:.3} pps {:.0}",
+        st.tx_packets,
+        st.tx_dropped,
+        st.tx_packets as f64 / secs
+    ))
+}
+
+/// Attaches the counting XDP sink to `dev`, waits `seconds`, prints the
+/// packets and bytes it counted.
+pub fn xdp_sink(dev: &str, seconds: f64, ready_file: Option<&str>) -> Result<String> {
+    let sink =
+        bpf::XdpSink::attach(dev, bpf::XdpMode::BestEffort).with_context(|| format!("attaching sink to {dev}"))?;
+    if let Some(f) = ready_file {
+        std::fs::write(f, "ready")?;
+    }
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let (p, b) = sink.counts()?;
+    Ok(format!("received {p} bytes {b} mode {}", sink.mode().as_str()))
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: xvs, OVS 3.1 AF_XDP and the Linux bridge on one
+# veth topology, in one run. Installs what it needs, builds, runs.
+#   ./bench.sh            full matrix (about 15 minutes)
+#   ./bench.sh --quick    a 2-minute subset
+# Output: a table, bench-out/results.json and bench-out/chart.png.
+set -euo pipefail
+cd "$(dirname "$0")"
+XVS_EXTRA_PKGS="openvswitch-switch python3-matplotlib" ./scripts/setup.sh
+# The Debian service would start its own ovs-vswitchd; the bench runs its own.
+systemctl stop openvswitch-switch 2>/dev/null || true
+pkill -x ovs-vswitchd 2>/dev/null || true
+pkill -x ovsdb-server 2>/dev/null || true
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release --locked -p xvs -p netdev-linux --examples --bins
+# Debian's python3 (it has python3-matplotlib for the chart).
+exec /usr/bin/python3 bench/run.py "$@"

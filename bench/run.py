@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Side-by-side forwarding benchmark: xvs, OVS 3.1 AF_XDP, the Linux bridge,
+and two ceilings (generator straight into the sink; a 2-port AF_XDP wire
+with no lookup), on the same veth topology, in one run.
+
+    generator ns (pktgen, AF_PACKET) --veth--> switch --veth--> sink ns (XDP count+drop)
+
+Every case runs --reps times for --seconds; the table shows medians. Output:
+a table on the terminal (with a progress line), results.json and, if
+matplotlib is importable, chart.png in --out. Run as root through
+../bench.sh, which builds what it needs. Everything created is removed at
+the end, also on failure and Ctrl-C.
+"""
+import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+XVS = os.path.join(ROOT, "target/release/xvs")
+WIRE = os.path.join(ROOT, "target/release/examples/wire")
+G, S, GP, SP = "xbgen", "xbsink", "xbg0", "xbs0"
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def sh(*a, check=True, **kw):
+    return subprocess.run(a, check=check, capture_output=True, text=True, **kw).stdout
+
+
+def ns(n, *a, **kw):
+    return sh("ip", "netns", "exec", n, *a, **kw)
+
+
+def quiet(*a):
+    subprocess.run(a, capture_output=True)
+
+
+class Topo:
+    """gen and sink namespaces; the root-side veth ends are the switch ports.
+    direct=True wires gen to sink with one veth pair (the bare ceiling)."""
+
+    def __init__(self, direct=False):
+        self.direct = direct
+        self.cleanup()
+        for n in (G, S):
+            sh("ip", "netns", "add", n)
+        if direct:
+            sh("ip", "link", "add", "eth0", "netns", G, "type", "veth", "peer", "name", "eth0", "netns", S)
+        else:
+            sh("ip", "link", "add", GP, "type", "veth", "peer", "name", "eth0", "netns", G)
+            sh("ip", "link", "add", SP, "type", "veth", "peer", "name", "eth0", "netns", S)
+            for p in (GP, SP):
+                sh("ip", "link", "set", p, "up")
+                quiet("ethtool", "-K", p, "tx", "off")
+        for n in (G, S):
+            ns(n, "ip", "link", "set", "eth0", "up")
+            ns(n, "ip", "link", "set", "lo", "up")
+            quiet("ip", "netns", "exec", n, "ethtool", "-K", "eth0", "tx", "off")
+        self.gmac = ns(G, "cat", "/sys/class/net/eth0/address").strip()
+        self.smac = ns(S, "cat", "/sys/class/net/eth0/address").strip()
+
+    @staticmethod
+    def cleanup():
+        for n in (G, S):
+            quiet("ip", "netns", "del", n)
+        for d in (GP, SP, "xbbr"):
+            quiet("ip", "link", "del", d)
+
+
+def cpu_of(pid):
+    """user+system seconds of a process (all threads)."""
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / HZ
+    except (OSError, IndexError):
+        return 0.0
+
+
+def softirq():
+    for line in open("/proc/stat"):
+        if line.startswith("cpu "):
+            return int(line.split()[7]) / HZ
+    return 0.0
+
+
+def run_once(topo, size, flows, secs, pid):
+    """One measurement: (offered pps, forwarded pps, switch cpu s, softirq s)."""
+    ready = tempfile.mktemp(prefix="xb-ready-")
+    sink = subprocess.Popen(["ip", "netns", "exec", S, XVS, "util", "xdp-sink", "--dev", "eth0",
+                             "--seconds", str(secs + 1.0), "--ready-file", ready],
+                            stdout=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while not os.path.exists(ready) and time.time() - t0 < 5:
+        time.sleep(0.02)
+    c0, s0 = cpu_of(pid) if pid else 0.0, softirq()
+    gen = sh("ip", "netns", "exec", G, "taskset", "-c", "0", XVS, "util", "pktgen", "--dev", "eth0",
+             "--src-mac", topo.gmac, "--dst-mac", topo.smac, "--size", str(size - 4),
+             "--flows", str(flows), "--seconds", str(secs))
+    c1, s1 = cpu_of(pid) if pid else 0.0, softirq()
+    out = sink.communicate(timeout=secs + 10)[0]
+    os.path.exists(ready) and os.unlink(ready)
+    sent = int(re.search(r"sent (\d+)", gen).group(1))
+    got = int(re.search(r"received (\d+)", out).group(1))
+    return sent / secs, got / secs, c1 - c0, s1 - s0
+
+
+def rule_file(flows):
+    """1000 rules that force L3/L4 megaflows: one per destination address
+    of the generator's pool, matching UDP to port 5001; ARP and the rest
+    go NORMAL."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    lines = ["priority=0,actions=NORMAL"]
+    for b in range(1000):
+        dst = f"10.2.{b // 250}.{b % 250 + 1}"
+        lines.append(f"priority=10,udp,nw_dst={dst},tp_dst=5001,actions=output:2")
+    path = tempfile.mktemp(prefix="xb-rules-", suffix=".txt")
+    open(path, "w").write("\n".join(lines) + "\n")
+    return path
+
+
+class Xvs:
+    name = "xvs"
+
+    def __init__(self, rules=None):
+        self.run = tempfile.mkdtemp(prefix="xb-xvs-")
+        args = ["taskset", "-c", "1", XVS, "switch", "--run-dir", self.run, "--no-local-port", "--poll", "busy",
+                "--pmd-cpus", "1", "--port", GP, "--port", SP]
+        if rules:
+            args += ["--flows", rules]
+        self.p = subprocess.Popen(args, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if os.path.exists(os.path.join(self.run, "xvs.ctl")):
+                break
+            time.sleep(0.05)
+        self.pid = self.p.pid
+
+    def stats(self):
+        j = json.loads(sh(XVS, "pmd-stats", "--run-dir", self.run, "--json"))["pmds"][0]
+        return {"packets": j["packets"], "cycles_per_packet": j["cycles_per_packet"], "upcalls": j["upcalls"],
+                "megaflows": j["megaflows"]}
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(timeout=10)
+        shutil.rmtree(self.run, ignore_errors=True)
+
+
+class Ovs:
+    name = "ovs"
+
+    def __init__(self, rules=None):
+        self.dir = tempfile.mkdtemp(prefix="xb-ovs-")
+        d = self.dir
+        env = dict(os.environ, OVS_RUNDIR=d, OVS_DBDIR=d, OVS_LOGDIR=d)
+        self.env = env
+        db = f"unix:{d}/db.sock"
+        self.vsctl = ["ovs-vsctl", f"--db={db}"]
+        sh("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
+        sh("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
+           "--detach", f"--log-file={d}/ovsdb.log", env=env)
+        sh(*self.vsctl, "--no-wait", "init", env=env)
+        sh(*self.vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2", env=env)
+        sh("ovs-vswitchd", db, f"--pidfile={d}/ovs-vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log", env=env)
+        self.pid = int(open(f"{d}/ovs-vswitchd.pid").read())
+        self.appctl = ["ovs-appctl", "-t", f"{d}/ovs-vswitchd.{self.pid}.ctl"]
+        sh(*self.vsctl, "add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev", env=env)
+        self.mode = "native"
+        for p in (GP, SP):
+            sh(*self.vsctl, "add-port", "br0", p, "--", "set", "interface", p, "type=afxdp",
+               f"options:xdp-mode={self.mode}", check=False, env=env)
+        time.sleep(2)
+        if '"' in sh(*self.vsctl, "get", "interface", GP, "error", env=env):
+            self.mode = "generic"
+            for p in (GP, SP):
+                sh(*self.vsctl, "set", "interface", p, "options:xdp-mode=generic-skb", env=env)
+            time.sleep(2)
+        if rules:
+            sh("ovs-ofctl", "del-flows", "br0", env=env)
+            sh("ovs-ofctl", "add-flows", "br0", rules, env=env)
+        sh(*self.appctl, "dpif-netdev/pmd-stats-clear", env=env)
+
+    def stats(self):
+        out = sh(*self.appctl, "dpif-netdev/pmd-stats-show", env=self.env)
+        def num(pat):
+            m = re.search(pat, out)
+            return float(m.group(1)) if m else 0.0
+        return {"packets": int(num(r"packets received: (\d+)")),
+                "cycles_per_packet": num(r"avg processing cycles per packet: ([\d.]+)"),
+                "upcalls": int(num(r"miss with success upcall: (\d+)")),
+                "megaflows": None}
+
+    def stop(self):
+        for f in ("ovs-vswitchd", "ovsdb-server"):
+            try:
+                os.kill(int(open(f"{self.dir}/{f}.pid").read()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.3)
+        quiet("ip", "link", "del", "br0")
+        quiet("ip", "link", "del", "ovs-netdev")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Bridge:
+    name = "linux-bridge"
+
+    def __init__(self, rules=None):
+        sh("ip", "link", "add", "xbbr", "type", "bridge")
+        for p in (GP, SP):
+            sh("ip", "link", "set", p, "master", "xbbr")
+        sh("ip", "link", "set", "xbbr", "up")
+        self.pid = None
+
+    def stats(self):
+        return {}
+
+    def stop(self):
+        quiet("ip", "link", "del", "xbbr")
+
+
+class Wire:
+    name = "afxdp-wire"
+
+    def __init__(self, rules=None):
+        self.p = subprocess.Popen(["taskset", "-c", "1", WIRE, GP, SP], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        self.pid = self.p.pid
+
+    def stats(self):
+        return {}
+
+    def stop(self):
+        self.p.send_signal(signal.SIGINT)
+        try:
+            self.p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench-out"))
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="64 and 1514 bytes, 1 and 1000 flows, NORMAL only")
+    ap.add_argument("--no-ovs", action="store_true")
+    a = ap.parse_args()
+    sizes = [64, 1514] if a.quick else [64, 256, 512, 1514]
+    flowset = [1, 1000] if a.quick else [1, 100, 1000]
+    have_ovs = shutil.which("ovs-vswitchd") is not None and not a.no_ovs
+    rules = rule_file(1000)
+    switches = [("bare", None, None), ("afxdp-wire", Wire, None), ("linux-bridge", Bridge, None),
+                ("xvs NORMAL", Xvs, None)]
+    if have_ovs:
+        switches.append(("ovs NORMAL", Ovs, None))
+    if not a.quick:
+        switches.append(("xvs 1000 rules", Xvs, rules))
+        if have_ovs:
+            switches.append(("ovs 1000 rules", Ovs, rules))
+    cases = [(s, f) for s in sizes for f in flowset]
+    # Switch-bound cases: many flows through the L3/L4 rule table.
+    extra = [] if a.quick else [("xvs 1000 rules", Xvs, rules, 64, 20000)] + (
+        [("ovs 1000 rules", Ovs, rules, 64, 20000)] if have_ovs else [])
+    results = []
+    total = len(switches) * len(cases) + len(extra)
+    done = 0
+
+    def progress(msg):
+        sys.stderr.write(f"\r[{done}/{total}] {msg:<70}")
+        sys.stderr.flush()
+
+    def measure(label, cls, rf, size, flows):
+        topo = Topo(direct=cls is None)
+        sw = cls(rf) if cls else None
+        try:
+            reps = []
+            for r in range(a.reps):
+                progress(f"{label}: {size} B, {flows} flows, run {r + 1}/{a.reps}")
+                reps.append(run_once(topo, size, flows, a.seconds, sw.pid if sw else None))
+            st = sw.stats() if sw else {}
+        finally:
+            if sw:
+                sw.stop()
+            Topo.cleanup()
+        off = statistics.median(x[0] for x in reps)
+        fwd = statistics.median(x[1] for x in reps)
+        cpu = statistics.median(x[2] for x in reps) / a.seconds
+        sirq = statistics.median(x[3] for x in reps) / a.seconds
+        row = {"switch": label, "size": size, "flows": flows, "offered_pps": off, "forwarded_pps": fwd,
+               "loss": max(0.0, 1 - fwd / off) if off else 0.0, "switch_cpu": cpu, "softirq_cpu": sirq,
+               "runs": [list(x) for x in reps]}
+        row.update(st)
+        if label.startswith(("xvs", "ovs")) and st.get("upcalls"):
+            row["upcalls_per_s"] = st["upcalls"] / (a.seconds * a.reps)
+        if label.startswith("ovs") and sw is not None:
+            row["xdp_mode"] = sw.mode
+        results.append(row)
+
+    try:
+        for label, cls, rf in switches:
+            for size, flows in cases:
+                measure(label, cls, rf, size, flows)
+                done += 1
+        for label, cls, rf, size, flows in extra:
+            measure(label + " (many flows)", cls, rf, size, flows)
+            done += 1
+    finally:
+        Topo.cleanup()
+        os.path.exists(rules) and os.unlink(rules)
+    sys.stderr.write("\n")
+    os.makedirs(a.out, exist_ok=True)
+    meta = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": "),
+            "ncpu": os.cpu_count(), "kernel": os.uname().release, "seconds": a.seconds, "reps": a.reps,
+            "generator": "xvs util pktgen (AF_PACKET) on CPU 0", "sink": "XDP count+drop (native) in the sink ns",
+            "switch_cpu": "CPU 1 (xvs and the AF_XDP wire pinned; OVS pmd-cpu-mask=0x2)"}
+    json.dump({"meta": meta, "results": results}, open(os.path.join(a.out, "results.json"), "w"), indent=1)
+    hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}"
+    print(hdr)
+    for r in results:
+        cyc = r.get("cycles_per_packet")
+        ups = r.get("upcalls_per_s")
+        print(f"{r['switch']:<26}{r['size']:>6}{r['flows']:>7}{r['offered_pps']:>11.0f}{r['forwarded_pps']:>11.0f}"
+              f"{100 * r['loss']:>6.1f}%{100 * r['switch_cpu']:>6.0f}%{100 * r['softirq_cpu']:>6.0f}%"
+              f"{(f'{cyc:.0f}' if cyc else '-'):>9}{(f'{ups:.0f}' if ups else '-'):>9}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        labels = sorted({r["switch"] for r in results if r["flows"] == 1}, key=[s[0] for s in switches].index)
+        fig, ax = plt.subplots(figsize=(10, 5))
+        w = 0.8 / max(1, len(labels))
+        for i, lab in enumerate(labels):
+            ys = [next((r["forwarded_pps"] / 1e3 for r in results if r["switch"] == lab and r["size"] == s and r["flows"] == 1), 0) for s in sizes]
+            ax.bar([x + i * w for x in range(len(sizes))], ys, w, label=lab)
+        ax.set_xticks([x + 0.4 - w / 2 for x in range(len(sizes))], [f"{s} B" for s in sizes])
+        ax.set_ylabel("forwarded kpps (1 flow, median)")
+        ax.legend(fontsize=8)
+        ax.set_title("xvs vs OVS 3.1 AF_XDP vs Linux bridge, veth, one run")
+        fig.savefig(os.path.join(a.out, "chart.png"), dpi=100, bbox_inches="tight")
+        print(f"chart: {os.path.join(a.out, 'chart.png')}")
+    except ImportError:
+        print("chart skipped: python3-matplotlib not installed (bench.sh installs it)")
+    print(f"results: {os.path.join(a.out, 'results.json')}")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        main()
+    except KeyboardInterrupt:
+        Topo.cleanup()
+        sys.exit(130)
