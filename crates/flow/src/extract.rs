@@ -72,8 +72,16 @@ impl ParseError {
     }
 }
 
-/// Offsets of the parsed headers in the packet, for action execution.
-/// Zero means "not present".
+/// Offsets of the parsed headers from the start of the frame, for action
+/// execution. Zero means "not reached".
+///
+/// * `l3`: the byte after the (innermost) Ethertype field, for any
+///   Ethertype >= 0x0600 (so also for ARP and unknown types).
+/// * `l4`: the upper-layer header of an IPv4 datagram or IPv6 packet (after
+///   options and extension headers), whatever its protocol; 0 for a later
+///   fragment, which carries no L4 header.
+/// * `payload`: after the L4 header (TCP data offset, 8 for UDP, 12 for
+///   SCTP, 4 for ICMP/ICMPv6), once that header was parsed in full.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Layout {
     pub l3: u16,
@@ -81,26 +89,39 @@ pub struct Layout {
     pub payload: u16,
 }
 
+/// Frames longer than this are parsed as if cut here, so that every offset
+/// fits [`Layout`]'s `u16`s (no Ethernet frame comes close).
+pub const MAX_PARSE_LEN: usize = u16::MAX as usize;
+
+// Fixed-size views: one bounds check per header, then constant-offset
+// reads that compile to plain loads.
+
+/// `N` bytes of `p` at `o`, or `None` if the packet ends first.
 #[inline(always)]
-fn be16(p: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes([p[o], p[o + 1]])
+fn at<const N: usize>(p: &[u8], o: usize) -> Option<&[u8; N]> {
+    p.get(o..)?.first_chunk::<N>()
 }
 #[inline(always)]
-fn be32(p: &[u8], o: usize) -> u32 {
-    u32::from_be_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]])
+fn be16<const N: usize>(h: &[u8; N], o: usize) -> u16 {
+    u16::from_be_bytes([h[o], h[o + 1]])
 }
 #[inline(always)]
-fn be48(p: &[u8], o: usize) -> u64 {
-    ((be16(p, o) as u64) << 32) | be32(p, o + 2) as u64
+fn be32<const N: usize>(h: &[u8; N], o: usize) -> u32 {
+    u32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]])
 }
 #[inline(always)]
-fn be128(p: &[u8], o: usize) -> u128 {
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&p[o..o + 16]);
-    u128::from_be_bytes(b)
+fn be48<const N: usize>(h: &[u8; N], o: usize) -> u64 {
+    ((be16(h, o) as u64) << 32) | be32(h, o + 2) as u64
+}
+#[inline(always)]
+fn be128<const N: usize>(h: &[u8; N], o: usize) -> u128 {
+    ((be32(h, o) as u128) << 96)
+        | ((be32(h, o + 4) as u128) << 64)
+        | ((be32(h, o + 8) as u128) << 32)
+        | be32(h, o + 12) as u128
 }
 
-/// Parses `pkt` (an Ethernet frame received on `in_port`).
+/// Parses `pkt` (an Ethernet frame received on `in_port`) into a new key.
 #[inline]
 pub fn extract(pkt: &[u8], in_port: u32) -> (FlowKey, Layout, Option<ParseError>) {
     let mut k = FlowKey::ZERO;
@@ -115,40 +136,72 @@ pub fn extract_into(pkt: &[u8], in_port: u32, k: &mut FlowKey) -> (Layout, Optio
     *k = FlowKey::ZERO;
     k.w[0] = in_port as u64;
     let mut l = Layout::default();
-    let e = parse(pkt, k, &mut l).err();
+    let p = if pkt.len() > MAX_PARSE_LEN { &pkt[..MAX_PARSE_LEN] } else { pkt };
+    let e = parse(p, k, &mut l).err();
     (l, e)
 }
 
+// Words of the key written whole on this path (see key.rs for the layout):
+// 6 = dl_dst | dl_type, 7 = dl_src | vlan_tci, 8 = vlan_tci2, 9 = nw_src |
+// nw_dst, 14 = ipv6_label | nw_proto | nw_tos | nw_ttl | nw_frag, 19 =
+// tp_src | tp_dst | tcp_flags.
+const W_DL: usize = 6;
+const W_DL2: usize = 7;
+const W_VLAN2: usize = 8;
+const W_NW: usize = 9;
+const W_IPV6_SRC: usize = 10;
+const W_IPV6_DST: usize = 12;
+const W_NW_MISC: usize = 14;
+const W_ARP_SHA: usize = 15;
+const W_ARP_THA: usize = 16;
+const W_ND_TARGET: usize = 17;
+const W_TP: usize = 19;
+
+#[inline(always)]
+fn nw_misc(label: u32, proto: u8, tos: u8, ttl: u8, frag: u8) -> u64 {
+    (label & 0xfffff) as u64 | (proto as u64) << 32 | (tos as u64) << 40 | (ttl as u64) << 48 | (frag as u64) << 56
+}
+
+#[inline(always)]
+fn is_vlan(ty: u16) -> bool {
+    ty == et::VLAN || ty == et::QINQ
+}
+
+#[inline(always)]
 fn parse(p: &[u8], k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
-    if p.len() < 14 {
+    let Some(eh) = at::<14>(p, 0) else {
         return Err(ParseError::Runt);
-    }
-    // Words are written whole (see key.rs for the layout): this is the
-    // per-packet path.
-    let dst = be48(p, 0);
-    let src = be48(p, 6);
-    let mut off = 12;
-    let mut ty = be16(p, off);
-    let mut tags = 0;
+    };
+    let dst = be48(eh, 0);
+    let src = be48(eh, 6);
+    let mut ty = be16(eh, 12);
+    // `off` is always just past the Ethertype field read last.
+    let mut off = 14;
     let mut vlan = 0u16;
-    while (ty == et::VLAN || ty == et::QINQ) && tags < 2 {
-        if p.len() < off + 6 {
+    if is_vlan(ty) {
+        let Some(t) = at::<4>(p, off) else {
+            k.w[W_DL] = dst | (ty as u64) << 48;
+            k.w[W_DL2] = src;
             return Err(ParseError::TruncatedVlan);
-        }
-        let tci = be16(p, off + 2) | VLAN_PRESENT;
-        if tags == 0 {
-            vlan = tci;
-        } else {
-            k.set_vlan_tci2(tci);
-        }
-        tags += 1;
+        };
+        vlan = be16(t, 0) | VLAN_PRESENT;
+        ty = be16(t, 2);
         off += 4;
-        ty = be16(p, off);
+        if is_vlan(ty) {
+            let Some(t) = at::<4>(p, off) else {
+                k.w[W_DL] = dst | (ty as u64) << 48;
+                k.w[W_DL2] = src | (vlan as u64) << 48;
+                return Err(ParseError::TruncatedVlan);
+            };
+            k.w[W_VLAN2] = (be16(t, 0) | VLAN_PRESENT) as u64;
+            ty = be16(t, 2);
+            off += 4;
+            // A third tag stops parsing: its TPID stays as dl_type.
+        }
     }
-    off += 2;
     let ty = if ty < 0x0600 { et::NONE } else { ty };
-    k.w[6] = dst | (ty as u64) << 48;
-    k.w[7] = src | (vlan as u64) << 48;
+    k.w[W_DL] = dst | (ty as u64) << 48;
+    k.w[W_DL2] = src | (vlan as u64) << 48;
     if ty == et::NONE {
         return Ok(());
     }
@@ -161,195 +214,218 @@ fn parse(p: &[u8], k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
     }
 }
 
+#[inline(always)]
 fn parse_arp(p: &[u8], off: usize, k: &mut FlowKey) -> Result<(), ParseError> {
-    if p.len() < off + 8 {
+    let Some(h) = at::<8>(p, off) else {
         return Err(ParseError::TruncatedArp);
-    }
+    };
     // Only Ethernet/IPv4 ARP carries the fields we match.
-    if be16(p, off) != 1 || be16(p, off + 2) != et::IPV4 || p[off + 4] != 6 || p[off + 5] != 4 {
+    if be16(h, 0) != 1 || be16(h, 2) != et::IPV4 || h[4] != 6 || h[5] != 4 {
         return Ok(());
     }
-    if p.len() < off + 28 {
+    let Some(h) = at::<28>(p, off) else {
         return Err(ParseError::TruncatedArp);
-    }
-    let op = be16(p, off + 6);
-    if op <= 0xff {
-        k.set_nw_proto(op as u8);
-    }
-    k.set_arp_sha(be48(p, off + 8));
-    k.set_nw_src(be32(p, off + 14));
-    k.set_arp_tha(be48(p, off + 18));
-    k.set_nw_dst(be32(p, off + 24));
+    };
+    let op = be16(h, 6);
+    k.w[W_NW] = be32(h, 14) as u64 | (be32(h, 24) as u64) << 32;
+    k.w[W_NW_MISC] = nw_misc(0, op as u8, 0, 0, 0);
+    k.w[W_ARP_SHA] = be48(h, 8);
+    k.w[W_ARP_THA] = be48(h, 18);
     Ok(())
 }
 
+#[inline(always)]
 fn parse_ipv4(p: &[u8], off: usize, k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
-    if p.len() < off + 20 {
+    let Some(h) = at::<20>(p, off) else {
         return Err(ParseError::TruncatedIpv4);
-    }
-    let vihl = p[off];
-    if vihl >> 4 != 4 {
+    };
+    if h[0] >> 4 != 4 {
         return Err(ParseError::BadIpv4Version);
     }
-    let ihl = ((vihl & 0xf) as usize) * 4;
-    if ihl < 20 || p.len() < off + ihl {
+    let ihl = ((h[0] & 0xf) as usize) * 4;
+    let avail = p.len() - off;
+    if ihl < 20 || avail < ihl {
         return Err(ParseError::BadIpv4HeaderLen);
     }
-    let total = be16(p, off + 2) as usize;
-    if total < ihl || p.len() < off + total {
+    let total = be16(h, 2) as usize;
+    if total < ihl || avail < total {
         return Err(ParseError::BadIpv4TotalLen);
     }
-    let proto = p[off + 9];
-    k.w[9] = be32(p, off + 12) as u64 | (be32(p, off + 16) as u64) << 32;
-    let frag = be16(p, off + 6);
-    let offset = frag & 0x1fff;
-    let mf = frag & 0x2000 != 0;
-    let fbits = if offset != 0 {
+    let proto = h[9];
+    k.w[W_NW] = be32(h, 12) as u64 | (be32(h, 16) as u64) << 32;
+    let frag = be16(h, 6);
+    let later = frag & 0x1fff != 0;
+    let fbits = if later {
         FRAG_ANY | FRAG_LATER
-    } else if mf {
+    } else if frag & 0x2000 != 0 {
         FRAG_ANY
     } else {
         0
     };
-    k.w[14] = (proto as u64) << 32 | (p[off + 1] as u64) << 40 | (p[off + 8] as u64) << 48 | (fbits as u64) << 56;
-    if offset != 0 {
+    k.w[W_NW_MISC] = nw_misc(0, proto, h[1], h[8], fbits);
+    if later {
         return Ok(());
     }
-    // L4 ends where the IP datagram does (padding after it is ignored).
-    let end = off + total;
-    parse_l4(&p[..end], off + ihl, proto, false, k, l)
+    // L4 ends where the datagram does (Ethernet padding after it is not
+    // part of it).
+    match p.get(..off + total) {
+        Some(dgram) => parse_l4(dgram, off + ihl, proto, false, k, l),
+        None => Ok(()), // unreachable: `avail >= total` above
+    }
 }
 
+#[inline(always)]
 fn parse_ipv6(p: &[u8], off: usize, k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
-    if p.len() < off + 40 {
+    let Some(h) = at::<40>(p, off) else {
         return Err(ParseError::TruncatedIpv6);
-    }
-    let w = be32(p, off);
-    k.set_nw_tos(((w >> 20) & 0xff) as u8);
-    k.set_ipv6_label(w & 0xfffff);
-    k.set_nw_ttl(p[off + 7]);
-    k.set_ipv6_src(be128(p, off + 8));
-    k.set_ipv6_dst(be128(p, off + 24));
-    let plen = be16(p, off + 4) as usize;
-    let end = (off + 40 + plen).min(p.len());
-    let p = &p[..end];
-    let mut next = p[off + 6];
-    let mut o = off + 40;
+    };
+    let vtf = be32(h, 0);
+    let (label, tclass, hlimit) = (vtf & 0xfffff, (vtf >> 20) as u8, h[7]);
+    let mut next = h[6];
+    let src = be128(h, 8);
+    let dst = be128(h, 24);
+    k.w[W_IPV6_SRC] = (src >> 64) as u64;
+    k.w[W_IPV6_SRC + 1] = src as u64;
+    k.w[W_IPV6_DST] = (dst >> 64) as u64;
+    k.w[W_IPV6_DST + 1] = dst as u64;
+    let plen = be16(h, 4) as usize;
+    let start = off + 40;
+    // The packet ends where the payload length says (Ethernet padding
+    // after it is not part of it); a payload length of 0 with a hop-by-hop
+    // header is a jumbogram, bounded by the frame.
+    let end = if plen == 0 && next == 0 { p.len() } else { start + plen };
+    // Until the upper-layer protocol is reached, nw_proto stays 0.
+    let Some(p) = p.get(..end) else {
+        k.w[W_NW_MISC] = nw_misc(label, 0, tclass, hlimit, 0);
+        return Err(ParseError::TruncatedIpv6);
+    };
+    let mut o = start;
+    let mut frag = 0u8;
+    // Each extension header is at least 8 bytes, so this terminates.
     loop {
-        match next {
-            0 | 43 | 60 => {
-                if p.len() < o + 8 {
-                    k.set_nw_proto(next);
-                    return Err(ParseError::TruncatedIpv6ExtHeader);
-                }
-                next = p[o];
-                o += (p[o + 1] as usize + 1) * 8;
-            }
-            51 => {
-                if p.len() < o + 8 {
-                    k.set_nw_proto(next);
-                    return Err(ParseError::TruncatedIpv6ExtHeader);
-                }
-                next = p[o];
-                o += (p[o + 1] as usize + 2) * 4;
-            }
-            44 => {
-                if p.len() < o + 8 {
-                    k.set_nw_proto(next);
-                    return Err(ParseError::TruncatedIpv6ExtHeader);
-                }
-                let fo = be16(p, o + 2);
-                let offset = fo >> 3;
-                let mf = fo & 1 != 0;
-                next = p[o];
-                o += 8;
-                if offset != 0 {
-                    k.set_nw_proto(next);
-                    k.set_nw_frag(FRAG_ANY | FRAG_LATER);
-                    return Ok(());
-                }
-                if mf {
-                    k.set_nw_frag(FRAG_ANY);
-                }
-            }
+        let len = match next {
+            0 | 43 | 60 => match at::<2>(p, o) {
+                Some(x) => (x[1] as usize + 1) * 8,
+                None => 8,
+            },
+            51 => match at::<2>(p, o) {
+                Some(x) => (x[1] as usize + 2) * 4,
+                None => 8,
+            },
+            44 => 8,
             _ => break,
-        }
-        if o > p.len() {
-            return Err(ParseError::TruncatedIpv6ExtHeader);
-        }
+        };
+        let ext_next = match at::<8>(p, o) {
+            Some(x) if p.len() - o >= len => {
+                if next == 44 {
+                    let fo = be16(x, 2);
+                    if fo & 0xfff9 != 0 {
+                        frag = FRAG_ANY;
+                        if fo >> 3 != 0 {
+                            // A later fragment: nothing more to parse.
+                            k.w[W_NW_MISC] = nw_misc(label, x[0], tclass, hlimit, FRAG_ANY | FRAG_LATER);
+                            return Ok(());
+                        }
+                    }
+                }
+                x[0]
+            }
+            _ => {
+                k.w[W_NW_MISC] = nw_misc(label, 0, tclass, hlimit, frag);
+                return Err(ParseError::TruncatedIpv6ExtHeader);
+            }
+        };
+        next = ext_next;
+        o += len;
     }
-    k.set_nw_proto(next);
+    k.w[W_NW_MISC] = nw_misc(label, next, tclass, hlimit, frag);
     parse_l4(p, o, next, true, k, l)
 }
 
+#[inline(always)]
 fn parse_l4(p: &[u8], o: usize, proto: u8, v6: bool, k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
     l.l4 = o as u16;
     match proto {
-        ipproto::TCP => {
-            if p.len() < o + 20 {
-                return Err(ParseError::TruncatedTcp);
-            }
-            let doff = (p[o + 12] >> 4) as usize * 4;
-            if doff < 20 || p.len() < o + doff {
-                return Err(ParseError::BadTcpDataOffset);
-            }
-            k.w[19] = be16(p, o) as u64 | (be16(p, o + 2) as u64) << 16 | ((be16(p, o + 12) & 0x0fff) as u64) << 32;
-            l.payload = (o + doff) as u16;
-        }
         ipproto::UDP => {
-            if p.len() < o + 8 {
+            let Some(h) = at::<8>(p, o) else {
                 return Err(ParseError::TruncatedUdp);
-            }
-            k.w[19] = be16(p, o) as u64 | (be16(p, o + 2) as u64) << 16;
+            };
+            k.w[W_TP] = be16(h, 0) as u64 | (be16(h, 2) as u64) << 16;
             l.payload = (o + 8) as u16;
         }
-        ipproto::SCTP => {
-            if p.len() < o + 12 {
-                return Err(ParseError::TruncatedSctp);
+        ipproto::TCP => {
+            let Some(h) = at::<20>(p, o) else {
+                return Err(ParseError::TruncatedTcp);
+            };
+            let doff = (h[12] >> 4) as usize * 4;
+            if doff < 20 || p.len() - o < doff {
+                return Err(ParseError::BadTcpDataOffset);
             }
-            k.set_tp_src(be16(p, o));
-            k.set_tp_dst(be16(p, o + 2));
+            k.w[W_TP] = be16(h, 0) as u64 | (be16(h, 2) as u64) << 16 | ((be16(h, 12) & 0x0fff) as u64) << 32;
+            l.payload = (o + doff) as u16;
+        }
+        ipproto::SCTP => {
+            let Some(h) = at::<12>(p, o) else {
+                return Err(ParseError::TruncatedSctp);
+            };
+            k.w[W_TP] = be16(h, 0) as u64 | (be16(h, 2) as u64) << 16;
             l.payload = (o + 12) as u16;
         }
         ipproto::ICMP if !v6 => {
-            if p.len() < o + 4 {
+            let Some(h) = at::<4>(p, o) else {
                 return Err(ParseError::TruncatedIcmp);
-            }
-            k.set_tp_src(p[o] as u16);
-            k.set_tp_dst(p[o + 1] as u16);
+            };
+            k.w[W_TP] = h[0] as u64 | (h[1] as u64) << 16;
             l.payload = (o + 4) as u16;
         }
         ipproto::ICMPV6 if v6 => {
-            if p.len() < o + 4 {
+            let Some(h) = at::<4>(p, o) else {
                 return Err(ParseError::TruncatedIcmp);
-            }
-            let ty = p[o];
-            k.set_tp_src(ty as u16);
-            k.set_tp_dst(p[o + 1] as u16);
+            };
+            let (ty, code) = (h[0], h[1]);
+            k.w[W_TP] = ty as u64 | (code as u64) << 16;
             l.payload = (o + 4) as u16;
-            if (ty == 135 || ty == 136) && p[o + 1] == 0 {
-                if p.len() < o + 24 {
-                    return Err(ParseError::TruncatedIcmp);
-                }
-                k.set_nd_target(be128(p, o + 8));
-                let mut opt = o + 24;
-                while opt + 2 <= p.len() {
-                    let (t, len) = (p[opt], p[opt + 1] as usize * 8);
-                    if len == 0 || opt + len > p.len() {
-                        return Err(ParseError::BadNdOption);
-                    }
-                    if len == 8 {
-                        if t == 1 && ty == 135 {
-                            k.set_arp_sha(be48(p, opt + 2));
-                        } else if t == 2 && ty == 136 {
-                            k.set_arp_tha(be48(p, opt + 2));
-                        }
-                    }
-                    opt += len;
-                }
+            if (ty == 135 || ty == 136) && code == 0 {
+                return parse_nd(p, o, ty == 135, k);
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// Neighbour solicitation/advertisement at `o`: the target, then options
+/// that must tile the rest of the message exactly. At most one link-layer
+/// address option of the kind that matters is allowed (as OVS).
+#[cold]
+fn parse_nd(p: &[u8], o: usize, ns: bool, k: &mut FlowKey) -> Result<(), ParseError> {
+    let Some(h) = at::<24>(p, o) else {
+        return Err(ParseError::TruncatedIcmp);
+    };
+    let target = be128(h, 8);
+    k.w[W_ND_TARGET] = (target >> 64) as u64;
+    k.w[W_ND_TARGET + 1] = target as u64;
+    let (want, word) = if ns { (1, W_ARP_SHA) } else { (2, W_ARP_THA) };
+    let mut seen = false;
+    let mut opt = o + 24;
+    while opt < p.len() {
+        let Some(x) = at::<2>(p, opt) else {
+            return Err(ParseError::BadNdOption);
+        };
+        let len = x[1] as usize * 8;
+        if len == 0 || p.len() - opt < len {
+            return Err(ParseError::BadNdOption);
+        }
+        if x[0] == want && len == 8 {
+            if seen {
+                return Err(ParseError::BadNdOption);
+            }
+            seen = true;
+            if let Some(x) = at::<8>(p, opt) {
+                k.w[word] = be48(x, 2);
+            }
+        }
+        opt += len;
     }
     Ok(())
 }

@@ -1,20 +1,52 @@
-//! Building valid frames.
+//! Building complete, valid frames for tests, benchmarks and traffic
+//! generators.
+//!
+//! A [`Frame`] (alias [`PacketBuilder`]) describes a frame layer by layer;
+//! [`Frame::build`] lays it out and fills in every length and checksum (IPv4
+//! header, TCP/UDP/ICMP/ICMPv6 with their pseudo-headers, SCTP CRC32c).
+//!
+//! Two equivalent styles:
 //!
 //! ```
-//! use wire::build::{Frame, L3, L4};
-//! let f = Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+//! use wire::build::{Frame, PacketBuilder, L3, L4};
+//! // Fluent: Ethernet, tags (outermost first), one L3 call, its modifiers,
+//! // one L4 call, then payload/padding.
+//! let a = PacketBuilder::default()
+//!     .eth([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]) // source, destination
 //!     .vlan(0x8100, 10)
-//!     .l3(L3::ipv4(0x0a00_0001, 0x0a00_0002))
+//!     .ipv4(0x0a00_0001, 0x0a00_0002)
+//!     .ip_ttl(32)
+//!     .udp(1000, 53)
+//!     .pad_to(64)
+//!     .build();
+//! // Declarative: the same frame from the layer enums.
+//! let b = Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+//!     .vlan(0x8100, 10)
+//!     .l3(L3::Ipv4 { src: 0x0a00_0001, dst: 0x0a00_0002, ttl: 32, tos: 0, options: vec![], frag: (false, 0) })
 //!     .l4(L4::Udp { src: 1000, dst: 53 })
 //!     .pad_to(64)
 //!     .build();
-//! assert_eq!(f.len(), 64);
+//! assert_eq!(a, b);
+//! assert_eq!(a.len(), 64);
 //! ```
+//!
+//! L3 calls: [`Frame::ipv4`] (modifiers [`Frame::ip_ttl`], [`Frame::ip_tos`],
+//! [`Frame::ip_options`], [`Frame::ip_frag`], [`Frame::ip_id`]),
+//! [`Frame::ipv6`] ([`Frame::ip_ttl`] = hop limit, [`Frame::ip_tos`] =
+//! traffic class, [`Frame::ipv6_label`], [`Frame::ipv6_ext`],
+//! [`Frame::ipv6_frag`]), [`Frame::arp`], [`Frame::ethertype`].
+//! L4 calls: [`Frame::udp`], [`Frame::tcp`], [`Frame::sctp`],
+//! [`Frame::icmp_echo`], [`Frame::icmpv6_echo`], [`Frame::nd_ns`],
+//! [`Frame::nd_na`], [`Frame::l4_raw`]. Then [`Frame::payload`],
+//! [`Frame::pad_to`] (grows the innermost payload, so IP lengths include
+//! it) and [`Frame::eth_pad_to`] (Ethernet trailer after the datagram, not
+//! counted in any IP length). A modifier called before its L3 call panics:
+//! this is a test tool, and a silent no-op would hide a mistake.
 
 use crate::checksum::{checksum, crc32c, l4_checksum_v4, l4_checksum_v6};
 
 /// The network layer of a frame.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum L3 {
     Ipv4 {
         src: u32,
@@ -31,8 +63,10 @@ pub enum L3 {
         hlimit: u8,
         tclass: u8,
         label: u32,
-        /// Extension headers before the upper layer: 0 (hop-by-hop), 43
-        /// (routing), 60 (destination options); 8 bytes each.
+        /// Extension headers before the upper layer, in order: 0
+        /// (hop-by-hop), 43 (routing), 60 (destination options), 8 bytes
+        /// each (a PadN option, or a routing header with no segments left),
+        /// or 51 (authentication header, 24 bytes with a 12-byte ICV).
         ext: Vec<u8>,
         /// A fragment header: (more fragments, offset in 8-byte units).
         frag: Option<(bool, u16)>,
@@ -53,7 +87,7 @@ impl L3 {
 }
 
 /// The transport layer of an IP frame.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum L4 {
     Udp {
         src: u16,
@@ -86,11 +120,13 @@ pub enum L4 {
         target: u128,
         tll: Option<[u8; 6]>,
     },
-    /// A protocol number with the payload as its body.
+    /// A protocol number with the payload as its body, verbatim (no
+    /// checksum is filled in).
     Raw(u8),
 }
 
-#[derive(Clone, Debug)]
+/// A frame under construction; see the [module documentation](self).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Frame {
     src: [u8; 6],
     dst: [u8; 6],
@@ -99,11 +135,21 @@ pub struct Frame {
     l4: Option<L4>,
     payload: Vec<u8>,
     pad_to: usize,
+    eth_pad_to: usize,
 }
+
+/// The fluent name for [`Frame`]: `PacketBuilder::default().eth(src, dst)...`.
+pub type PacketBuilder = Frame;
 
 impl Frame {
     pub fn new(src: [u8; 6], dst: [u8; 6]) -> Frame {
-        Frame { src, dst, tags: Vec::new(), l3: None, l4: None, payload: Vec::new(), pad_to: 0 }
+        Frame { src, dst, ..Frame::default() }
+    }
+    /// Sets the Ethernet source and destination addresses.
+    pub fn eth(mut self, src: [u8; 6], dst: [u8; 6]) -> Frame {
+        self.src = src;
+        self.dst = dst;
+        self
     }
     /// Adds a VLAN tag (outermost first): TPID 0x8100 or 0x88a8, TCI.
     pub fn vlan(mut self, tpid: u16, tci: u16) -> Frame {
@@ -122,10 +168,138 @@ impl Frame {
         self.payload = p.to_vec();
         self
     }
-    /// Pads the L4 payload so the frame is at least `len` bytes.
+    /// Pads the innermost payload (with zeros, before checksumming) so the
+    /// frame is at least `len` bytes; IP and UDP lengths include it.
     pub fn pad_to(mut self, len: usize) -> Frame {
         self.pad_to = len;
         self
+    }
+    /// Appends zero bytes after the finished frame until it is at least
+    /// `len` bytes long: an Ethernet trailer that no IP length covers (as a
+    /// NIC pads a short frame to 60 bytes).
+    pub fn eth_pad_to(mut self, len: usize) -> Frame {
+        self.eth_pad_to = len;
+        self
+    }
+
+    // ---- Fluent L3 -------------------------------------------------------
+
+    /// IPv4 with TTL 64, TOS 0, no options, not a fragment.
+    pub fn ipv4(self, src: u32, dst: u32) -> Frame {
+        self.l3(L3::ipv4(src, dst))
+    }
+    /// IPv6 with hop limit 64, traffic class and flow label 0.
+    pub fn ipv6(self, src: u128, dst: u128) -> Frame {
+        self.l3(L3::ipv6(src, dst))
+    }
+    /// ARP over Ethernet/IPv4 (hardware type 1, protocol 0x0800).
+    pub fn arp(self, op: u16, sha: [u8; 6], spa: u32, tha: [u8; 6], tpa: u32) -> Frame {
+        self.l3(L3::Arp { op, sha, spa, tha, tpa })
+    }
+    /// Any other Ethertype; the payload follows the type field. A value
+    /// below 0x0600 makes an 802.3 frame (a length field).
+    pub fn ethertype(self, ty: u16) -> Frame {
+        self.l3(L3::Other(ty))
+    }
+    /// IPv4 TTL or IPv6 hop limit.
+    pub fn ip_ttl(mut self, ttl: u8) -> Frame {
+        match &mut self.l3 {
+            Some(L3::Ipv4 { ttl: t, .. }) | Some(L3::Ipv6 { hlimit: t, .. }) => *t = ttl,
+            _ => panic!("ip_ttl: call ipv4() or ipv6() first"),
+        }
+        self
+    }
+    /// IPv4 TOS byte or IPv6 traffic class (DSCP << 2 | ECN).
+    pub fn ip_tos(mut self, tos: u8) -> Frame {
+        match &mut self.l3 {
+            Some(L3::Ipv4 { tos: t, .. }) | Some(L3::Ipv6 { tclass: t, .. }) => *t = tos,
+            _ => panic!("ip_tos: call ipv4() or ipv6() first"),
+        }
+        self
+    }
+    /// IPv4 options, zero-padded to a multiple of 4 bytes.
+    pub fn ip_options(mut self, opts: &[u8]) -> Frame {
+        match &mut self.l3 {
+            Some(L3::Ipv4 { options, .. }) => *options = opts.to_vec(),
+            _ => panic!("ip_options: call ipv4() first"),
+        }
+        self
+    }
+    /// Fragment fields: more-fragments flag and offset in 8-byte units. For
+    /// IPv6 this adds a fragment header (as [`Frame::ipv6_frag`]).
+    pub fn ip_frag(mut self, more: bool, offset_units: u16) -> Frame {
+        match &mut self.l3 {
+            Some(L3::Ipv4 { frag, .. }) => *frag = (more, offset_units),
+            Some(L3::Ipv6 { frag, .. }) => *frag = Some((more, offset_units)),
+            _ => panic!("ip_frag: call ipv4() or ipv6() first"),
+        }
+        self
+    }
+    /// The 20-bit IPv6 flow label.
+    pub fn ipv6_label(mut self, label: u32) -> Frame {
+        match &mut self.l3 {
+            Some(L3::Ipv6 { label: l, .. }) => *l = label & 0xfffff,
+            _ => panic!("ipv6_label: call ipv6() first"),
+        }
+        self
+    }
+    /// Appends an extension header: 0 (hop-by-hop), 43 (routing), 60
+    /// (destination options) or 51 (AH). Headers appear in call order,
+    /// before any fragment header.
+    pub fn ipv6_ext(mut self, kind: u8) -> Frame {
+        assert!(matches!(kind, 0 | 43 | 60 | 51), "ipv6_ext: unsupported header {kind}");
+        match &mut self.l3 {
+            Some(L3::Ipv6 { ext, .. }) => ext.push(kind),
+            _ => panic!("ipv6_ext: call ipv6() first"),
+        }
+        self
+    }
+    /// Adds a fragment header (after the other extension headers).
+    pub fn ipv6_frag(mut self, more: bool, offset_units: u16) -> Frame {
+        match &mut self.l3 {
+            Some(L3::Ipv6 { frag, .. }) => *frag = Some((more, offset_units)),
+            _ => panic!("ipv6_frag: call ipv6() first"),
+        }
+        self
+    }
+
+    // ---- Fluent L4 -------------------------------------------------------
+
+    pub fn udp(self, src: u16, dst: u16) -> Frame {
+        self.l4(L4::Udp { src, dst })
+    }
+    /// TCP with data offset 5; `flags` are the low 12 bits of the
+    /// offset/flags word (FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK
+    /// 0x10, URG 0x20, ECE 0x40, CWR 0x80, NS 0x100).
+    pub fn tcp(self, src: u16, dst: u16, flags: u16) -> Frame {
+        self.l4(L4::Tcp { src, dst, flags })
+    }
+    /// SCTP common header (verification tag 1, CRC32c filled in); the
+    /// payload is the chunks.
+    pub fn sctp(self, src: u16, dst: u16) -> Frame {
+        self.l4(L4::Sctp { src, dst })
+    }
+    /// ICMPv4 echo request (type 8, code 0).
+    pub fn icmp_echo(self, id: u16, seq: u16) -> Frame {
+        self.l4(L4::IcmpEcho { id, seq })
+    }
+    /// ICMPv6 echo request (type 128, code 0).
+    pub fn icmpv6_echo(self, id: u16, seq: u16) -> Frame {
+        self.l4(L4::Icmp6Echo { id, seq })
+    }
+    /// Neighbour solicitation (type 135) for `target`, with a source
+    /// link-layer address option if `sll` is given.
+    pub fn nd_ns(self, target: u128, sll: Option<[u8; 6]>) -> Frame {
+        self.l4(L4::NdNs { target, sll })
+    }
+    /// Neighbour advertisement (type 136) for `target`, with a target
+    /// link-layer address option if `tll` is given.
+    pub fn nd_na(self, target: u128, tll: Option<[u8; 6]>) -> Frame {
+        self.l4(L4::NdNa { target, tll })
+    }
+    /// An arbitrary IP protocol number whose body is the payload.
+    pub fn l4_raw(self, proto: u8) -> Frame {
+        self.l4(L4::Raw(proto))
     }
 
     fn l4_bytes(&self, extra: usize) -> (u8, Vec<u8>) {
@@ -192,6 +366,9 @@ impl Frame {
             let extra = self.pad_to - f.len();
             f = self.build_with_pad(extra);
         }
+        if f.len() < self.eth_pad_to {
+            f.resize(self.eth_pad_to, 0);
+        }
         f
     }
 
@@ -232,12 +409,13 @@ impl Frame {
                     let off = if proto == 17 { 6 } else { 16 };
                     let c = l4_checksum_v4(*src, *dst, proto, &l4);
                     l4[off..off + 2].copy_from_slice(&c.to_be_bytes());
-                } else if !later && proto == 1 {
+                } else if !later && matches!(self.l4, Some(L4::IcmpEcho { .. })) {
                     let c = checksum(&l4);
                     l4[2..4].copy_from_slice(&c.to_be_bytes());
                 }
                 let mut opts = options.clone();
                 opts.resize(opts.len().div_ceil(4) * 4, 0);
+                assert!(opts.len() <= 40, "IPv4 options longer than 40 bytes");
                 let ihl = 20 + opts.len();
                 let total = (ihl + l4.len()) as u16;
                 let ff = ((frag.0 as u16) << 13) | (frag.1 & 0x1fff);
@@ -263,7 +441,7 @@ impl Frame {
                     Some(L4::Icmp6Echo { .. }) | Some(L4::NdNs { .. }) | Some(L4::NdNa { .. }) => Some(2),
                     _ => None,
                 };
-                if let Some(o) = c_off {
+                if let (Some(o), false) = (c_off, matches!(frag, Some((_, off)) if *off != 0)) {
                     let c = l4_checksum_v6(*src, *dst, proto, &l4);
                     l4[o..o + 2].copy_from_slice(&c.to_be_bytes());
                 }
@@ -275,14 +453,25 @@ impl Frame {
                 let mut hdrs = Vec::new();
                 for (i, &kind) in chain.iter().enumerate() {
                     let next = chain.get(i + 1).copied().unwrap_or(proto);
-                    if kind == 44 {
-                        let (mf, off) = frag.unwrap_or((false, 0));
-                        hdrs.push(next);
-                        hdrs.push(0);
-                        hdrs.extend_from_slice(&((off << 3) | mf as u16).to_be_bytes());
-                        hdrs.extend_from_slice(&[0, 0, 0, 1]);
-                    } else {
-                        hdrs.extend_from_slice(&[next, 0, 1, 4, 0, 0, 0, 0]);
+                    match kind {
+                        44 => {
+                            let (mf, off) = frag.unwrap_or((false, 0));
+                            hdrs.push(next);
+                            hdrs.push(0);
+                            hdrs.extend_from_slice(&((off << 3) | mf as u16).to_be_bytes());
+                            hdrs.extend_from_slice(&[0, 0, 0, 1]);
+                        }
+                        // AH: length in 4-byte units minus 2; SPI, sequence
+                        // number, 12-byte ICV.
+                        51 => {
+                            hdrs.extend_from_slice(&[next, 4, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]);
+                            hdrs.extend_from_slice(&[0; 12]);
+                        }
+                        // Routing: type 0, no segments left (ignored by a
+                        // receiver).
+                        43 => hdrs.extend_from_slice(&[next, 0, 0, 0, 0, 0, 0, 0]),
+                        // Options: one PadN of 4 bytes.
+                        _ => hdrs.extend_from_slice(&[next, 0, 1, 4, 0, 0, 0, 0]),
                     }
                 }
                 let first = chain.first().copied().unwrap_or(proto);
