@@ -5,29 +5,80 @@
 //! UDP, SCTP, ICMPv4 and ICMPv6 (with neighbour discovery) into a
 //! [`FlowKey`]. It never panics: a truncated or malformed packet yields the
 //! key as far as it parsed and a [`ParseError`] naming why it stopped.
+//!
+//! What goes into the key (all values host-order integers, see `key.rs`):
+//!
+//! * L2: `dl_dst`, `dl_src`; `dl_type` is the innermost Ethertype, or
+//!   [`et::NONE`] for an 802.3 frame (type field below 0x0600). The outer
+//!   0x8100/0x88a8 tag's TCI goes to `vlan_tci` and a second tag's to
+//!   `vlan_tci2`, each with [`VLAN_PRESENT`] set. A third tag stops parsing
+//!   with its TPID as `dl_type`.
+//! * ARP (Ethernet/IPv4 only; other hardware or protocol types leave just
+//!   L2): `nw_proto` = low 8 bits of the opcode, `nw_src`/`nw_dst` = SPA/TPA,
+//!   `arp_sha`/`arp_tha`.
+//! * IPv4: addresses, `nw_proto`, `nw_tos` (the whole byte), `nw_ttl`,
+//!   `nw_frag` ([`FRAG_ANY`] if MF or offset != 0, plus [`FRAG_LATER`] if
+//!   offset != 0). Options are skipped via IHL; L4 is bounded by the total
+//!   length, so Ethernet padding after the datagram is ignored.
+//! * IPv6: addresses, `ipv6_label`, `nw_tos` = traffic class, `nw_ttl` =
+//!   hop limit; hop-by-hop (0), routing (43), destination options (60),
+//!   fragment (44) and AH (51) headers are walked to the upper-layer
+//!   protocol (`nw_proto`); fragments as IPv4 (an atomic fragment, offset 0
+//!   without MF, is not one). The packet is bounded by the payload length.
+//! * L4 (not for later fragments): TCP/UDP/SCTP ports, TCP's 12 flag bits;
+//!   ICMPv4/ICMPv6 type in `tp_src`, code in `tp_dst`; ND solicitations
+//!   (135) and advertisements (136) with code 0 add `nd_target` and the
+//!   source (NS, option 1) or target (NA, option 2) link-layer address in
+//!   `arp_sha` / `arp_tha`.
+//!
+//! On an error the key holds every field parsed before it: e.g. a frame
+//! cut inside the TCP header still has its IP fields; `nw_proto` of an IPv6
+//! packet stays 0 until the upper layer is reached; a truncated VLAN tag
+//! leaves its TPID as `dl_type`. The fast path drops such packets and
+//! counts them under [`ParseError::name`].
+//!
+//! The code reads each header through one bounds-checked fixed-size view
+//! (`&[u8; N]`) and writes key words whole; there is no allocation.
 
 use crate::key::{ethertype as et, ipproto, FlowKey, FRAG_ANY, FRAG_LATER, VLAN_PRESENT};
 
 /// Why parsing stopped early. Each reason is a drop counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ParseError {
-    /// Shorter than an Ethernet header.
+    /// Shorter than an Ethernet header (14 bytes).
     Runt,
+    /// A VLAN tag (TCI and the following type field) cut short.
     TruncatedVlan,
+    /// An ARP packet shorter than its fixed part (8 bytes), or an
+    /// Ethernet/IPv4 ARP shorter than 28 bytes.
     TruncatedArp,
+    /// Less than 20 bytes of IPv4 header.
     TruncatedIpv4,
+    /// Ethertype 0x0800 but the version nibble is not 4.
     BadIpv4Version,
     /// IHL below 5, or the header runs past the packet.
     BadIpv4HeaderLen,
     /// Total length below the header length or past the packet.
     BadIpv4TotalLen,
+    /// Less than 40 bytes of IPv6 header, or the payload length runs past
+    /// the packet.
     TruncatedIpv6,
+    /// An extension header runs past the IPv6 payload.
     TruncatedIpv6ExtHeader,
+    /// Less than 20 bytes of TCP header.
     TruncatedTcp,
+    /// TCP data offset below 5 words or past the end of the datagram.
     BadTcpDataOffset,
+    /// Less than 8 bytes of UDP header.
     TruncatedUdp,
+    /// Less than 12 bytes of SCTP common header.
     TruncatedSctp,
+    /// Less than 4 bytes of ICMP/ICMPv6 header, or an NS/NA shorter than
+    /// its 24-byte fixed part.
     TruncatedIcmp,
+    /// ND options that do not tile the message (zero length, running past
+    /// the end, a trailing fragment) or a duplicate link-layer address
+    /// option.
     BadNdOption,
 }
 
@@ -124,9 +175,20 @@ fn be128<const N: usize>(h: &[u8; N], o: usize) -> u128 {
 /// Parses `pkt` (an Ethernet frame received on `in_port`) into a new key.
 #[inline]
 pub fn extract(pkt: &[u8], in_port: u32) -> (FlowKey, Layout, Option<ParseError>) {
-    let mut k = FlowKey::ZERO;
-    let (l, e) = extract_into(pkt, in_port, &mut k);
-    (k, l, e)
+    // Built in place in the return slot: no 160-byte key copy.
+    let mut out = (FlowKey::ZERO, Layout::default(), None);
+    out.0.w[0] = in_port as u64;
+    out.2 = parse(clip(pkt), &mut out.0, &mut out.1).err();
+    out
+}
+
+#[inline(always)]
+fn clip(pkt: &[u8]) -> &[u8] {
+    if pkt.len() > MAX_PARSE_LEN {
+        &pkt[..MAX_PARSE_LEN]
+    } else {
+        pkt
+    }
 }
 
 /// Like [`extract`], writing into `k` (which is reset first), so a caller
@@ -136,8 +198,7 @@ pub fn extract_into(pkt: &[u8], in_port: u32, k: &mut FlowKey) -> (Layout, Optio
     *k = FlowKey::ZERO;
     k.w[0] = in_port as u64;
     let mut l = Layout::default();
-    let p = if pkt.len() > MAX_PARSE_LEN { &pkt[..MAX_PARSE_LEN] } else { pkt };
-    let e = parse(p, k, &mut l).err();
+    let e = parse(clip(pkt), k, &mut l).err();
     (l, e)
 }
 

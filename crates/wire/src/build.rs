@@ -31,7 +31,7 @@
 //! ```
 //!
 //! L3 calls: [`Frame::ipv4`] (modifiers [`Frame::ip_ttl`], [`Frame::ip_tos`],
-//! [`Frame::ip_options`], [`Frame::ip_frag`], [`Frame::ip_id`]),
+//! [`Frame::ip_options`], [`Frame::ip_frag`]),
 //! [`Frame::ipv6`] ([`Frame::ip_ttl`] = hop limit, [`Frame::ip_tos`] =
 //! traffic class, [`Frame::ipv6_label`], [`Frame::ipv6_ext`],
 //! [`Frame::ipv6_frag`]), [`Frame::arp`], [`Frame::ethertype`].
@@ -493,25 +493,123 @@ impl Frame {
 mod tests {
     use super::*;
 
+    const A: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const B: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
     #[test]
     fn udp_checksum_verifies() {
-        let f = Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        let f = Frame::new(A, B)
             .l3(L3::ipv4(0x0a00_0001, 0x0a00_0002))
             .l4(L4::Udp { src: 1, dst: 2 })
             .payload(b"hello")
             .build();
         assert_eq!(checksum(&f[14..34]), 0, "IPv4 header checksum");
         assert_eq!(l4_checksum_v4(0x0a00_0001, 0x0a00_0002, 17, &f[34..]), 0, "UDP checksum");
-        let f = Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-            .l3(L3::ipv6(1, 2))
-            .l4(L4::Tcp { src: 1, dst: 2, flags: 0x12 })
-            .build();
+        let f = Frame::new(A, B).l3(L3::ipv6(1, 2)).l4(L4::Tcp { src: 1, dst: 2, flags: 0x12 }).build();
         assert_eq!(l4_checksum_v6(1, 2, 6, &f[54..]), 0, "TCP over IPv6 checksum");
+    }
+
+    #[test]
+    fn every_checksum_verifies() {
+        let (s4, d4) = (0xc0a8_0001, 0x0808_0808);
+        let (s6, d6) = (0x2001_0db8 << 96 | 1, 0xfe80 << 112 | 0x1234_5678);
+        // IPv4 with options behind two tags: header at 22, L4 at 22 + 28.
+        for (proto, f) in [
+            (
+                17u8,
+                PacketBuilder::default()
+                    .eth(A, B)
+                    .vlan(0x88a8, 1)
+                    .vlan(0x8100, 2)
+                    .ipv4(s4, d4)
+                    .ip_options(&[1, 1, 1, 0, 0, 0])
+                    .udp(9, 9)
+                    .payload(b"odd")
+                    .build(),
+            ),
+            (
+                6,
+                PacketBuilder::default()
+                    .eth(A, B)
+                    .vlan(0x88a8, 1)
+                    .vlan(0x8100, 2)
+                    .ipv4(s4, d4)
+                    .ip_options(&[1; 8])
+                    .tcp(1, 2, 0x18)
+                    .payload(b"data!")
+                    .build(),
+            ),
+        ] {
+            assert_eq!(f[22], 0x47);
+            assert_eq!(checksum(&f[22..50]), 0);
+            assert_eq!(l4_checksum_v4(s4, d4, proto, &f[50..]), 0, "proto {proto}");
+        }
+        let f = PacketBuilder::default().eth(A, B).ipv4(s4, d4).icmp_echo(7, 8).payload(b"ping!").build();
+        assert_eq!((f[34], checksum(&f[14..34]), checksum(&f[34..])), (8, 0, 0));
+        // IPv6 through every extension header kind.
+        let ext = |b: Frame| b.ipv6_ext(0).ipv6_ext(43).ipv6_ext(60).ipv6_ext(51);
+        let l4_at = 14 + 40 + 8 * 3 + 24;
+        for (proto, f) in [
+            (17u8, ext(PacketBuilder::default().eth(A, B).ipv6(s6, d6)).udp(1, 2).payload(b"x").build()),
+            (6, ext(PacketBuilder::default().eth(A, B).ipv6(s6, d6)).tcp(1, 2, 2).build()),
+            (58, ext(PacketBuilder::default().eth(A, B).ipv6(s6, d6)).icmpv6_echo(1, 2).build()),
+            (58, ext(PacketBuilder::default().eth(A, B).ipv6(s6, d6)).nd_ns(d6, Some(A)).build()),
+            (58, ext(PacketBuilder::default().eth(A, B).ipv6(s6, d6)).nd_na(s6, Some(B)).build()),
+        ] {
+            assert_eq!(u16::from_be_bytes([f[18], f[19]]) as usize, f.len() - 54, "payload length");
+            assert_eq!(l4_checksum_v6(s6, d6, proto, &f[l4_at..]), 0, "proto {proto}");
+        }
+        // Header chain: 0 -> 43 -> 60 -> 51 -> 17.
+        let f = ext(PacketBuilder::default().eth(A, B).ipv6(s6, d6)).udp(1, 2).build();
+        assert_eq!((f[20], f[54], f[62], f[70], f[78], f[79]), (0, 43, 60, 51, 17, 4));
+        // SCTP: CRC32c over the packet with the checksum field zeroed,
+        // stored little-endian.
+        let f = PacketBuilder::default().eth(A, B).ipv4(s4, d4).sctp(5, 6).payload(&[1, 0, 0, 4]).build();
+        let mut z = f[34..].to_vec();
+        let stored = u32::from_le_bytes([z[8], z[9], z[10], z[11]]);
+        z[8..12].fill(0);
+        assert_eq!(stored, crc32c(&z));
+    }
+
+    #[test]
+    fn fragments() {
+        let f = PacketBuilder::default().eth(A, B).ipv4(1, 2).ip_frag(true, 100).udp(1, 2).build();
+        assert_eq!(u16::from_be_bytes([f[20], f[21]]), 0x2000 | 100);
+        assert_eq!(checksum(&f[14..34]), 0);
+        let f = PacketBuilder::default().eth(A, B).ipv6(1, 2).ipv6_ext(0).ipv6_frag(false, 3).udp(1, 2).build();
+        assert_eq!((f[20], f[54], f[62]), (0, 44, 17));
+        assert_eq!(u16::from_be_bytes([f[64], f[65]]), 3 << 3);
+    }
+
+    #[test]
+    fn fluent_fields() {
+        let f = PacketBuilder::default().eth(A, B).ipv6(1, 2).ip_tos(0xa5).ipv6_label(0x12345).ip_ttl(9).build();
+        assert_eq!(&f[0..6], &B, "destination first on the wire");
+        assert_eq!(&f[6..12], &A);
+        assert_eq!(u32::from_be_bytes([f[14], f[15], f[16], f[17]]), 0x6a51_2345);
+        assert_eq!((f[20], f[21]), (59, 9));
+        let f = PacketBuilder::default().eth(A, B).arp(2, A, 0x0a00_0001, B, 0x0a00_0002).build();
+        assert_eq!(f.len(), 42);
+        assert_eq!(&f[12..22], &[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 2]);
+        assert_eq!(&f[32..38], &B);
     }
 
     #[test]
     fn padding() {
         let f = Frame::new([0; 6], [0; 6]).l3(L3::ipv4(1, 2)).l4(L4::Udp { src: 1, dst: 2 }).pad_to(1514).build();
         assert_eq!(f.len(), 1514);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]), 1500);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]), 1480);
+        assert_eq!(l4_checksum_v4(1, 2, 17, &f[34..]), 0);
+        // An Ethernet trailer is outside every IP length.
+        let f = PacketBuilder::default().ipv4(1, 2).udp(1, 2).eth_pad_to(60).build();
+        assert_eq!((f.len(), u16::from_be_bytes([f[16], f[17]])), (60, 28));
+        assert_eq!(l4_checksum_v4(1, 2, 17, &f[34..42]), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "call ipv4() first")]
+    fn modifier_without_l3_panics() {
+        let _ = PacketBuilder::default().ip_options(&[1]);
     }
 }
