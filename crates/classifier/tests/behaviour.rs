@@ -208,3 +208,43 @@ fn purge_drops_empty_subtables_and_keeps_ids_unique() {
     *c.get_mut(a2).unwrap().2 = 9;
     assert_eq!(c.get(a2).unwrap().2, &9);
 }
+
+#[test]
+fn l3_miss_everywhere_reads_no_l4_bits() {
+    let mut c: Classifier<()> = Classifier::new();
+    c.insert(m("tcp,nw_dst=10.0.0.0/8,tp_dst=80"), 30, (), 1);
+    c.insert(m("udp,nw_src=192.168.1.0/24,tp_src=53"), 20, (), 1);
+    c.insert(m("tcp,nw_tos=8,tp_dst=22"), 10, (), 1); // L3 not a prefix: no trie.
+    c.insert(m("in_port=3,tcp,tp_dst=443"), 40, (), 1);
+    let k = key("in_port=1,tcp,nw_src=1.2.3.4,nw_dst=11.0.0.1,nw_tos=4,tp_src=53,tp_dst=80");
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&k, 1, &mut wc), None);
+    assert_eq!((wc.tp_src(), wc.tp_dst()), (0, 0), "no L4 bits: {wc:?}");
+    assert_eq!(wc.in_port(), u32::MAX, "the in_port subtable failed at its metadata stage");
+    assert_eq!(wc.nw_dst().leading_ones() + wc.nw_dst().trailing_zeros(), 32, "nw_dst read as a prefix");
+    assert!(wc.nw_dst().leading_ones() <= 8);
+}
+
+#[test]
+fn old_readers_see_removed_rules_until_purged() {
+    let mut c: Classifier<()> = Classifier::new();
+    let a = c.insert(m("ip,nw_dst=10.0.0.0/8"), 10, (), 1);
+    let b = c.insert(m("ip,nw_dst=10.1.0.0/16"), 20, (), 1);
+    let k = key("ip,nw_dst=10.1.2.3");
+    c.remove(b, 2);
+    c.remove(b, 3); // The first removal version is kept.
+    assert_eq!(c.versions(b), Some((1, 2)));
+    for oldest in [0, 1] {
+        c.purge(oldest);
+        assert_eq!(c.lookup(&k, 1, &mut FlowKey::default()), Some(b), "reader at 1 after purge({oldest})");
+        assert_eq!(c.lookup(&k, 2, &mut FlowKey::default()), Some(a));
+        assert_eq!(c.find_exact(&m("ip,nw_dst=10.1.0.0/16"), 20, 1), Some(b));
+        assert_eq!(c.find_exact(&m("ip,nw_dst=10.1.0.0/16"), 20, 2), None);
+        assert_eq!(c.find_loose(&m("ip"), 1), vec![a, b]);
+        assert_eq!(c.find_loose(&m("ip"), 2), vec![a]);
+    }
+    c.purge(2);
+    assert!(c.get(b).is_none());
+    assert_eq!(c.lookup(&k, 2, &mut FlowKey::default()), Some(a));
+    assert_eq!(c.n_subtables(), 1);
+}

@@ -61,7 +61,7 @@ fn exact(k: &mut FlowKey, m: &mut FlowKey, f: Loc, v: u128) {
 
 /// A random rule match built from one of several shapes.
 fn arb_match() -> impl Strategy<Value = Match> {
-    (0u8..17, any::<u64>(), any::<u64>(), 0u32..=33, 0u32..=129).prop_map(|(shape, a, b, p4, p6)| {
+    (0u8..18, any::<u64>(), any::<u64>(), 0u32..=33, 0u32..=129).prop_map(|(shape, a, b, p4, p6)| {
         let (mut key, mut mask) = (FlowKey::ZERO, FlowKey::ZERO);
         let (k_, m_) = (&mut key, &mut mask);
         let ipv4 = |k: &mut FlowKey, m: &mut FlowKey| exact(k, m, loc::DL_TYPE, ethertype::IPV4 as u128);
@@ -134,6 +134,13 @@ fn arb_match() -> impl Strategy<Value = Match> {
                 set(k_, m_, loc::DL_TYPE, ethertype::IPV4 as u128, 0xff00);
                 set(k_, m_, loc::NW_SRC, v4(a) as u128, prefix(32, p4));
             }
+            16 => {
+                exact(k_, m_, loc::DL_SRC, (a % 3) as u128);
+                if b & 1 == 0 {
+                    // Group bit of dl_dst only: an arbitrary-bit L2 mask.
+                    set(k_, m_, loc::DL_DST, (b >> 1) as u128, 0x0100_0000_0000);
+                }
+            }
             _ => {} // Catch-all.
         }
         Match::new(key, mask)
@@ -141,7 +148,7 @@ fn arb_match() -> impl Strategy<Value = Match> {
 }
 
 /// Fields worth perturbing individually.
-const FIELDS: [Loc; 12] = [
+const FIELDS: [Loc; 13] = [
     loc::NW_SRC,
     loc::NW_DST,
     loc::IPV6_SRC,
@@ -154,6 +161,7 @@ const FIELDS: [Loc; 12] = [
     loc::DL_DST,
     loc::METADATA,
     loc::VLAN_TCI,
+    loc::DL_SRC,
 ];
 
 /// A packet near rule key `base` (or `other`), perturbed according to `r`.
@@ -268,7 +276,8 @@ proptest! {
             (any::<prop::sample::Index>(), any::<prop::sample::Index>(), any::<[u64; 4]>(), any::<[u64; WORDS]>()),
             1..40,
         ),
-        checks in prop::collection::vec(any::<[u64; WORDS]>(), 3),
+        checks in prop::collection::vec(any::<[u64; WORDS]>(), 6),
+        oldest in 0u64..=5,
         flips in prop::collection::vec(any::<u64>(), 24),
     ) {
         let mut c: Classifier<usize> = Classifier::new();
@@ -297,12 +306,12 @@ proptest! {
                 check_lookup(&c, &model, k, v, &checks, &flips)?;
             }
         }
-        // Readers at version >= 3 only: rules removed by then are freed.
-        c.purge(3);
-        model.retain(|r| r.removed > 3);
+        // Readers at version >= `oldest` only: rules removed by then are freed.
+        c.purge(oldest);
+        model.retain(|r| r.removed > oldest);
         prop_assert_eq!(c.n_stored(), model.len());
         for k in &pkts {
-            for v in 3..=5 {
+            for v in oldest..=5 {
                 check_lookup(&c, &model, k, v, &checks, &flips)?;
             }
         }
