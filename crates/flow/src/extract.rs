@@ -173,13 +173,15 @@ fn be128<const N: usize>(h: &[u8; N], o: usize) -> u128 {
 }
 
 /// Parses `pkt` (an Ethernet frame received on `in_port`) into a new key.
+///
+/// Returning the 256-byte tuple by value costs a copy (rustc does not build
+/// it in the caller's slot); per-packet code should reuse a key with
+/// [`extract_into`].
 #[inline]
 pub fn extract(pkt: &[u8], in_port: u32) -> (FlowKey, Layout, Option<ParseError>) {
-    // Built in place in the return slot: no 160-byte key copy.
-    let mut out = (FlowKey::ZERO, Layout::default(), None);
-    out.0.w[0] = in_port as u64;
-    out.2 = parse(clip(pkt), &mut out.0, &mut out.1).err();
-    out
+    let mut k = FlowKey::ZERO;
+    let (l, e) = extract_into(pkt, in_port, &mut k);
+    (k, l, e)
 }
 
 #[inline(always)]
