@@ -8,7 +8,6 @@
 //! caching the (mask, actions) pair can never change forwarding. A second
 //! property checks that known-narrow cases stay narrow.
 
-use flow::key::FlowKey;
 use ofproto::{parse_flow, FlowModCmd, Need, Ofproto, PortConfig, VlanMode};
 use proptest::prelude::*;
 
