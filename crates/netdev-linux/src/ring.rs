@@ -86,18 +86,20 @@ impl<T: Copy> Raw<T> {
 
     #[inline]
     fn read(&self, idx: u32) -> T {
-        // SAFETY: `idx & mask` < size, and `size` entries fit in the mapping
+        // `idx & mask` < size, and `size` entries fit in the mapping
         // (checked in `new`). Callers only read slots the kernel published
         // (Acquire on the producer index); volatile because the memory is
         // shared with the kernel.
+        // SAFETY: the conditions above hold.
         unsafe { self.entries.add((idx & self.mask) as usize).read_volatile() }
     }
 
     #[inline]
     fn write(&mut self, idx: u32, v: T) {
-        // SAFETY: in bounds as in `read`. Callers only write slots the
+        // In bounds as in `read`. Callers only write slots the
         // kernel has released (Acquire on the consumer index) and not yet
         // published.
+        // SAFETY: the conditions above hold.
         unsafe { self.entries.add((idx & self.mask) as usize).write_volatile(v) }
     }
 }

@@ -258,9 +258,10 @@ pub fn recv_packet_auxdata(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Opti
     // writable for the lengths recorded in it.
     let n = cvt_size(unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) })?;
     let mut aux = None;
-    // SAFETY: CMSG_FIRSTHDR/NXTHDR walk the control buffer the kernel filled,
+    // CMSG_FIRSTHDR/NXTHDR walk the control buffer the kernel filled,
     // bounded by msg_controllen; each header is checked before its data is
     // read, and the data is read unaligned.
+    // SAFETY: the conditions above hold.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
@@ -392,9 +393,10 @@ impl Mmap {
 
 impl Drop for Mmap {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` describe a mapping this value created and
+        // `ptr`/`len` describe a mapping this value created and
         // owns; nothing borrowed from it outlives it (rings and UMEM frames
         // keep their `Mmap` alive).
+        // SAFETY: the conditions above hold.
         unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
     }
 }

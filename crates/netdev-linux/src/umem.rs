@@ -178,12 +178,13 @@ impl Umem {
     /// Wraps `frame`, just taken off an RX ring, into a `FrameBuf`.
     pub(crate) fn frame_buf(self: &Arc<Self>, frame: u64) -> FrameBuf {
         assert!(self.valid_frame(frame) && frame & (self.cfg.frame_size as u64 - 1) == 0);
-        // SAFETY: the frame lies inside the area (asserted above). It came
+        // The frame lies inside the area (asserted above). It came
         // off an RX ring, so the kernel has given it up and no other user
         // space reference to it exists until the `FrameBuf` releases it.
         // The `FrameBuf` holds an `Arc<Umem>`, which keeps the mapping alive
         // for as long as the slice exists, so the `'static` never dangles
         // while it can be used.
+        // SAFETY: the conditions above hold.
         let bytes: &'static mut [u8] = unsafe {
             std::slice::from_raw_parts_mut(self.area.as_ptr().add(frame as usize), self.cfg.frame_size as usize)
         };
@@ -193,9 +194,10 @@ impl Umem {
     /// Copies `data` into free `frame` at `offset`.
     pub(crate) fn write_frame(&self, frame: u64, offset: usize, data: &[u8]) {
         assert!(self.valid_frame(frame) && offset + data.len() <= self.cfg.frame_size as usize);
-        // SAFETY: the range is inside the area (asserted). The caller took
+        // The range is inside the area (asserted). The caller took
         // `frame` from the free list and has not handed it to the kernel or
         // to a packet yet, so nothing else reads or writes it.
+        // SAFETY: the conditions above hold.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.area.as_ptr().add(frame as usize + offset), data.len())
         };
