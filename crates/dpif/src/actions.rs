@@ -150,6 +150,15 @@ pub trait Upcall {
     fn try_translate(&self, key: &FlowKey) -> Option<Translation> {
         Some(self.translate(key))
     }
+
+    /// Re-translates the key that created a cached megaflow, to check it
+    /// against changed rules. No packet is behind this call, so an
+    /// implementation should have no side effects (no MAC learning: the
+    /// key may be old news). `None` when the slow path is busy, like
+    /// [`Upcall::try_translate`], which is the default.
+    fn revalidate(&self, key: &FlowKey) -> Option<Translation> {
+        self.try_translate(key)
+    }
 }
 
 #[cfg(test)]

@@ -58,16 +58,19 @@ pub(crate) struct Dpcls {
 }
 
 impl Dpcls {
-    /// Finds the megaflow slot matching `key`; `keys[slot]` gives each
-    /// slot's masked key for the final compare.
+    /// Finds the megaflow slot matching `key`; `masked_key_of(slot)` gives
+    /// each live slot's masked key for the final compare. Only the mask's
+    /// non-zero words are hashed and compared (a masked key is zero
+    /// elsewhere); nothing is allocated.
     #[inline]
-    pub fn lookup(&mut self, key: &FlowKey, masked_key_of: impl Fn(u32) -> FlowKey) -> Option<u32> {
+    pub fn lookup<'a>(&mut self, key: &FlowKey, masked_key_of: impl Fn(u32) -> Option<&'a FlowKey>) -> Option<u32> {
         for &si in &self.order {
             let st = &mut self.subtables[si];
             let h = st.hash(key);
             if let Some(slots) = st.map.get(&h) {
                 for &s in slots {
-                    if key.and(&st.mask) == masked_key_of(s) {
+                    let Some(mk) = masked_key_of(s) else { continue };
+                    if st.words.iter().all(|&w| key.w[w as usize] & st.mask.w[w as usize] == mk.w[w as usize]) {
                         st.hits += 1;
                         return Some(s);
                     }

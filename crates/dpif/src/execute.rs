@@ -66,8 +66,12 @@ pub fn execute(
     out: &mut OutQueues,
     sink: &mut dyn Sink,
 ) -> Exec {
-    // The last action that consumes the packet gets it by move.
-    let last_use = actions.iter().rposition(|a| matches!(a, DpAction::Output(_) | DpAction::Recirc(_)));
+    // The last action that consumes the packet gets it by move; earlier
+    // consumers get a copy. Actions after the last consumer could only
+    // change a packet nobody sees, so execution stops there.
+    let last_use = actions
+        .iter()
+        .rposition(|a| matches!(a, DpAction::Output(_) | DpAction::Recirc(_) | DpAction::Userspace { .. }));
     for (i, a) in actions.iter().enumerate() {
         match a {
             DpAction::Output(port) => {
@@ -96,6 +100,11 @@ pub fn execute(
                 }
             }
             DpAction::Userspace { max_len, .. } => {
+                if Some(i) == last_use {
+                    pkt.truncate(*max_len as usize);
+                    sink.userspace(pkt, a);
+                    return Exec::Done;
+                }
                 let mut p = pkt.clone();
                 p.truncate(*max_len as usize);
                 sink.userspace(p, a);
@@ -155,13 +164,77 @@ fn fix_l4(d: &mut [u8], key: &FlowKey, layout: &Layout, f: impl Fn(u16) -> u16) 
     }
 }
 
+/// The key bits a `SetMasked` may change on this packet: metadata other
+/// than in_port/recirc_id (key only), the Ethernet addresses, the outer
+/// VLAN TCI (not its "present" bit) if the frame is tagged, and the L3/L4
+/// fields of headers the packet really has in full. Bits outside it are
+/// ignored, so the key never claims a rewrite the bytes did not get.
+fn writable(key: &FlowKey, layout: &Layout, d: &[u8]) -> FlowKey {
+    let mut w = FlowKey::ZERO;
+    for word in &mut w.w[1..flow::key::STAGE_L2] {
+        *word = u64::MAX;
+    }
+    w.set_dl_dst(u64::MAX);
+    w.set_dl_src(u64::MAX);
+    if key.vlan_tci() & VLAN_PRESENT != 0 && d.len() >= 16 {
+        w.set_vlan_tci(!VLAN_PRESENT);
+    }
+    let (l3, len) = (layout.l3 as usize, d.len());
+    if l3 == 0 {
+        return w;
+    }
+    match key.dl_type() {
+        ethertype::IPV4 if l3 + 20 <= len => {
+            w.set_nw_src(u32::MAX);
+            w.set_nw_dst(u32::MAX);
+            w.set_nw_tos(u8::MAX);
+            w.set_nw_ttl(u8::MAX);
+        }
+        ethertype::IPV6 if l3 + 40 <= len => {
+            w.set_ipv6_src(u128::MAX);
+            w.set_ipv6_dst(u128::MAX);
+            w.set_ipv6_label(0xf_ffff);
+            w.set_nw_tos(u8::MAX);
+            w.set_nw_ttl(u8::MAX);
+        }
+        // Only Ethernet/IPv4 ARP has these fields (extraction leaves
+        // other hardware/protocol types at L2).
+        ethertype::ARP if l3 + 28 <= len && d[l3..l3 + 6] == [0, 1, 8, 0, 6, 4] => {
+            w.set_nw_src(u32::MAX);
+            w.set_nw_dst(u32::MAX);
+            w.set_arp_sha(u64::MAX >> 16);
+            w.set_arp_tha(u64::MAX >> 16);
+            return w;
+        }
+        _ => return w,
+    }
+    // Ports, once the whole L4 header was parsed (`payload` set) and this
+    // is not a later fragment.
+    if layout.l4 != 0
+        && layout.payload != 0
+        && key.nw_frag() & FRAG_LATER == 0
+        && matches!(key.nw_proto(), ipproto::TCP | ipproto::UDP | ipproto::SCTP)
+    {
+        w.set_tp_src(u16::MAX);
+        w.set_tp_dst(u16::MAX);
+    }
+    w
+}
+
+/// End of the IP datagram (Ethernet padding excluded), for SCTP's CRC.
+fn ip_end(key: &FlowKey, l3: usize, d: &[u8]) -> usize {
+    let end = if key.is_ipv6() { l3 + 40 + rd16(d, l3 + 4) as usize } else { l3 + rd16(d, l3 + 2) as usize };
+    end.min(d.len())
+}
+
 fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey, m: &FlowKey) {
+    let d = pkt.data_mut();
+    let w = writable(key, layout, d);
+    let m = &m.and(&w);
     let old = *key;
     for i in 0..flow::key::WORDS {
         key.w[i] = (key.w[i] & !m.w[i]) | (v.w[i] & m.w[i]);
     }
-    let len = pkt.len();
-    let d = pkt.data_mut();
     // Ethernet.
     if m.dl_dst() != 0 {
         d[0..6].copy_from_slice(&mac_to_bytes(key.dl_dst()));
@@ -169,15 +242,12 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
     if m.dl_src() != 0 {
         d[6..12].copy_from_slice(&mac_to_bytes(key.dl_src()));
     }
-    if m.vlan_tci() & !VLAN_PRESENT != 0 && old.vlan_tci() & VLAN_PRESENT != 0 && len >= 16 {
+    if m.vlan_tci() != 0 {
         wr16(d, 14, key.vlan_tci() & !VLAN_PRESENT);
     }
     let l3 = layout.l3 as usize;
-    if l3 == 0 {
-        return;
-    }
     match key.dl_type() {
-        ethertype::IPV4 if l3 + 20 <= len => {
+        ethertype::IPV4 if m.w[9] != 0 || m.w[14] != 0 => {
             let mut c = rd16(d, l3 + 10);
             if m.nw_tos() != 0 {
                 let (o, n) = (rd16(d, l3), (rd16(d, l3) & 0xff00) | key.nw_tos() as u16);
@@ -200,7 +270,7 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
             }
             wr16(d, l3 + 10, c);
         }
-        ethertype::IPV6 if l3 + 40 <= len => {
+        ethertype::IPV6 if (10..15).any(|i| m.w[i] != 0) => {
             if m.nw_tos() != 0 || m.ipv6_label() != 0 {
                 let w = (6u32 << 28) | ((key.nw_tos() as u32) << 20) | key.ipv6_label();
                 d[l3..l3 + 4].copy_from_slice(&w.to_be_bytes());
@@ -217,7 +287,7 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
                 }
             }
         }
-        ethertype::ARP if l3 + 28 <= len => {
+        ethertype::ARP => {
             if m.arp_sha() != 0 {
                 d[l3 + 8..l3 + 14].copy_from_slice(&mac_to_bytes(key.arp_sha()));
             }
@@ -232,14 +302,11 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
             }
             return;
         }
-        _ => return,
+        _ => {}
     }
-    // Transport ports.
-    if (m.tp_src() != 0 || m.tp_dst() != 0) && layout.l4 != 0 && key.nw_frag() & FRAG_LATER == 0 {
+    // Transport ports (`writable` vouched for a whole TCP/UDP/SCTP header).
+    if m.tp_src() != 0 || m.tp_dst() != 0 {
         let l4 = layout.l4 as usize;
-        if l4 + 4 > len {
-            return;
-        }
         match key.nw_proto() {
             ipproto::TCP | ipproto::UDP => {
                 for (mask, off, oldv, newv) in
@@ -251,11 +318,14 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
                     }
                 }
             }
-            ipproto::SCTP if l4 + 12 <= len => {
+            ipproto::SCTP => {
+                // CRC32c has no incremental update: recompute it over the
+                // SCTP packet (not any Ethernet padding after it).
                 wr16(d, l4, key.tp_src());
                 wr16(d, l4 + 2, key.tp_dst());
+                let end = ip_end(key, l3, d).max(l4 + 12);
                 d[l4 + 8..l4 + 12].fill(0);
-                let crc = crc32c(&d[l4..]);
+                let crc = crc32c(&d[l4..end]);
                 d[l4 + 8..l4 + 12].copy_from_slice(&crc.to_le_bytes());
             }
             _ => {}

@@ -115,6 +115,17 @@ pub struct Pmd {
     last_rank_ms: u64,
 }
 
+/// The outcome of [`Pmd::validate`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Validity {
+    /// Valid at the current generation: use it.
+    Valid,
+    /// Stale and removed.
+    Removed,
+    /// Stale, and the slow path was too busy to say: not used, kept.
+    Unknown,
+}
+
 /// How a packet's actions were found.
 enum Found {
     Flow(u32),
@@ -245,7 +256,9 @@ impl Pmd {
         self.stats.packets += 1;
         match self.lookup(key, upcall, now_ms) {
             Found::Flow(slot) => {
-                std::borrow::Cow::Borrowed(&self.flows[slot as usize].as_ref().expect("found flows exist").actions)
+                let f = self.flows[slot as usize].as_mut().expect("found flows exist");
+                f.used_ms = now_ms;
+                std::borrow::Cow::Borrowed(&f.actions)
             }
             Found::Uncached(t) => std::borrow::Cow::Owned(t.actions),
             Found::Busy => std::borrow::Cow::Owned(Vec::new()),
@@ -264,22 +277,26 @@ impl Pmd {
         let hash = key.hash();
         if self.cfg.emc_insert_inv_prob > 0 {
             if let Some((slot, ver)) = self.emc.lookup(key, hash) {
-                if self.slot_version.get(slot as usize) == Some(&ver) && self.validate(slot, upcall) {
+                if self.slot_version.get(slot as usize) == Some(&ver) && self.validate(slot, upcall) == Validity::Valid
+                {
                     self.stats.emc_hits += 1;
                     return Found::Flow(slot);
                 }
             }
         }
-        let flows = &self.flows;
-        let hit = self.dpcls.lookup(key, |s| flows[s as usize].as_ref().map(|f| f.m.key).unwrap_or(FlowKey::ALL_ONES));
-        if let Some(slot) = hit {
-            if self.validate(slot, upcall) {
-                self.stats.megaflow_hits += 1;
-                let p = self.cfg.emc_insert_inv_prob;
-                if p == 1 || (p > 1 && self.next_rand() % p as u64 == 0) {
-                    self.emc.insert(key, hash, slot, self.slot_version[slot as usize]);
+        // A stale megaflow that fails revalidation is removed; search on,
+        // since another (valid) megaflow may cover the key.
+        loop {
+            let flows = &self.flows;
+            let Some(slot) = self.dpcls.lookup(key, |s| flows[s as usize].as_ref().map(|f| &f.m.key)) else { break };
+            match self.validate(slot, upcall) {
+                Validity::Valid => {
+                    self.stats.megaflow_hits += 1;
+                    self.emc_maybe_insert(key, hash, slot);
+                    return Found::Flow(slot);
                 }
-                return Found::Flow(slot);
+                Validity::Removed => continue,
+                Validity::Unknown => break,
             }
         }
         // Miss: ask the slow path.
@@ -293,10 +310,18 @@ impl Pmd {
             return Found::Uncached(t);
         }
         let slot = self.install(key, t, now_ms);
-        if self.cfg.emc_insert_inv_prob > 0 {
+        self.emc_maybe_insert(key, hash, slot);
+        Found::Flow(slot)
+    }
+
+    /// Probabilistic EMC insertion (one in `emc_insert_inv_prob`), so that
+    /// a flood of short flows cannot evict the long-lived ones.
+    #[inline]
+    fn emc_maybe_insert(&mut self, key: &FlowKey, hash: u64, slot: u32) {
+        let p = self.cfg.emc_insert_inv_prob;
+        if p == 1 || (p > 1 && self.next_rand() % p as u64 == 0) {
             self.emc.insert(key, hash, slot, self.slot_version[slot as usize]);
         }
-        Found::Flow(slot)
     }
 
     fn install(&mut self, key: &FlowKey, t: Translation, now_ms: u64) -> u32 {
@@ -335,32 +360,46 @@ impl Pmd {
 
     /// Makes sure a megaflow is valid for the current generation before
     /// it is used. A megaflow validated at an older generation is
-    /// re-translated from the key that created it. It stays iff the
-    /// actions are equal and the new mask is a subset of its mask.
+    /// re-translated (through [`Upcall::revalidate`], which must not
+    /// learn) from `orig`, the key whose upcall created it. It is kept, at
+    /// the current generation, iff the actions are equal and the new mask
+    /// is a subset of its mask; otherwise it is removed.
     ///
-    /// Why that is sound: the new translation `t` of `orig` is, by the
-    /// slow path's soundness, correct for every key agreeing with `orig`
-    /// on `t.mask`. Every key this megaflow covers agrees with `orig` on
-    /// the megaflow's mask, which contains `t.mask`, so it agrees on
-    /// `t.mask` too and its correct actions are `t.actions`, which equal
-    /// the cached ones. Otherwise the megaflow is removed and the packet
-    /// is treated as a miss.
-    fn validate(&mut self, slot: u32, upcall: &dyn Upcall) -> bool {
+    /// Why keeping it is sound. Let `M` be the megaflow's mask and `A` its
+    /// actions; the new translation of `orig` is `(A', M')` with `A' == A`
+    /// and `M' ⊆ M`. Translation is sound for the current rules: every key
+    /// `k` with `k & M' == orig & M'` gets `A'` from a fresh translate.
+    /// The megaflow matches exactly the keys with `k & M == orig & M`; as
+    /// `M' ⊆ M`, each of them also has `k & M' == orig & M'`, so its fresh
+    /// actions are `A' == A`: serving it `A` from the cache is exact.
+    /// (If `M'` is wider than `M`, some covered keys were never looked at
+    /// by the new translation and may differ; if `A' != A`, `orig` itself
+    /// differs. Either way the megaflow goes.)
+    ///
+    /// Removal needs no EMC sweep: EMC entries carry the slot's version,
+    /// which removal bumps, so entries naming the old megaflow never match
+    /// again (and are overwritten in time).
+    ///
+    /// Overlap: after rule changes, a new megaflow may overlap an old one
+    /// that has not been looked at yet. That is harmless, because no
+    /// megaflow is ever *used* before it is valid at the current
+    /// generation, and valid megaflows agree on every key they share.
+    fn validate(&mut self, slot: u32, upcall: &dyn Upcall) -> Validity {
         let f = self.flows[slot as usize].as_ref().expect("validated flows exist");
         if f.generation == self.generation {
-            return true;
+            return Validity::Valid;
         }
         // If the slow path is busy the megaflow cannot be confirmed: it is
         // not used (the lookup falls through to an upcall, which counts).
-        let Some(t) = upcall.try_translate(&f.orig) else { return false };
+        let Some(t) = upcall.revalidate(&f.orig) else { return Validity::Unknown };
         if t.actions == f.actions && t.mask.is_subset_of(&f.m.mask) {
             self.flows[slot as usize].as_mut().expect("exists").generation = self.generation;
             self.stats.revalidated += 1;
-            true
+            Validity::Valid
         } else {
             self.remove(slot);
             self.stats.removed_stale += 1;
-            false
+            Validity::Removed
         }
     }
 

@@ -1,0 +1,523 @@
+//! The caches in front of the slow path: EMC insertion and hits, megaflow
+//! subtable ranking, the megaflow limit, idle expiry, revalidation after
+//! rule changes (including a property test: every packet's executed
+//! actions equal a fresh translation), recirculation and a busy slow path.
+
+mod common;
+use common::*;
+use dpif::{format_actions, DpAction, Pmd, PmdConfig};
+use flow::FlowKey;
+use netdev::dummy::DummyPort;
+use netdev::{Netdev, Packet};
+use wire::build::Frame;
+
+const A: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const B: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+fn pmd(emc: u32) -> Pmd {
+    Pmd::new(PmdConfig { emc_insert_inv_prob: emc, ..PmdConfig::default() })
+}
+
+fn udp_frame(src: u32, dst: u32, dport: u16) -> Vec<u8> {
+    Frame::new(A, B).ipv4(src, dst).udp(1000, dport).pad_to(64).build()
+}
+
+#[test]
+fn emc_hit_after_insertion() {
+    let mut m = Model::new();
+    m.add(10, "in_port=1,udp,nw_dst=10.0.0.2", out(2));
+    let mut p = pmd(1);
+    p.set_generation(m.generation);
+    let k = udp_key(1, 0x0a00_0001, 0x0a00_0002, 53);
+    assert_eq!(&*p.actions_for_key(&k, &m, 0), &out(2)[..]);
+    assert_eq!(&*p.actions_for_key(&k, &m, 0), &out(2)[..]);
+    // A different key under the same megaflow: megaflow hit, then EMC.
+    let k2 = udp_key(1, 0x0a00_0009, 0x0a00_0002, 53);
+    assert_eq!(&*p.actions_for_key(&k2, &m, 0), &out(2)[..]);
+    assert_eq!(&*p.actions_for_key(&k2, &m, 0), &out(2)[..]);
+    let st = p.stats();
+    assert_eq!((st.upcalls, st.megaflow_hits, st.emc_hits), (1, 1, 2));
+    assert_eq!(p.n_megaflows(), 1);
+    assert_eq!(m.calls.get(), 1);
+}
+
+/// EMC hits on a second pass over many distinct keys, all under one
+/// megaflow: the first pass inserts each key with probability 1/N.
+fn second_pass_emc_hits(n: u32, keys: u32) -> u64 {
+    let mut m = Model::new();
+    m.add(10, "in_port=1", out(2));
+    let mut p = pmd(n);
+    p.set_generation(m.generation);
+    let key = |i: u32| udp_key(1, 0x0a00_0000 + i, 0x0b00_0000 + i * 7, 53);
+    for i in 0..keys {
+        p.actions_for_key(&key(i), &m, 0);
+    }
+    let before = p.stats().emc_hits;
+    for i in 0..keys {
+        p.actions_for_key(&key(i), &m, 0);
+    }
+    p.stats().emc_hits - before
+}
+
+#[test]
+fn emc_insertion_is_probabilistic() {
+    // N = 1: every key inserted (a few lost to 2-way collisions).
+    let all = second_pass_emc_hits(1, 2000);
+    assert!(all >= 1800, "N=1: {all} of 2000");
+    // N = 10: about 1 in 10 of 5000 (mean 500, sd ~21).
+    let tenth = second_pass_emc_hits(10, 5000);
+    assert!((400..=600).contains(&tenth), "N=10: {tenth} of 5000");
+    // N = 100 (the default): about 50 of 5000.
+    let hundredth = second_pass_emc_hits(100, 5000);
+    assert!((20..=90).contains(&hundredth), "N=100: {hundredth} of 5000");
+    assert_eq!(PmdConfig::default().emc_insert_inv_prob, 100);
+    // N = 0: no EMC at all.
+    assert_eq!(second_pass_emc_hits(0, 500), 0);
+}
+
+#[test]
+fn subtables_ranked_by_hits() {
+    let mut m = Model::new();
+    // Three masks: in_port only; + nw_dst; + nw_dst + tp_dst.
+    // (The model's mask is the union over the rules it examined, so the
+    // least specific rule goes first.)
+    m.add(30, "in_port=1", out(1));
+    m.add(20, "in_port=2,ip,nw_dst=10.0.0.2", out(2));
+    m.add(10, "in_port=3,udp,nw_dst=10.0.0.3,tp_dst=3", out(3));
+    let mut p = pmd(0);
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    let mut now = 0;
+    let mut batch = |p: &mut Pmd, port: u32, n: usize, now: u64| {
+        let f = udp_frame(0x0a00_0001, 0x0a00_0000 + port, port as u16);
+        let mut pkts: Vec<Packet> = (0..n).map(|_| pkt(&f, port)).collect();
+        p.process_batch(&mut pkts, &m, now, &mut rec);
+    };
+    // Install in order 1, 2, 3; then mostly port-3 traffic.
+    for port in 1..=3 {
+        batch(&mut p, port, 1, now);
+    }
+    assert_eq!(p.subtables().len(), 3);
+    batch(&mut p, 3, 30, now);
+    batch(&mut p, 2, 10, now);
+    batch(&mut p, 1, 2, now);
+    now += 1000;
+    batch(&mut p, 1, 1, now); // The re-sort runs at the end of this batch.
+    let order: Vec<u64> = p.subtables().iter().map(|(_, _, h)| *h).collect();
+    assert!(order.windows(2).all(|w| w[0] >= w[1]), "ranked: {order:?}");
+    let first = p.subtables()[0].0;
+    assert_ne!(first.tp_dst(), 0, "the port-3 (tp_dst) subtable leads: {order:?}");
+    // Traffic shifts: port 1 dominates in the next interval.
+    batch(&mut p, 1, 32, now);
+    batch(&mut p, 1, 32, now + 500);
+    batch(&mut p, 1, 1, now + 1000);
+    let first = p.subtables()[0].0;
+    assert_eq!((first.tp_dst(), first.nw_dst()), (0, 0), "the in_port-only subtable now leads");
+    assert_eq!(rec.out.len(), 3 + 30 + 10 + 2 + 1 + 65);
+}
+
+#[test]
+fn megaflow_limit_still_executes() {
+    let mut m = Model::new();
+    m.add(1, "ip", out(9));
+    let mut p = Pmd::new(PmdConfig { megaflow_limit: 3, ..PmdConfig::default() });
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    for port in 1..=6 {
+        p.process_batch(&mut vec![pkt(&udp_frame(1, 2, 3), port)], &m, 0, &mut rec);
+    }
+    assert_eq!(p.n_megaflows(), 3);
+    let st = p.stats();
+    assert_eq!((st.upcalls, st.upcall_lost_limit), (6, 3));
+    assert_eq!(rec.out.len(), 6);
+    assert_eq!(PmdConfig::default().megaflow_limit, 200_000);
+}
+
+#[test]
+fn idle_megaflows_expire_and_their_emc_entries_die_with_them() {
+    let mut m = Model::new();
+    m.add(1, "in_port=1", out(2));
+    let mut p = Pmd::new(PmdConfig { emc_insert_inv_prob: 1, max_idle_ms: 1000, ..PmdConfig::default() });
+    p.set_generation(m.generation);
+    let a = udp_key(1, 1, 2, 3);
+    let mut b = a;
+    b.set_in_port(2);
+    p.actions_for_key(&a, &m, 0);
+    p.actions_for_key(&b, &m, 0);
+    p.actions_for_key(&a, &m, 900); // a used at 900, b last at 0
+    p.sweep(1500);
+    assert_eq!(p.n_megaflows(), 1);
+    assert_eq!(p.stats().expired, 1);
+    let calls = m.calls.get();
+    p.actions_for_key(&b, &m, 1600); // EMC still names b's old slot
+    assert_eq!(m.calls.get(), calls + 1, "an expired megaflow is not used through the EMC");
+    p.sweep(1600 + 1001);
+    assert_eq!(p.n_megaflows(), 0);
+    assert_eq!(PmdConfig::default().max_idle_ms, 10_000);
+}
+
+#[test]
+fn revalidation_keeps_unaffected_and_drops_changed_megaflows() {
+    let mut m = Model::new();
+    m.add(10, "in_port=1,ip,nw_dst=10.0.0.2", out(2));
+    m.add(5, "in_port=2", out(3));
+    let mut p = pmd(1);
+    p.set_generation(m.generation);
+    let k1 = udp_key(1, 0x0a00_0001, 0x0a00_0002, 53);
+    let k2 = udp_key(2, 0x0a00_0001, 0x0a00_0002, 53);
+    p.actions_for_key(&k1, &m, 0);
+    p.actions_for_key(&k2, &m, 0);
+    assert_eq!(p.n_megaflows(), 2);
+
+    // Change the in_port=2 rule's actions: k1's megaflow stays valid.
+    m.set_actions(1, out(4));
+    p.set_generation(m.generation);
+    assert_eq!(&*p.actions_for_key(&k1, &m, 1), &out(2)[..]);
+    assert_eq!(&*p.actions_for_key(&k2, &m, 1), &out(4)[..]);
+    let st = p.stats().clone();
+    assert_eq!((st.revalidated, st.removed_stale), (1, 1));
+
+    // A higher rule that splits k1's megaflow (same actions for k1 itself,
+    // but it now needs nw_src): the megaflow must go, or nw_src=10.0.0.9
+    // would be served out(2).
+    m.add(20, "ip,nw_src=10.0.0.9", out(7));
+    p.set_generation(m.generation);
+    let k9 = udp_key(1, 0x0a00_0009, 0x0a00_0002, 53);
+    assert_eq!(&*p.actions_for_key(&k9, &m, 2), &out(7)[..]);
+    assert_eq!(&*p.actions_for_key(&k1, &m, 2), &out(2)[..]);
+    assert_eq!(p.stats().removed_stale, 2);
+
+    // Eager sweep after a generation bump: the two in_port=1 megaflows are
+    // still exact; the in_port=2 one (not looked up since the nw_src rule
+    // arrived) now needs nw_src too, so it goes.
+    m.generation += 1;
+    p.set_generation(m.generation);
+    assert_eq!(p.n_megaflows(), 3);
+    p.revalidate_all(&m);
+    assert_eq!(p.n_megaflows(), 2);
+    let st = p.stats().clone();
+    assert_eq!((st.revalidated, st.removed_stale), (3, 3));
+    // Every megaflow is now current: no translation on the next hits.
+    let calls = m.calls.get();
+    p.actions_for_key(&k1, &m, 3);
+    p.actions_for_key(&k9, &m, 3);
+    assert_eq!(m.calls.get(), calls);
+
+    // Deleting everything: revalidate_all removes every megaflow.
+    m.remove(0);
+    m.remove(0);
+    m.remove(0);
+    p.set_generation(m.generation);
+    p.revalidate_all(&m);
+    assert_eq!(p.n_megaflows(), 0);
+    assert_eq!(&*p.actions_for_key(&k1, &m, 4), &[][..]);
+}
+
+#[test]
+fn busy_slow_path_drops_misses_and_never_serves_unconfirmed_megaflows() {
+    let mut m = Model::new();
+    m.add(1, "in_port=1", out(2));
+    let mut p = pmd(1);
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    let f = udp_frame(1, 2, 3);
+    p.process_batch(&mut vec![pkt(&f, 1)], &m, 0, &mut rec);
+    m.set_actions(0, out(5));
+    p.set_generation(m.generation);
+    m.busy.set(true);
+    p.process_batch(&mut vec![pkt(&f, 1), pkt(&f, 1)], &m, 1, &mut rec);
+    assert_eq!(rec.out.len(), 1, "the stale megaflow was not used");
+    assert_eq!(p.stats().upcall_busy, 2);
+    m.busy.set(false);
+    p.process_batch(&mut vec![pkt(&f, 1)], &m, 2, &mut rec);
+    assert_eq!(rec.out.iter().map(|o| o.0).collect::<Vec<_>>(), vec![2, 5]);
+}
+
+#[test]
+fn recirculation_looks_the_rewritten_packet_up_again() {
+    let mut m = Model::new();
+    let mut set = FlowKey::ZERO;
+    let mut mask = FlowKey::ZERO;
+    set.set_dl_type(0x0800);
+    set.set_nw_dst(0x0a00_0063);
+    mask.set_nw_dst(u32::MAX);
+    m.add(10, "recirc_id=0,in_port=1,ip", vec![DpAction::SetMasked { key: set, mask }, DpAction::Recirc(1)]);
+    m.add(10, "recirc_id=1,ip,nw_dst=10.0.0.99", out(3));
+    m.add(10, "recirc_id=7", vec![DpAction::Recirc(7)]); // a loop
+    m.add(10, "in_port=2", vec![DpAction::Recirc(7)]);
+    let mut p = pmd(1);
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    let f = udp_frame(0x0a00_0001, 0x0a00_0002, 53);
+    p.process_batch(&mut vec![pkt(&f, 1), pkt(&f, 1)], &m, 0, &mut rec);
+    assert_eq!(rec.out.len(), 2);
+    assert!(rec.out.iter().all(|(port, b)| *port == 3 && b[30..34] == [10, 0, 0, 99]));
+    assert_eq!(p.n_megaflows(), 2);
+    assert_eq!(p.stats().upcalls, 2);
+    p.process_batch(&mut vec![pkt(&f, 2)], &m, 0, &mut rec);
+    assert_eq!(p.stats().drop_recirc_depth, 1);
+    assert_eq!(rec.out.len(), 2);
+}
+
+#[test]
+fn dump_flush_and_display() {
+    let mut m = Model::new();
+    m.add(10, "in_port=1,udp,nw_dst=10.0.0.2", vec![DpAction::Output(2), DpAction::Output(3)]);
+    let mut p = pmd(1);
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    let f = udp_frame(0x0a00_0001, 0x0a00_0002, 53);
+    p.process_batch(&mut vec![pkt(&f, 1), pkt(&f, 1), pkt(&f, 1)], &m, 42, &mut rec);
+    let d = p.dump_megaflows();
+    assert_eq!(d.len(), 1);
+    let s = format!("{}, actions:{}", d[0].matched, format_actions(&d[0].actions));
+    assert!(s.contains("in_port=1") && s.contains("nw_dst=10.0.0.2"), "{s}");
+    assert!(s.ends_with("actions:2,3"), "{s}");
+    assert_eq!((d[0].packets, d[0].bytes, d[0].used_ms), (3, 3 * 64, 42));
+    p.flush();
+    assert_eq!(p.n_megaflows(), 0);
+    p.process_batch(&mut vec![pkt(&f, 1)], &m, 43, &mut rec);
+    assert_eq!(p.stats().upcalls, 2, "flush empties the EMC too");
+}
+
+#[test]
+fn dummy_ports_end_to_end() {
+    let (mut rx, h_rx) = DummyPort::new("p1");
+    let (tx, h_tx) = DummyPort::new("p2");
+    struct PortSink(DummyPort);
+    impl dpif::Sink for PortSink {
+        fn output(&mut self, _port: u32, pkts: &mut Vec<Packet>) {
+            self.0.tx_batch(pkts).unwrap();
+            pkts.clear();
+        }
+        fn userspace(&mut self, _: Packet, _: &DpAction) {}
+    }
+    let mut m = Model::new();
+    m.add(1, "in_port=1", out(2));
+    let mut p = pmd(100);
+    p.set_generation(m.generation);
+    let mut sink = PortSink(tx);
+    for i in 0..40u32 {
+        h_rx.inject(&udp_frame(0x0a00_0001 + i % 4, 0x0a00_0002, 53));
+    }
+    h_rx.inject(&[0u8; 10]);
+    let mut pkts = Vec::new();
+    while rx.rx_batch(0, &mut pkts, 32).unwrap() > 0 {
+        pkts.iter_mut().for_each(|p| p.in_port = 1);
+        p.process_batch(&mut pkts, &m, 0, &mut sink);
+    }
+    assert_eq!(h_tx.take_sent().len(), 40);
+    let st = p.stats();
+    assert_eq!(st.packets, 40);
+    assert_eq!(st.upcalls + st.megaflow_hits + st.emc_hits, 40);
+    assert_eq!(st.drops_by_reason().iter().find(|d| d.0 == "drop_rx_runt").unwrap().1, 1);
+}
+
+mod property {
+    use super::*;
+    use dpif::execute::{execute, Exec, OutQueues};
+    use flow::key::FlowKey;
+    use flow::Match;
+    use proptest::prelude::*;
+
+    /// A rule over a small field space so that rules overlap and keys
+    /// repeat: in_port 1..=3, nw_src 10.0.0.0..3 (exact, /31 or any),
+    /// nw_dst 10.0.1.0..3, tp_dst {53, 80}, recirc_id 0/1.
+    #[derive(Clone, Debug)]
+    struct RuleSpec {
+        prio: u32,
+        recirc: Option<u32>,
+        in_port: Option<u32>,
+        src: Option<(u32, u32)>,
+        dst: Option<u32>,
+        dport: Option<u16>,
+        acts: Vec<u8>,
+    }
+
+    fn arb_rule() -> impl Strategy<Value = RuleSpec> {
+        (
+            0u32..8,
+            prop::option::of(0u32..2),
+            prop::option::of(1u32..4),
+            prop::option::of((0u32..4, prop_oneof![Just(u32::MAX), Just(u32::MAX << 1)])),
+            prop::option::of(0u32..4),
+            prop::option::of(prop_oneof![Just(53u16), Just(80)]),
+            prop::collection::vec(0u8..8, 0..3),
+        )
+            .prop_map(|(prio, recirc, in_port, src, dst, dport, acts)| RuleSpec {
+                prio,
+                recirc,
+                in_port,
+                src,
+                dst,
+                dport,
+                acts,
+            })
+    }
+
+    /// Action codes: 0..=4 output to 10+code, 5 set nw_tos, 6 set
+    /// tp_dst=80, 7 recirc(1) (only allowed at recirc_id 0).
+    fn to_rule(r: &RuleSpec) -> (u32, Match, Vec<DpAction>) {
+        let (mut k, mut m) = (FlowKey::ZERO, FlowKey::ZERO);
+        if let Some(v) = r.recirc {
+            k.set_recirc_id(v);
+            m.set_recirc_id(u32::MAX);
+        }
+        if let Some(v) = r.in_port {
+            k.set_in_port(v);
+            m.set_in_port(u32::MAX);
+        }
+        if r.src.is_some() || r.dst.is_some() || r.dport.is_some() {
+            k.set_dl_type(0x0800);
+            m.set_dl_type(0xffff);
+        }
+        if let Some((v, pm)) = r.src {
+            k.set_nw_src(0x0a00_0000 + v);
+            m.set_nw_src(pm);
+        }
+        if let Some(v) = r.dst {
+            k.set_nw_dst(0x0a00_0100 + v);
+            m.set_nw_dst(u32::MAX);
+        }
+        if let Some(v) = r.dport {
+            k.set_nw_proto(17);
+            m.set_nw_proto(0xff);
+            k.set_tp_dst(v);
+            m.set_tp_dst(0xffff);
+        }
+        let mut acts = Vec::new();
+        for &a in &r.acts {
+            acts.push(match a {
+                0..=4 => DpAction::Output(10 + a as u32),
+                5 => {
+                    let (mut v, mut mk) = (FlowKey::ZERO, FlowKey::ZERO);
+                    v.set_nw_tos(0x28);
+                    mk.set_nw_tos(0xfc);
+                    DpAction::SetMasked { key: v, mask: mk }
+                }
+                6 => {
+                    let (mut v, mut mk) = (FlowKey::ZERO, FlowKey::ZERO);
+                    v.set_tp_dst(80);
+                    mk.set_tp_dst(0xffff);
+                    DpAction::SetMasked { key: v, mask: mk }
+                }
+                _ if r.recirc == Some(0) => DpAction::Recirc(1),
+                _ => DpAction::Output(15),
+            });
+        }
+        (r.prio, Match::new(k, m), acts)
+    }
+
+    #[derive(Clone, Debug)]
+    enum Change {
+        Add(RuleSpec),
+        Remove(usize),
+        SetActions(usize, Vec<u8>),
+        /// Bump the generation without changing the rules.
+        Touch,
+    }
+
+    fn arb_change() -> impl Strategy<Value = Change> {
+        prop_oneof![
+            2 => arb_rule().prop_map(Change::Add),
+            1 => any::<usize>().prop_map(Change::Remove),
+            2 => (any::<usize>(), prop::collection::vec(0u8..8, 0..3)).prop_map(|(i, a)| Change::SetActions(i, a)),
+            1 => Just(Change::Touch),
+        ]
+    }
+
+    /// (in_port, src, dst, dport, udp?)
+    type PktSpec = (u32, u32, u32, bool, bool);
+
+    fn frame(s: &PktSpec, idx: u32) -> Vec<u8> {
+        let f = Frame::new(A, B).ipv4(0x0a00_0000 + s.1, 0x0a00_0100 + s.2);
+        let dport = if s.3 { 80 } else { 53 };
+        let f = if s.4 { f.udp(1000, dport) } else { f.tcp(1000, dport, 0x10) };
+        f.payload(&idx.to_be_bytes()).build()
+    }
+
+    /// The reference: each packet on its own, every lookup a fresh
+    /// translation, executed by the same executor.
+    fn reference(m: &Model, p: Packet, sink: &mut Rec) {
+        let mut q = OutQueues::default();
+        let (mut key, mut layout, _) = flow::extract(p.data(), p.in_port);
+        let mut p = p;
+        for _ in 0..8 {
+            let t = m.fresh(&key);
+            match execute(&t.actions, p, &mut key, layout, &mut q, sink) {
+                Exec::Done => break,
+                Exec::Recirc(np, _) => {
+                    layout = flow::extract(np.data(), np.in_port).1;
+                    p = np;
+                }
+            }
+        }
+        q.flush(sink);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn cached_execution_equals_fresh_translation(
+            rules in prop::collection::vec(arb_rule(), 0..10),
+            rounds in prop::collection::vec(
+                (prop::collection::vec(arb_change(), 0..3),
+                 prop::collection::vec((1u32..4, 0u32..4, 0u32..4, any::<bool>(), any::<bool>()), 1..24),
+                 0u8..8),
+                1..12),
+            emc in prop_oneof![Just(1u32), Just(0u32), Just(3u32), Just(100u32)],
+        ) {
+            let mut m = Model::new();
+            for r in &rules {
+                let (prio, mt, acts) = to_rule(r);
+                m.add_match(prio, mt, acts);
+            }
+            let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: emc, max_idle_ms: 3, ..PmdConfig::default() });
+            let mut idx = 0u32;
+            for (now, (changes, pkts, extra)) in rounds.iter().enumerate() {
+                let now = now as u64;
+                for c in changes {
+                    match c {
+                        Change::Add(r) => {
+                            let (prio, mt, acts) = to_rule(r);
+                            m.add_match(prio, mt, acts);
+                        }
+                        Change::Remove(i) if !m.rules().is_empty() => m.remove(i % m.rules().len()),
+                        Change::SetActions(i, a) if !m.rules().is_empty() => {
+                            let i = i % m.rules().len();
+                            let mut spec = rules.first().cloned().unwrap_or(RuleSpec {
+                                prio: 0, recirc: None, in_port: None, src: None, dst: None, dport: None, acts: vec![],
+                            });
+                            spec.acts = a.clone();
+                            spec.recirc = (m.rules()[i].m.mask.recirc_id() != 0).then(|| m.rules()[i].m.key.recirc_id());
+                            m.set_actions(i, to_rule(&spec).2);
+                        }
+                        Change::Touch => m.generation += 1,
+                        _ => {}
+                    }
+                }
+                pmd.set_generation(m.generation);
+                match extra {
+                    0 => pmd.revalidate_all(&m),
+                    1 => pmd.sweep(now),
+                    _ => {}
+                }
+                let batch: Vec<Packet> = pkts.iter().map(|s| { idx += 1; pkt(&frame(s, idx), s.0) }).collect();
+                let mut want = Rec::default();
+                for p in &batch {
+                    reference(&m, p.clone(), &mut want);
+                }
+                let mut got = Rec::default();
+                pmd.process_batch(&mut batch.clone(), &m, now, &mut got);
+                let (mut w, mut g) = (want.out, got.out);
+                w.sort();
+                g.sort();
+                prop_assert_eq!(w, g, "round {}", now);
+            }
+            let st = pmd.stats();
+            // Recirculated packets are looked up more than once.
+            prop_assert!(st.emc_hits + st.megaflow_hits + st.upcalls >= st.packets);
+        }
+    }
+}
