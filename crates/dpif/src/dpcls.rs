@@ -91,6 +91,12 @@ impl Dpcls {
                 i
             }
         };
+        // A subtable that ranking dropped from the search order while it
+        // was empty must rejoin it at once, or its new megaflow would go
+        // unseen until the next ranking.
+        if self.subtables[si].n == 0 && !self.order.contains(&si) {
+            self.order.push(si);
+        }
         let st = &mut self.subtables[si];
         let h = st.hash(masked_key);
         st.map.entry(h).or_default().push(slot);
@@ -125,5 +131,72 @@ impl Dpcls {
     /// Subtables in search order: (mask, flows, recent hits).
     pub fn subtables(&self) -> impl Iterator<Item = (&FlowKey, usize, u64)> {
         self.order.iter().map(|&i| (&self.subtables[i].mask, self.subtables[i].n, self.subtables[i].hits))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mask(words: &[usize]) -> FlowKey {
+        let mut m = FlowKey::ZERO;
+        for &w in words {
+            m.w[w] = u64::MAX;
+        }
+        m
+    }
+
+    #[test]
+    fn finds_by_masked_key_and_ranks_by_hits() {
+        let masks = [mask(&[0]), mask(&[0, 9]), mask(&[0, 9, 19])];
+        let mut key = FlowKey::ZERO;
+        key.w[0] = 1;
+        key.w[9] = 2;
+        key.w[19] = 3;
+        // Slot i: key under mask i; slot 3: a different value in mask 2.
+        let mut stored: Vec<FlowKey> = masks.iter().map(|m| key.and(m)).collect();
+        let mut other = key;
+        other.w[19] = 4;
+        stored.push(other.and(&masks[2]));
+        let mut c = Dpcls::default();
+        let si: Vec<usize> = (0..4).map(|s| c.insert(&stored[s], &masks[s.min(2)], s as u32)).collect();
+        assert_eq!(si, vec![0, 1, 2, 2]);
+        let lookup =
+            |c: &mut Dpcls, k: &FlowKey, live: &[bool]| c.lookup(k, |s| live[s as usize].then(|| &stored[s as usize]));
+        // Insertion order first: mask 0 answers.
+        assert_eq!(lookup(&mut c, &key, &[true; 4]), Some(0));
+        assert_eq!(lookup(&mut c, &other, &[true; 4]), Some(0));
+        // Remove slot 0: the next subtables answer, each with its own key.
+        c.remove(&stored[0], si[0], 0);
+        let live = [false, true, true, true];
+        assert_eq!(lookup(&mut c, &key, &live), Some(1));
+        assert_eq!(lookup(&mut c, &other, &live), Some(1));
+        c.remove(&stored[1], si[1], 1);
+        let live = [false, false, true, true];
+        for _ in 0..5 {
+            assert_eq!(lookup(&mut c, &key, &live), Some(2));
+            assert_eq!(lookup(&mut c, &other, &live), Some(3));
+        }
+        let mut miss = key;
+        miss.w[19] = 5;
+        assert_eq!(lookup(&mut c, &miss, &live), None);
+        // Ranking drops the empty subtables from the search order and puts
+        // the busiest first.
+        c.rank();
+        let order: Vec<(FlowKey, usize)> = c.subtables().map(|(m, n, _)| (*m, n)).collect();
+        assert_eq!(order, vec![(masks[2], 2)]);
+        c.insert(&stored[0], &masks[0], 0);
+        let k2 = {
+            let mut k = key;
+            k.w[9] = 77;
+            k
+        };
+        let live = [true, false, true, true];
+        for _ in 0..6 {
+            assert_eq!(lookup(&mut c, &k2, &live), Some(0)); // misses mask 2, hits mask 0
+        }
+        c.rank();
+        let first = c.subtables().next().map(|(m, _, _)| *m);
+        assert_eq!(first, Some(masks[0]), "6 recent hits beat 10 older ones, halved");
     }
 }

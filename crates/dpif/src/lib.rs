@@ -16,10 +16,23 @@
 //!
 //! **Correctness property**: a packet served from a cache gets exactly the
 //! actions a fresh translation would give it. Translation guarantees it
-//! for the rules of the moment; when rules change, the slow path bumps its
-//! generation and every megaflow is *revalidated before its next use*
-//! (see [`Pmd`]), so a stale megaflow is never used — without a pause to
-//! sweep the whole cache on every change.
+//! for the rules of the moment (its mask covers every bit it consulted);
+//! when rules change, the slow path bumps its generation and every
+//! megaflow is *revalidated before its next use*: its creating key is
+//! re-translated, and it is kept only if the actions are the same and the
+//! new mask is within its own (the proof is at `Pmd::validate` in
+//! [`pmd`]). So a stale megaflow is never used, and no rule change stalls
+//! the poll thread with a sweep of the whole cache ([`Pmd::revalidate_all`]
+//! exists for callers that want one anyway). The EMC needs no sweep: its
+//! entries name a megaflow slot *and* that slot's version, which removal
+//! bumps.
+//!
+//! **Algorithm per batch**: classify every packet (extract; EMC by full
+//! key; megaflow subtables in hit order, each hashing only its mask's
+//! words; upcall and install on a miss, within `megaflow_limit`), execute
+//! its actions, queueing outputs per port, then hand each port's queue to
+//! the [`Sink`] once. Subtables are re-ranked at most once a second and
+//! idle megaflows expire in [`Pmd::sweep`]; both go by the caller's `now`.
 //!
 //! **Threads**: a `Pmd` is owned by one thread and shares nothing; it
 //! takes `now` as an argument and makes no system calls.

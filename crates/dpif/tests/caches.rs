@@ -521,3 +521,21 @@ mod property {
         }
     }
 }
+
+#[test]
+fn a_subtable_emptied_and_ranked_away_is_searched_again_when_refilled() {
+    let mut m = Model::new();
+    m.add(1, "in_port=1", out(2));
+    let mut p = Pmd::new(PmdConfig { emc_insert_inv_prob: 0, max_idle_ms: 10, ..PmdConfig::default() });
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    let f = udp_frame(1, 2, 3);
+    p.process_batch(&mut vec![pkt(&f, 1)], &m, 0, &mut rec);
+    p.sweep(100);
+    p.process_batch(&mut vec![], &m, 1000, &mut rec); // re-rank: the subtable is empty
+    for now in 1001..1011 {
+        p.process_batch(&mut vec![pkt(&f, 1)], &m, now, &mut rec);
+    }
+    assert_eq!(p.stats().upcalls, 2, "the refilled subtable answers at once");
+    assert_eq!(p.n_megaflows(), 1);
+}

@@ -14,6 +14,7 @@ struct Rec {
     out: Vec<(u32, Vec<u8>)>,
     batches: usize,
     to_user: usize,
+    user_len: Vec<usize>,
 }
 impl Sink for Rec {
     fn output(&mut self, port: u32, pkts: &mut Vec<Packet>) {
@@ -22,8 +23,9 @@ impl Sink for Rec {
             self.out.push((port, p.data().to_vec()));
         }
     }
-    fn userspace(&mut self, _pkt: Packet, _a: &DpAction) {
+    fn userspace(&mut self, pkt: Packet, _a: &DpAction) {
         self.to_user += 1;
+        self.user_len.push(pkt.len());
     }
 }
 
@@ -166,4 +168,263 @@ fn idle_megaflows_expire_and_limit_holds() {
     pmd.sweep(500);
     assert_eq!(pmd.n_megaflows(), 0);
     assert_eq!(pmd.stats().expired, 2);
+}
+
+// ---- Every rewrite on real bytes -----------------------------------------
+
+use wire::checksum::crc32c;
+
+const E: usize = 14;
+
+fn ipv4_ok(p: &[u8], l3: usize) {
+    let ihl = (p[l3] & 0xf) as usize * 4;
+    assert_eq!(checksum(&p[l3..l3 + ihl]), 0, "IPv4 header checksum");
+}
+
+fn l4_v4_ok(p: &[u8], l3: usize) {
+    let ihl = (p[l3] & 0xf) as usize * 4;
+    let total = u16::from_be_bytes([p[l3 + 2], p[l3 + 3]]) as usize;
+    let src = u32::from_be_bytes(p[l3 + 12..l3 + 16].try_into().unwrap());
+    let dst = u32::from_be_bytes(p[l3 + 16..l3 + 20].try_into().unwrap());
+    assert_eq!(l4_checksum_v4(src, dst, p[l3 + 9], &p[l3 + ihl..l3 + total]), 0, "L4 checksum over IPv4");
+}
+
+/// `ext`: bytes of extension headers before the upper layer `proto`.
+fn l4_v6_ok(p: &[u8], l3: usize, ext: usize, proto: u8) {
+    let plen = u16::from_be_bytes([p[l3 + 4], p[l3 + 5]]) as usize;
+    let src = u128::from_be_bytes(p[l3 + 8..l3 + 24].try_into().unwrap());
+    let dst = u128::from_be_bytes(p[l3 + 24..l3 + 40].try_into().unwrap());
+    let l4 = &p[l3 + 40 + ext..l3 + 40 + plen];
+    assert_eq!(l4_checksum_v6(src, dst, proto, l4), 0, "L4 checksum over IPv6");
+}
+
+fn only(rec: &Rec) -> &[u8] {
+    assert_eq!(rec.out.len(), 1);
+    &rec.out[0].1
+}
+
+#[test]
+fn eth_addresses_and_vlan_tci() {
+    let f = Frame::new(A, B).vlan(0x8100, 0x2005).ipv4(1, 2).udp(1, 2).build();
+    let a = set(|k, m| {
+        k.set_dl_src(0x0a0b_0c0d_0e0f);
+        m.set_dl_src(u64::MAX >> 16);
+        k.set_dl_dst(0x0000_0000_00ff);
+        m.set_dl_dst(0x0000_0000_00ff); // low byte only
+        k.set_vlan_tci(0x1000 | 0x6007); // pcp 3, vid 7
+        m.set_vlan_tci(0xffff);
+    });
+    let rec = run(f.clone(), vec![a, DpAction::Output(2)]);
+    let p = only(&rec);
+    assert_eq!(&p[6..12], &[0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f]);
+    assert_eq!(&p[0..6], &[2, 0, 0, 0, 0, 0xff]);
+    assert_eq!(&p[12..16], &[0x81, 0x00, 0x60, 0x07], "TCI written, CFI/present bit not");
+    assert_eq!(&p[16..], &f[16..]);
+    // On an untagged frame the TCI rewrite does nothing.
+    let f = Frame::new(A, B).ipv4(1, 2).udp(1, 2).build();
+    let a = set(|k, m| {
+        k.set_vlan_tci(0x1007);
+        m.set_vlan_tci(0xffff);
+    });
+    assert_eq!(only(&run(f.clone(), vec![a, DpAction::Output(2)])), &f[..]);
+}
+
+#[test]
+fn ipv4_udp_zero_checksum_stays_zero() {
+    let mut f = Frame::new(A, B).ipv4(0x0a00_0001, 0x0a00_0002).udp(1000, 53).payload(b"abc").build();
+    f[40] = 0;
+    f[41] = 0;
+    let a = set(|k, m| {
+        k.set_nw_dst(0x0a00_00fe);
+        m.set_nw_dst(u32::MAX);
+        k.set_tp_src(7);
+        m.set_tp_src(0xffff);
+    });
+    let rec = run(f, vec![a, DpAction::Output(2)]);
+    let p = only(&rec);
+    assert_eq!(&p[30..34], &[10, 0, 0, 0xfe]);
+    assert_eq!(&p[34..36], &[0, 7]);
+    assert_eq!(&p[40..42], &[0, 0], "no UDP checksum stays none");
+    ipv4_ok(p, E);
+}
+
+#[test]
+fn ipv4_tos_ttl_keep_ecn_and_options() {
+    let f = Frame::new(A, B).ipv4(1, 2).ip_tos(0x03).ip_ttl(9).ip_options(&[1, 1, 1, 1]).tcp(1, 2, 0x02).build();
+    let a = set(|k, m| {
+        k.set_nw_tos(0xb8);
+        m.set_nw_tos(0xfc); // DSCP only
+        k.set_nw_ttl(1);
+        m.set_nw_ttl(0xff);
+        k.set_nw_src(0xc633_6401);
+        m.set_nw_src(u32::MAX);
+        k.set_tp_src(4242);
+        m.set_tp_src(0xffff);
+    });
+    let rec = run(f, vec![a, DpAction::Output(2)]);
+    let p = only(&rec);
+    assert_eq!((p[15], p[22]), (0xbb, 1), "ECN bits kept");
+    assert_eq!(&p[34..38], &[1, 1, 1, 1], "options untouched");
+    assert_eq!(&p[38..40], &4242u16.to_be_bytes());
+    ipv4_ok(p, E);
+    l4_v4_ok(p, E);
+}
+
+#[test]
+fn ipv4_later_fragment_has_no_l4_to_touch() {
+    let f = Frame::new(A, B).ipv4(1, 2).ip_frag(false, 10).l4_raw(17).payload(&[0xaa; 16]).build();
+    let a = set(|k, m| {
+        k.set_nw_src(0x0a0a_0a0a);
+        m.set_nw_src(u32::MAX);
+        k.set_tp_dst(99);
+        m.set_tp_dst(0xffff);
+    });
+    let rec = run(f, vec![a, DpAction::Output(2)]);
+    let p = only(&rec);
+    assert_eq!(&p[26..30], &[10, 10, 10, 10]);
+    assert_eq!(&p[34..], &[0xaa; 16], "fragment payload untouched");
+    ipv4_ok(p, E);
+}
+
+#[test]
+fn ipv6_all_fields_with_tcp_and_icmpv6() {
+    let (s, d) = (0x2001_0db8u128 << 96 | 1, 0x2001_0db8u128 << 96 | 2);
+    let (ns, nd) = (0xfd00u128 << 112 | 0x11, 0xfd00u128 << 112 | 0x22);
+    let a = set(|k, m| {
+        k.set_ipv6_src(ns);
+        m.set_ipv6_src(u128::MAX);
+        k.set_ipv6_dst(nd);
+        m.set_ipv6_dst(u128::MAX);
+        k.set_nw_tos(0x2e << 2);
+        m.set_nw_tos(0xff);
+        k.set_ipv6_label(0xabcde);
+        m.set_ipv6_label(0xfffff);
+        k.set_nw_ttl(2);
+        m.set_nw_ttl(0xff);
+        k.set_tp_dst(8443);
+        m.set_tp_dst(0xffff);
+    });
+    let tcp = Frame::new(A, B).ipv6(s, d).ipv6_label(5).tcp(1, 443, 0x12).payload(b"hello").build();
+    let icmp = Frame::new(A, B).ipv6(s, d).icmpv6_echo(7, 8).build();
+    let ext = Frame::new(A, B).ipv6(s, d).ipv6_ext(0).udp(5, 6).payload(b"z").build();
+    for (name, f, ext, proto) in [("tcp", tcp, 0, 6), ("icmpv6", icmp, 0, 58), ("udp after hop-by-hop", ext, 8, 17)] {
+        let rec = run(f.clone(), vec![a.clone(), DpAction::Output(2)]);
+        let p = only(&rec);
+        assert_eq!(u32::from_be_bytes(p[14..18].try_into().unwrap()), 6 << 28 | 0xb8 << 20 | 0xabcde, "{name}");
+        assert_eq!(p[21], 2);
+        assert_eq!(&p[22..38], &ns.to_be_bytes());
+        assert_eq!(&p[38..54], &nd.to_be_bytes());
+        l4_v6_ok(p, E, ext, proto);
+        let l4 = 54 + ext;
+        if name == "icmpv6" {
+            // Type and code (where "ports" would be) are not rewritten;
+            // only the checksum changes, for the pseudo-header.
+            assert_eq!(p[l4..l4 + 2], f[l4..l4 + 2]);
+            assert_eq!(p[l4 + 4..], f[l4 + 4..]);
+        } else {
+            assert_eq!(&p[l4 + 2..l4 + 4], &8443u16.to_be_bytes(), "{name}");
+        }
+    }
+}
+
+#[test]
+fn sctp_ports_recompute_crc_without_padding() {
+    for v6 in [false, true] {
+        let b = Frame::new(A, B);
+        let b = if v6 { b.ipv6(1, 2) } else { b.ipv4(1, 2) };
+        let f = b.sctp(5000, 6000).payload(&[1, 2, 3, 4, 5, 6, 7, 8]).eth_pad_to(120).build();
+        let a = set(|k, m| {
+            k.set_tp_src(5001);
+            m.set_tp_src(0xffff);
+        });
+        let rec = run(f.clone(), vec![a, DpAction::Output(2)]);
+        let p = only(&rec);
+        let l4 = if v6 { E + 40 } else { E + 20 };
+        let end = l4 + 12 + 8;
+        assert_eq!(&p[l4..l4 + 4], &[0x13, 0x89, 0x17, 0x70]);
+        let mut sctp = p[l4..end].to_vec();
+        let got = u32::from_le_bytes(sctp[8..12].try_into().unwrap());
+        sctp[8..12].fill(0);
+        assert_eq!(got, crc32c(&sctp), "v6={v6}");
+        assert_eq!(&p[end..], &f[end..], "padding untouched");
+    }
+}
+
+#[test]
+fn arp_fields() {
+    let f = Frame::new(A, B).arp(1, A, 0x0a00_0001, [0; 6], 0x0a00_0002).build();
+    let a = set(|k, m| {
+        k.set_dl_type(0x0806);
+        k.set_arp_sha(0x0200_0000_00aa);
+        m.set_arp_sha(u64::MAX >> 16);
+        k.set_nw_src(0xc0a8_0001);
+        m.set_nw_src(u32::MAX);
+        k.set_arp_tha(0x0200_0000_00bb);
+        m.set_arp_tha(u64::MAX >> 16);
+        k.set_nw_dst(0xc0a8_0002);
+        m.set_nw_dst(u32::MAX);
+    });
+    let rec = run(f.clone(), vec![a, DpAction::Output(2)]);
+    let p = only(&rec);
+    assert_eq!(&p[22..28], &[2, 0, 0, 0, 0, 0xaa]);
+    assert_eq!(&p[28..32], &[192, 168, 0, 1]);
+    assert_eq!(&p[32..38], &[2, 0, 0, 0, 0, 0xbb]);
+    assert_eq!(&p[38..42], &[192, 168, 0, 2]);
+    assert_eq!(&p[..22], &f[..22]);
+}
+
+#[test]
+fn push_802_1ad_over_a_tag_then_rewrite_and_pop_both() {
+    let f = Frame::new(A, B).vlan(0x8100, 10).ipv4(1, 2).udp(1, 2).build();
+    let tci = set(|k, m| {
+        k.set_vlan_tci(0x1000 | 0x0123);
+        m.set_vlan_tci(0x0fff);
+    });
+    let rec = run(
+        f.clone(),
+        vec![
+            DpAction::PushVlan { tpid: 0x88a8, tci: 0x1000 | 0x0064 },
+            tci,
+            DpAction::Output(2),
+            DpAction::PopVlan,
+            DpAction::Output(3),
+            DpAction::PopVlan,
+            DpAction::Output(4),
+        ],
+    );
+    let by = |port: u32| &rec.out.iter().find(|o| o.0 == port).unwrap().1;
+    assert_eq!(&by(2)[12..22], &[0x88, 0xa8, 0x01, 0x23, 0x81, 0x00, 0x00, 10, 0x08, 0x00]);
+    assert_eq!(by(3), &f);
+    assert_eq!(&by(4)[12..14], &[0x08, 0x00]);
+    assert_eq!(by(4)[14..], f[18..]);
+}
+
+#[test]
+fn rewrites_after_push_use_shifted_offsets() {
+    let f = Frame::new(A, B).ipv4(1, 2).udp(1, 2).build();
+    let a = set(|k, m| {
+        k.set_nw_ttl(5);
+        m.set_nw_ttl(0xff);
+    });
+    let rec = run(f, vec![DpAction::PushVlan { tpid: 0x8100, tci: 0x1000 | 9 }, a, DpAction::Output(2)]);
+    let p = only(&rec);
+    assert_eq!(p[18 + 8], 5);
+    ipv4_ok(p, 18);
+    l4_v4_ok(p, 18);
+}
+
+#[test]
+fn outputs_copy_until_the_last_use_and_userspace_after_it_still_runs() {
+    let f = Frame::new(A, B).ipv4(1, 2).udp(1, 2).payload(&[7; 40]).build();
+    let ttl = set(|k, m| {
+        k.set_nw_ttl(1);
+        m.set_nw_ttl(0xff);
+    });
+    let us = DpAction::Userspace { reason: dpif::UserspaceReason::Action, max_len: 30, table_id: 0, cookie: 0 };
+    let rec = run(f.clone(), vec![DpAction::Output(2), ttl, DpAction::Output(3), us.clone()]);
+    assert_eq!(rec.out.len(), 2);
+    assert_eq!(rec.out[0].1, f, "the first copy is as it was then");
+    assert_eq!(rec.out[1].1[22], 1);
+    assert_eq!(rec.to_user, 1, "a packet-in after the last output is not lost");
+    assert_eq!(rec.user_len, vec![30], "truncated to max_len");
 }
