@@ -86,15 +86,8 @@ impl Netdev for AfPacketPort {
     }
 
     fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
-        for p in pkts.drain(..) {
-            match sys::send(self.fd.as_raw_fd(), p.data()) {
-                Ok(_) => {
-                    self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += p.len() as u64;
-                }
-                Err(_) => self.stats.tx_dropped += 1,
-            }
-        }
+        let fd = self.fd.as_raw_fd();
+        crate::send_each(pkts, &mut self.stats, |d| sys::send(fd, d));
         Ok(())
     }
 

@@ -82,6 +82,25 @@ pub mod tap;
 pub mod umem;
 pub mod xsk;
 
+/// Sends each packet with `send_one` (one system call per frame, as tap
+/// and AF_PACKET sockets take them), counting sent and dropped frames.
+pub(crate) fn send_each(
+    pkts: &mut Vec<netdev::Packet>,
+    stats: &mut netdev::PortStats,
+    mut send_one: impl FnMut(&[u8]) -> std::io::Result<usize>,
+) {
+    for p in pkts.drain(..) {
+        match send_one(p.data()) {
+            Ok(_) => {
+                stats.tx_packets += 1;
+                stats.tx_bytes += p.len() as u64;
+            }
+            // Interface down, queue full...: the frame is dropped.
+            Err(_) => stats.tx_dropped += 1,
+        }
+    }
+}
+
 pub use afpacket::AfPacketPort;
 pub use afxdp::{AfxdpConfig, AfxdpPort, TxPathCounters};
 pub use bpf::{detach_any_xdp, ActiveMode, XdpMode};

@@ -73,16 +73,8 @@ impl Netdev for TapPort {
     }
 
     fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
-        for p in pkts.drain(..) {
-            match sys::write(self.fd.as_raw_fd(), p.data()) {
-                Ok(_) => {
-                    self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += p.len() as u64;
-                }
-                // Interface down, queue full...: the packet is dropped.
-                Err(_) => self.stats.tx_dropped += 1,
-            }
-        }
+        let fd = self.fd.as_raw_fd();
+        crate::send_each(pkts, &mut self.stats, |d| sys::write(fd, d));
         Ok(())
     }
 
