@@ -5,6 +5,7 @@
 
 use flow::key::{finish, hash_word, WORDS};
 use flow::FlowKey;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -26,8 +27,12 @@ pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 pub(crate) struct Subtable {
     pub mask: FlowKey,
     words: Vec<u8>,
-    /// Masked-key hash -> megaflow slots (normally one).
-    map: IdMap<Vec<u32>>,
+    /// Masked-key hash -> megaflow slot, inline: no pointer to chase on
+    /// the hot path.
+    map: IdMap<u32>,
+    /// Further slots under a hash already in `map` (a duplicate megaflow
+    /// or a 64-bit hash collision; normally empty).
+    more: IdMap<Vec<u32>>,
     pub hits: u64,
     pub n: usize,
 }
@@ -35,7 +40,7 @@ pub(crate) struct Subtable {
 impl Subtable {
     fn new(mask: FlowKey) -> Subtable {
         let words = (0..WORDS).filter(|&i| mask.w[i] != 0).map(|i| i as u8).collect();
-        Subtable { mask, words, map: IdMap::default(), hits: 0, n: 0 }
+        Subtable { mask, words, map: IdMap::default(), more: IdMap::default(), hits: 0, n: 0 }
     }
 
     #[inline]
@@ -67,8 +72,9 @@ impl Dpcls {
         for &si in &self.order {
             let st = &mut self.subtables[si];
             let h = st.hash(key);
-            if let Some(slots) = st.map.get(&h) {
-                for &s in slots {
+            if let Some(&first) = st.map.get(&h) {
+                let more = if st.more.is_empty() { &[][..] } else { st.more.get(&h).map_or(&[][..], |v| &v[..]) };
+                for s in std::iter::once(first).chain(more.iter().copied()) {
                     let Some(mk) = masked_key_of(s) else { continue };
                     if st.words.iter().all(|&w| key.w[w as usize] & st.mask.w[w as usize] == mk.w[w as usize]) {
                         st.hits += 1;
@@ -99,7 +105,12 @@ impl Dpcls {
         }
         let st = &mut self.subtables[si];
         let h = st.hash(masked_key);
-        st.map.entry(h).or_default().push(slot);
+        match st.map.entry(h) {
+            Entry::Vacant(e) => {
+                e.insert(slot);
+            }
+            Entry::Occupied(_) => st.more.entry(h).or_default().push(slot),
+        }
         st.n += 1;
         si
     }
@@ -107,11 +118,21 @@ impl Dpcls {
     pub fn remove(&mut self, masked_key: &FlowKey, si: usize, slot: u32) {
         let st = &mut self.subtables[si];
         let h = st.hash(masked_key);
-        if let Some(v) = st.map.get_mut(&h) {
-            v.retain(|&s| s != slot);
-            if v.is_empty() {
-                st.map.remove(&h);
+        if st.map.get(&h) == Some(&slot) {
+            // Promote a further slot under this hash, if any.
+            match st.more.get_mut(&h).and_then(|v| v.pop()) {
+                Some(next) => {
+                    st.map.insert(h, next);
+                }
+                None => {
+                    st.map.remove(&h);
+                }
             }
+        } else if let Some(v) = st.more.get_mut(&h) {
+            v.retain(|&s| s != slot);
+        }
+        if st.more.get(&h).is_some_and(|v| v.is_empty()) {
+            st.more.remove(&h);
         }
         st.n -= 1;
     }
@@ -198,5 +219,32 @@ mod tests {
         c.rank();
         let first = c.subtables().next().map(|(m, _, _)| *m);
         assert_eq!(first, Some(masks[0]), "6 recent hits beat 10 older ones, halved");
+    }
+
+    #[test]
+    fn duplicates_under_one_hash_survive_removal_of_either() {
+        let m = mask(&[0, 9]);
+        let mut k = FlowKey::ZERO;
+        k.w[0] = 5;
+        k.w[9] = 6;
+        let stored = [k, k, k];
+        for first_out in [0u32, 1] {
+            let mut c = Dpcls::default();
+            let si = c.insert(&k, &m, 0);
+            c.insert(&k, &m, 1);
+            c.insert(&k, &m, 2);
+            let mut live = [true; 3];
+            c.remove(&k, si, first_out);
+            live[first_out as usize] = false;
+            let found = c.lookup(&k, |s| live[s as usize].then(|| &stored[s as usize])).unwrap();
+            assert!(live[found as usize]);
+            c.remove(&k, si, found);
+            live[found as usize] = false;
+            let last = c.lookup(&k, |s| live[s as usize].then(|| &stored[s as usize])).unwrap();
+            assert!(live[last as usize]);
+            c.remove(&k, si, last);
+            assert_eq!(c.lookup(&k, |s| Some(&stored[s as usize])), None);
+            assert!(c.subtables[si].map.is_empty() && c.subtables[si].more.is_empty());
+        }
     }
 }

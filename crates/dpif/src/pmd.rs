@@ -274,7 +274,8 @@ impl Pmd {
     }
 
     fn lookup(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Found {
-        let hash = key.hash();
+        // With the EMC off (0) the full-key hash is not needed at all.
+        let hash = if self.cfg.emc_insert_inv_prob > 0 { key.hash() } else { 0 };
         if self.cfg.emc_insert_inv_prob > 0 {
             if let Some((slot, ver)) = self.emc.lookup(key, hash) {
                 if self.slot_version.get(slot as usize) == Some(&ver) && self.validate(slot, upcall) == Validity::Valid
