@@ -20,6 +20,7 @@ pub enum UserspaceReason {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // reason: actions live in per-megaflow lists; boxing SetMasked would add a pointer chase per rewrite
 pub enum DpAction {
     /// Send a copy of the packet, as it is now, to datapath port N.
     Output(u32),

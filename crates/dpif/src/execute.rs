@@ -120,7 +120,7 @@ pub fn execute(
 
 fn shift(l: Layout, by: i32) -> Layout {
     let f = |o: u16| if o == 0 { 0 } else { (o as i32 + by).max(0) as u16 };
-    Layout { l3: f(l.l3), l4: f(l.l4), payload: f(l.payload), ..l }
+    Layout { l3: f(l.l3), l4: f(l.l4), payload: f(l.payload) }
 }
 
 #[inline]

@@ -127,6 +127,7 @@ enum Validity {
 }
 
 /// How a packet's actions were found.
+#[allow(clippy::large_enum_variant)] // reason: returned by value once per lookup, never stored
 enum Found {
     Flow(u32),
     /// Translated but not cached (megaflow limit).
@@ -318,6 +319,7 @@ impl Pmd {
     /// Probabilistic EMC insertion (one in `emc_insert_inv_prob`), so that
     /// a flood of short flows cannot evict the long-lived ones.
     #[inline]
+    #[allow(clippy::manual_is_multiple_of)] // reason: is_multiple_of needs Rust 1.87; the workspace supports 1.85
     fn emc_maybe_insert(&mut self, key: &FlowKey, hash: u64, slot: u32) {
         let p = self.cfg.emc_insert_inv_prob;
         if p == 1 || (p > 1 && self.next_rand() % p as u64 == 0) {
