@@ -154,11 +154,66 @@ impl Ref {
     }
 }
 
+/// `Ref::id` of the head of an emptied [`Rules`] (ids never get there).
+const NO_RULE: RuleId = u64::MAX;
+
 /// Rules sharing one masked key, ordered by priority (high first) then id.
+/// The first is stored inline: most keys have one rule, and a lookup that
+/// found the group then decides without touching another cache line.
+struct Rules {
+    head: Ref,
+    more: Vec<Ref>,
+}
+
+impl Rules {
+    fn new(r: Ref) -> Rules {
+        Rules { head: r, more: Vec::new() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head.id == NO_RULE
+    }
+
+    #[inline]
+    fn iter(&self) -> impl Iterator<Item = &Ref> {
+        std::iter::once(&self.head).filter(|r| r.id != NO_RULE).chain(&self.more)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Ref> {
+        std::iter::once(&mut self.head).filter(|r| r.id != NO_RULE).chain(&mut self.more)
+    }
+
+    /// Inserts after the rules of higher or equal priority (ids only grow,
+    /// so a new rule goes after its equals).
+    fn insert(&mut self, r: Ref) {
+        if self.is_empty() {
+            self.head = r;
+        } else if self.head.priority < r.priority {
+            self.more.insert(0, std::mem::replace(&mut self.head, r));
+        } else {
+            let at = self.more.partition_point(|x| x.priority >= r.priority);
+            self.more.insert(at, r);
+        }
+    }
+
+    fn remove(&mut self, id: RuleId) {
+        if self.head.id == id {
+            if self.more.is_empty() {
+                self.head.id = NO_RULE;
+            } else {
+                self.head = self.more.remove(0);
+            }
+        } else {
+            self.more.retain(|x| x.id != id);
+        }
+    }
+}
+
 /// Groups whose different keys share a 64-bit hash are chained.
+#[repr(C)] // The head rule next to the first key words.
 struct Group {
+    rules: Rules,
     key: FlowKey,
-    rules: Vec<Ref>,
     next: Option<Box<Group>>,
 }
 
@@ -370,12 +425,10 @@ impl<T> Classifier<T> {
         let r = Ref { priority, id, added: version, removed: LIVE };
         match st.group_mut(hs[last], &m.key) {
             Some(g) => {
-                // Ids only grow, so the new rule goes after its equals.
-                let at = g.rules.partition_point(|x| x.priority >= priority);
-                g.rules.insert(at, r);
+                g.rules.insert(r);
             }
             None => {
-                let g = Group { key: m.key, rules: vec![r], next: None };
+                let g = Group { key: m.key, rules: Rules::new(r), next: None };
                 match st.groups.get_mut(&hs[last]) {
                     // A different key with the same 64-bit hash.
                     Some(head) => head.next = Some(Box::new(Group { next: head.next.take(), ..g })),
@@ -475,7 +528,7 @@ impl<T> Classifier<T> {
     /// Takes rule `id` out of its group, dropping the group if it empties.
     fn unlink(st: &mut Subtable, h: u64, key: &FlowKey, id: RuleId) {
         let g = st.group_mut(h, key).expect("rule is in its group");
-        g.rules.retain(|x| x.id != id);
+        g.rules.remove(id);
         if !g.rules.is_empty() {
             return;
         }
@@ -573,7 +626,7 @@ impl<T> Classifier<T> {
                 from = to;
             }
             let Some(g) = group else { continue };
-            for r in &g.rules {
+            for r in g.rules.iter() {
                 if let Some(b) = &best {
                     if r.priority < b.priority || (r.priority == b.priority && r.id > b.id) {
                         break;

@@ -53,15 +53,33 @@ impl Walk {
 
 const NONE: u32 = u32::MAX;
 
+/// [`Node::flags`]: some rule prefix ends at the end of this node's segment.
+const HERE: u32 = 1;
+/// [`Node::flags`]: no rule prefix ends strictly below this node.
+const LEAF: u32 = 2;
+
 /// A node covers a run of address bits (its segment) below its parent;
 /// runs with no branch and no prefix end are merged into one node.
-#[derive(Clone, Debug)]
+///
+/// Only what a walk reads is here, in 32 aligned bytes (two nodes per
+/// cache line, none straddling two): a walk is a chain of dependent loads,
+/// so its cost is the number of lines it touches. The prefix counts that
+/// insertion and removal maintain live apart, in [`Count`].
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(32))]
 struct Node {
     /// Segment bits, left-aligned (first bit at bit 127).
     seg: u128,
+    child: [u32; 2],
     /// Segment length in bits; 0 only for the root.
     len: u32,
-    child: [u32; 2],
+    /// [`HERE`] and [`LEAF`], derived from the node's [`Count`].
+    flags: u32,
+}
+
+/// Prefix counts of one node.
+#[derive(Clone, Copy, Debug, Default)]
+struct Count {
     /// Rule prefixes ending exactly at the end of this node's segment.
     here: u32,
     /// Rule prefixes ending at this node or anywhere below it.
@@ -69,7 +87,7 @@ struct Node {
 }
 
 impl Node {
-    const ROOT: Node = Node { seg: 0, len: 0, child: [NONE, NONE], here: 0, below: 0 };
+    const ROOT: Node = Node { seg: 0, len: 0, child: [NONE, NONE], flags: LEAF };
 }
 
 /// The first `n` bits (left-aligned) of a left-aligned value.
@@ -95,13 +113,15 @@ fn bit_at(v: u128, i: u32) -> usize {
 pub struct Trie {
     bits: u32,
     nodes: Vec<Node>,
+    /// `counts[i]` belongs to `nodes[i]`.
+    counts: Vec<Count>,
     free: Vec<u32>,
 }
 
 impl Trie {
     pub fn new(bits: u32) -> Trie {
         assert!(bits > 0 && bits <= 128);
-        Trie { bits, nodes: vec![Node::ROOT], free: Vec::new() }
+        Trie { bits, nodes: vec![Node::ROOT], counts: vec![Count::default()], free: Vec::new() }
     }
 
     /// The value left-aligned in 128 bits.
@@ -110,23 +130,39 @@ impl Trie {
         v << (128 - self.bits)
     }
 
-    fn alloc(&mut self, node: Node) -> u32 {
-        match self.free.pop() {
+    fn alloc(&mut self, node: Node, count: Count) -> u32 {
+        let i = match self.free.pop() {
             Some(i) => {
                 self.nodes[i as usize] = node;
+                self.counts[i as usize] = count;
                 i
             }
             None => {
                 self.nodes.push(node);
+                self.counts.push(count);
                 (self.nodes.len() - 1) as u32
             }
-        }
+        };
+        self.sync(i as usize);
+        i
+    }
+
+    /// Recomputes node `n`'s flags from its counts.
+    #[inline]
+    fn sync(&mut self, n: usize) {
+        let c = self.counts[n];
+        self.nodes[n].flags = (if c.here > 0 { HERE } else { 0 }) | (if c.below == c.here { LEAF } else { 0 });
+    }
+
+    /// A childless node (flags are set by [`Trie::alloc`]).
+    fn leaf(seg: u128, len: u32) -> Node {
+        Node { seg, len, flags: 0, ..Node::ROOT }
     }
 
     /// Number of prefixes held (with multiplicity).
     #[allow(clippy::misnamed_getters)] // The root's `below` counts them all.
     pub fn len(&self) -> u32 {
-        self.nodes[0].below
+        self.counts[0].below
     }
 
     pub fn is_empty(&self) -> bool {
@@ -138,18 +174,20 @@ impl Trie {
         assert!(plen <= self.bits);
         let v = top(self.align(value), plen);
         let (mut n, mut d) = (0usize, 0u32);
-        self.nodes[0].below += 1;
+        self.counts[0].below += 1;
+        self.sync(0);
+        let one = Count { here: 1, below: 1 };
         loop {
             if d == plen {
-                self.nodes[n].here += 1;
+                self.counts[n].here += 1;
+                self.sync(n);
                 return;
             }
             let b = bit_at(v, d);
             let c = self.nodes[n].child[b];
             let rest = v << d;
             if c == NONE {
-                let leaf =
-                    self.alloc(Node { seg: top(rest, plen - d), len: plen - d, here: 1, below: 1, ..Node::ROOT });
+                let leaf = self.alloc(Self::leaf(top(rest, plen - d), plen - d), one);
                 self.nodes[n].child[b] = leaf;
                 return;
             }
@@ -157,26 +195,27 @@ impl Trie {
             let clen = self.nodes[ci].len;
             let common = (self.nodes[ci].seg ^ rest).leading_zeros().min(clen).min(plen - d);
             if common == clen {
-                self.nodes[ci].below += 1;
+                self.counts[ci].below += 1;
+                self.sync(ci);
                 n = ci;
                 d += clen;
                 continue;
             }
             // Split the child after `common` bits (at least 1: the branch bit).
             let old = &mut self.nodes[ci];
-            let (seg, below) = (old.seg, old.below);
+            let seg = old.seg;
             old.seg <<= common;
             old.len -= common;
-            let mut mid = Node { seg: top(seg, common), len: common, here: 0, below: below + 1, ..Node::ROOT };
+            let below = self.counts[ci].below;
+            let mut mid = Self::leaf(top(seg, common), common);
             mid.child[bit_at(seg, common)] = c;
-            let m = self.alloc(mid);
+            let here = (d + common == plen) as u32;
+            let m = self.alloc(mid, Count { here, below: below + 1 });
             self.nodes[n].child[b] = m;
-            if d + common == plen {
-                self.nodes[m as usize].here = 1;
-            } else {
+            if here == 0 {
                 let r2 = rest << common;
                 let len = plen - d - common;
-                let leaf = self.alloc(Node { seg: top(r2, len), len, here: 1, below: 1, ..Node::ROOT });
+                let leaf = self.alloc(Self::leaf(top(r2, len), len), one);
                 self.nodes[m as usize].child[bit_at(r2, 0)] = leaf;
             }
             return;
@@ -197,15 +236,19 @@ impl Trie {
             n = c as usize;
             d += self.nodes[n].len;
         }
-        assert!(d == plen && self.nodes[n].here > 0, "removing a prefix that is not in the trie");
-        self.nodes[0].below -= 1;
+        assert!(d == plen && self.counts[n].here > 0, "removing a prefix that is not in the trie");
+        self.counts[0].below -= 1;
         for &(p, b) in &path {
             let c = self.nodes[p].child[b] as usize;
-            self.nodes[c].below -= 1;
+            self.counts[c].below -= 1;
         }
-        self.nodes[n].here -= 1;
+        self.counts[n].here -= 1;
+        self.sync(0);
+        for &(p, b) in &path {
+            self.sync(self.nodes[p].child[b] as usize);
+        }
         // Unlink the topmost emptied node; below it lies only the path.
-        if let Some(i) = path.iter().position(|&(p, b)| self.nodes[self.nodes[p].child[b] as usize].below == 0) {
+        if let Some(i) = path.iter().position(|&(p, b)| self.counts[self.nodes[p].child[b] as usize].below == 0) {
             let (p, b) = path[i];
             let mut d = self.nodes[p].child[b];
             self.nodes[p].child[b] = NONE;
@@ -223,17 +266,18 @@ impl Trie {
     /// Merges node `n` with its only child if no prefix ends at `n`.
     fn merge(&mut self, n: usize) {
         let node = &self.nodes[n];
-        if n == 0 || node.here > 0 || (node.child[0] != NONE) == (node.child[1] != NONE) {
+        if n == 0 || self.counts[n].here > 0 || (node.child[0] != NONE) == (node.child[1] != NONE) {
             return;
         }
         let c = if node.child[0] != NONE { node.child[0] } else { node.child[1] };
-        let child = self.nodes[c as usize].clone();
+        let child = self.nodes[c as usize];
         let node = &mut self.nodes[n];
         node.seg |= child.seg >> node.len;
         node.len += child.len;
-        node.here = child.here;
         node.child = child.child;
-        debug_assert_eq!(node.below, child.below);
+        debug_assert_eq!(self.counts[n].below, self.counts[c as usize].below);
+        self.counts[n] = self.counts[c as usize];
+        self.sync(n);
         self.free.push(c);
     }
 
@@ -253,10 +297,10 @@ impl Trie {
                 }
                 d += node.len;
             }
-            if node.here > 0 {
+            if node.flags & HERE != 0 {
                 plens.insert(d);
             }
-            if d == self.bits || node.below == node.here {
+            if d == self.bits || node.flags & LEAF != 0 {
                 // No longer prefix below: bit `d` need not be read.
                 return Walk { plens, bits: d };
             }
@@ -297,6 +341,11 @@ mod tests {
         assert_eq!(w.bits_to_exclude(8), Some(5));
         t.remove(0xc0a8_0000, 24);
         assert!(!t.lookup(0xc0a8_0001).plens.contains(24));
+    }
+
+    #[test]
+    fn nodes_fill_half_a_cache_line() {
+        assert_eq!((std::mem::size_of::<Node>(), std::mem::align_of::<Node>()), (32, 32));
     }
 
     #[test]
