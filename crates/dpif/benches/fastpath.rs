@@ -16,8 +16,9 @@ impl Sink for Count {
     fn userspace(&mut self, _: Packet, _: &DpAction) {}
 }
 
-/// Answers misses with a mask chosen per call: mask variant `i` adds
-/// different nw_src prefix lengths, so each variant is its own subtable.
+/// Answers misses with a mask chosen per call: mask variant `i` (0..66)
+/// matches an nw_src prefix of length `i % 33`, plus tp_dst from 33 on,
+/// so each variant is its own subtable.
 struct Masks(Cell<u32>);
 impl Upcall for Masks {
     fn translate(&self, _key: &FlowKey) -> Translation {
@@ -26,8 +27,9 @@ impl Upcall for Masks {
         mask.set_in_port(u32::MAX);
         mask.set_dl_type(0xffff);
         mask.set_nw_dst(u32::MAX);
-        mask.set_nw_src(if i == 0 { 0 } else { u32::MAX << (32 - i.min(32)) });
-        mask.set_tp_dst(if i > 32 { 0xffff } else { 0 });
+        let p = i % 33;
+        mask.set_nw_src(if p == 0 { 0 } else { u32::MAX << (32 - p) });
+        mask.set_tp_dst(if i >= 33 { 0xffff } else { 0 });
         Translation { actions: vec![DpAction::Output(2)], mask }
     }
 }
@@ -49,6 +51,7 @@ fn bench(c: &mut Criterion) {
     let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: 1, ..PmdConfig::default() });
     let f = frame(0x0a00_0002);
     let (k, _, _) = flow::extract(&f, 1);
+    assert_eq!((k.nw_dst(), k.tp_dst()), (0x0a00_0002, 53), "extraction parses the UDP frame");
     pmd.actions_for_key(&k, &up, 0);
     pmd.actions_for_key(&k, &up, 0);
     let mut key = FlowKey::ZERO;
@@ -70,6 +73,7 @@ fn bench(c: &mut Criterion) {
         }
         let (k, _, _) = flow::extract(&frame(0x0b00_0000 + n - 1), 1);
         assert_eq!(pmd.stats().upcalls, n as u64);
+        assert_eq!(pmd.subtables().len(), n as usize, "one subtable per mask");
         g.bench_function(format!("megaflow_lookup_{n}_subtables"), |b| {
             b.iter(|| black_box(pmd.actions_for_key(black_box(&k), &up, 0).len()))
         });
