@@ -100,9 +100,11 @@ impl dpif::Upcall for Ofproto {
 }
 
 impl Ctx<'_> {
-    fn say(&mut self, s: impl Into<String>) {
+    /// Adds a trace line. The text is built only when tracing, so
+    /// translation on the packet path formats nothing.
+    fn say<S: Into<String>>(&mut self, s: impl FnOnce() -> S) {
         if let Some(t) = &mut self.trace {
-            t.push(format!("{}{}", " ".repeat(self.indent), s.into()));
+            t.push(format!("{}{}", " ".repeat(self.indent), s().into()));
         }
     }
 
@@ -117,7 +119,7 @@ impl Ctx<'_> {
 
     fn do_table(&mut self, table: u8, top: bool) {
         if self.depth >= MAX_DEPTH {
-            self.say("resubmit/goto depth exceeded; dropping");
+            self.say(|| "resubmit/goto depth exceeded; dropping");
             self.stop = true;
             return;
         }
@@ -130,9 +132,9 @@ impl Ctx<'_> {
         let hit = cls.lookup(&self.key, self.version, &mut self.wc);
         match hit.and_then(|id| cls.get(id)) {
             None => {
-                self.say(format!("{table:2}. No match."));
+                self.say(|| format!("{table:2}. No match."));
                 match self.of.table_miss {
-                    TableMiss::Drop => self.say("    drop"),
+                    TableMiss::Drop => self.say(|| "    drop"),
                     TableMiss::Controller => {
                         self.commit();
                         self.actions.push(DpAction::Userspace {
@@ -141,7 +143,7 @@ impl Ctx<'_> {
                             table_id: table,
                             cookie: 0,
                         });
-                        self.say("    CONTROLLER (table miss)");
+                        self.say(|| "    CONTROLLER (table miss)");
                     }
                 }
             }
@@ -150,15 +152,19 @@ impl Ctx<'_> {
                 rule.packets.fetch_add(1, Ordering::Relaxed);
                 rule.bytes.fetch_add(self.bytes, Ordering::Relaxed);
                 rule.used_ms.store(self.of.now(), Ordering::Relaxed);
-                let ms = m.to_string();
-                let desc = if ms.is_empty() { format!("priority {prio}") } else { format!("{ms}, priority {prio}") };
-                let cookie_s = if rule.cookie != 0 { format!(", cookie {:#x}", rule.cookie) } else { String::new() };
-                self.say(format!("{table:2}. {desc}{cookie_s}"));
+                let cookie = rule.cookie;
+                self.say(|| {
+                    let ms = m.to_string();
+                    let desc =
+                        if ms.is_empty() { format!("priority {prio}") } else { format!("{ms}, priority {prio}") };
+                    let cookie_s = if cookie != 0 { format!(", cookie {cookie:#x}") } else { String::new() };
+                    format!("{table:2}. {desc}{cookie_s}")
+                });
                 self.cookie = rule.cookie;
                 self.indent += 4;
                 let instructions = &rule.instructions;
                 if instructions.is_empty() {
-                    self.say("drop");
+                    self.say(|| "drop");
                 }
                 let mut goto = None;
                 for ins in instructions.iter() {
@@ -175,10 +181,12 @@ impl Ctx<'_> {
                             }
                         }
                         Instruction::Write(acts) => {
-                            self.say(format!(
-                                "write_actions({})",
-                                acts.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
-                            ));
+                            self.say(|| {
+                                format!(
+                                    "write_actions({})",
+                                    acts.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+                                )
+                            });
                             for a in acts {
                                 // One action of each kind in the set; outputs
                                 // and groups replace each other.
@@ -188,21 +196,21 @@ impl Ctx<'_> {
                             }
                         }
                         Instruction::Clear => {
-                            self.say("clear_actions");
+                            self.say(|| "clear_actions");
                             self.action_set.clear();
                         }
                         Instruction::WriteMetadata { value, mask } => {
                             let md = (self.key.metadata() & !mask) | (value & mask);
                             self.key.set_metadata(md);
-                            self.say(format!("write_metadata:{value:#x}/{mask:#x}"));
+                            self.say(|| format!("write_metadata:{value:#x}/{mask:#x}"));
                         }
                         Instruction::GotoTable(t) => goto = Some(*t),
-                        Instruction::Meter(m) => self.say(format!("meter:{m} (not enforced)")),
+                        Instruction::Meter(m) => self.say(|| format!("meter:{m} (not enforced)")),
                     }
                 }
                 if let Some(t) = goto {
                     if !self.stop {
-                        self.say(format!("goto_table:{t}"));
+                        self.say(|| format!("goto_table:{t}"));
                         self.indent -= 4;
                         self.do_table(t, top);
                         self.table = saved_table;
@@ -234,7 +242,7 @@ impl Ctx<'_> {
         };
         let mut set = set;
         set.sort_by_key(rank);
-        self.say("action set:");
+        self.say(|| "action set:");
         for a in &set {
             if self.stop {
                 break;
@@ -270,14 +278,14 @@ impl Ctx<'_> {
     }
 
     fn do_action(&mut self, a: &Action) {
-        self.say(a.to_string());
+        self.say(|| a.to_string());
         let in_port = self.key.in_port();
         match a {
             Action::Output(OfPort::Port(p)) => {
                 if *p == in_port {
-                    self.say("  skipping output to input port");
+                    self.say(|| "  skipping output to input port");
                 } else if !self.of.ports.is_empty() && !self.of.port_exists(*p) {
-                    self.say(format!("  no such port {p}"));
+                    self.say(|| format!("  no such port {p}"));
                 } else {
                     self.output(*p);
                 }
@@ -306,13 +314,13 @@ impl Ctx<'_> {
                     m.set_vlan_tci(VLAN_PRESENT);
                     self.consult(&m);
                     if self.key.vlan_tci() & VLAN_PRESENT == 0 {
-                        self.say("  packet has no VLAN tag; ignored");
+                        self.say(|| "  packet has no VLAN tag; ignored");
                         return;
                     }
                 } else {
                     self.consult(&field.prereq.mask());
                     if !field.prereq.holds_for_packet(&self.key) {
-                        self.say("  prerequisites not met; ignored");
+                        self.say(|| "  prerequisites not met; ignored");
                         return;
                     }
                 }
@@ -350,7 +358,7 @@ impl Ctx<'_> {
             Action::DecTtl | Action::SetNwTtl(_) => {
                 self.consult_dl_type();
                 if !self.key.is_ip_any() {
-                    self.say("  not IP; ignored");
+                    self.say(|| "  not IP; ignored");
                     return;
                 }
                 let ttl = if let Action::SetNwTtl(t) = a {
@@ -361,7 +369,7 @@ impl Ctx<'_> {
                     self.consult(&m);
                     let t = self.key.nw_ttl();
                     if t <= 1 {
-                        self.say("  TTL exceeded; dropping");
+                        self.say(|| "  TTL exceeded; dropping");
                         self.stop = true;
                         return;
                     }
@@ -383,7 +391,7 @@ impl Ctx<'_> {
                 self.indent -= 4;
                 self.key.set_in_port(saved);
             }
-            Action::Group(g) => self.say(format!("  group {g} does not exist")),
+            Action::Group(g) => self.say(|| format!("  group {g} does not exist")),
             Action::SetQueue(_) => {}
         }
     }
@@ -430,7 +438,7 @@ impl Ctx<'_> {
         m.set_dl_dst(u64::MAX);
         self.consult(&m);
         let Some(vlan) = in_mode.input_vlan(self.key.vlan_tci()) else {
-            self.say("  NORMAL: frame's VLAN not allowed on the input port; dropping");
+            self.say(|| "  NORMAL: frame's VLAN not allowed on the input port; dropping");
             return;
         };
         let src = self.key.dl_src();
@@ -440,20 +448,20 @@ impl Ctx<'_> {
             let learned = of.mac.lock().expect("mac table lock").learn(src, vlan, in_port, now);
             if learned == Learned::Changed {
                 of.bump_generation();
-                self.say(format!("  learned {} on port {in_port} in VLAN {vlan}", flow::key::fmt_mac(src)));
+                self.say(|| format!("  learned {} on port {in_port} in VLAN {vlan}", flow::key::fmt_mac(src)));
             }
         }
         let known =
             if is_multicast(dst) { None } else { of.mac.lock().expect("mac table lock").lookup(dst, vlan, now) };
         match known {
-            Some(p) if p == in_port => self.say("  NORMAL: destination is on the input port; dropping"),
+            Some(p) if p == in_port => self.say(|| "  NORMAL: destination is on the input port; dropping"),
             Some(p) => {
                 let mode = of.port(p).map(|c| c.vlan.clone()).unwrap_or_default();
-                self.say(format!("  NORMAL: forwarding to learned port {p}"));
+                self.say(|| format!("  NORMAL: forwarding to learned port {p}"));
                 self.output_in_vlan(p, vlan, mode.output_tagged(vlan));
             }
             None => {
-                self.say(format!("  NORMAL: flooding in VLAN {vlan}"));
+                self.say(|| format!("  NORMAL: flooding in VLAN {vlan}"));
                 let outs: Vec<(u32, bool)> = of
                     .flood_ports(false)
                     .filter(|p| p.ofport != in_port && p.vlan.carries(vlan))
