@@ -16,8 +16,11 @@
 //! malformed message maps to the error the spec names.
 #![deny(unsafe_code)]
 
+pub mod action;
+pub mod bytes;
 pub mod error;
 pub mod header;
+pub mod oxm;
 
 pub use error::{error_reply, ErrorKind};
 pub use header::{negotiate, Framer, Header, Message, Version};
