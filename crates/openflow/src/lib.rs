@@ -20,6 +20,8 @@ pub mod action;
 pub mod bytes;
 pub mod error;
 pub mod header;
+pub mod msg;
+pub mod of10;
 pub mod oxm;
 
 pub use error::{error_reply, ErrorKind};
