@@ -30,7 +30,7 @@ impl Upcall for Masks {
         let p = i % 33;
         mask.set_nw_src(if p == 0 { 0 } else { u32::MAX << (32 - p) });
         mask.set_tp_dst(if i >= 33 { 0xffff } else { 0 });
-        Translation { actions: vec![DpAction::Output(2)], mask }
+        Translation { actions: vec![DpAction::Output(2)], mask, ..Default::default() }
     }
 }
 

@@ -129,12 +129,50 @@ pub fn format_actions(actions: &[DpAction]) -> String {
 
 /// The answer to a cache miss: what to do with every packet whose key
 /// agrees with the missed one on the bits of `mask`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Translation {
     pub actions: Vec<DpAction>,
     /// Every key bit translation consulted (the megaflow mask).
     pub mask: FlowMask,
+    /// The slow-path objects (OpenFlow rules, group buckets) this
+    /// translation went through: every packet the resulting megaflow
+    /// forwards is credited to each of them (see [`FlowCounters`]).
+    pub counters: Vec<CounterRef>,
 }
+
+/// Packet and byte counters of a slow-path object (an OpenFlow rule, a
+/// group bucket), credited by the datapath. Written by poll threads
+/// (Relaxed adds, batched: each megaflow pushes its deltas about once a
+/// second and when asked), read by the control plane.
+#[derive(Debug, Default)]
+pub struct FlowCounters {
+    pub packets: std::sync::atomic::AtomicU64,
+    pub bytes: std::sync::atomic::AtomicU64,
+    /// Last time (ms, the switch's clock) a packet was credited.
+    pub used_ms: std::sync::atomic::AtomicU64,
+}
+
+impl FlowCounters {
+    pub fn credit(&self, packets: u64, bytes: u64, used_ms: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if packets > 0 {
+            self.packets.fetch_add(packets, Relaxed);
+            self.bytes.fetch_add(bytes, Relaxed);
+            self.used_ms.fetch_max(used_ms, Relaxed);
+        }
+    }
+}
+
+/// A shared handle on [`FlowCounters`]; equal when it is the same object.
+#[derive(Clone, Debug, Default)]
+pub struct CounterRef(pub std::sync::Arc<FlowCounters>);
+
+impl PartialEq for CounterRef {
+    fn eq(&self, o: &CounterRef) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &o.0)
+    }
+}
+impl Eq for CounterRef {}
 
 /// The slow path as the datapath sees it. `ofproto` implements it; tests
 /// may supply simple models.

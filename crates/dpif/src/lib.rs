@@ -44,6 +44,6 @@ pub mod emc;
 pub mod execute;
 pub mod pmd;
 
-pub use actions::{format_actions, DpAction, Translation, Upcall, UserspaceReason};
+pub use actions::{format_actions, CounterRef, DpAction, FlowCounters, Translation, Upcall, UserspaceReason};
 pub use execute::{OutQueues, Sink};
 pub use pmd::{MegaflowInfo, Pmd, PmdConfig, PmdStats};

@@ -1,6 +1,7 @@
 //! The per-poll-thread datapath: extract, EMC, megaflow cache, upcall,
 //! execute; revalidation and expiry.
 
+use crate::actions::CounterRef;
 use crate::actions::{DpAction, Translation, Upcall};
 use crate::dpcls::Dpcls;
 use crate::emc::Emc;
@@ -93,6 +94,25 @@ struct Megaflow {
     packets: u64,
     bytes: u64,
     used_ms: u64,
+    /// Slow-path counters this megaflow's packets are credited to, and
+    /// how much of `packets`/`bytes` they have already received.
+    counters: Vec<CounterRef>,
+    pushed_packets: u64,
+    pushed_bytes: u64,
+}
+
+impl Megaflow {
+    /// Credits the packets not yet pushed to the slow-path counters.
+    fn push(&mut self) {
+        let (dp, db) = (self.packets - self.pushed_packets, self.bytes - self.pushed_bytes);
+        if dp > 0 {
+            for c in &self.counters {
+                c.0.credit(dp, db, self.used_ms);
+            }
+            self.pushed_packets = self.packets;
+            self.pushed_bytes = self.bytes;
+        }
+    }
 }
 
 const MAX_RECIRC: u32 = 6;
@@ -235,7 +255,12 @@ impl Pmd {
                 f.used_ms = now_ms;
                 execute(&f.actions, pkt, key, layout, &mut self.out, sink)
             }
-            Found::Uncached(t) => execute(&t.actions, pkt, key, layout, &mut self.out, sink),
+            Found::Uncached(t) => {
+                for c in &t.counters {
+                    c.0.credit(1, len, now_ms);
+                }
+                execute(&t.actions, pkt, key, layout, &mut self.out, sink)
+            }
             Found::Busy => return,
         };
         if let Exec::Recirc(p, _) = res {
@@ -341,6 +366,9 @@ impl Pmd {
         self.flows[slot as usize] = Some(Megaflow {
             m,
             actions: t.actions,
+            counters: t.counters,
+            pushed_packets: 0,
+            pushed_bytes: 0,
             orig: *key,
             generation: self.generation,
             subtable,
@@ -353,7 +381,8 @@ impl Pmd {
     }
 
     fn remove(&mut self, slot: u32) {
-        if let Some(f) = self.flows[slot as usize].take() {
+        if let Some(mut f) = self.flows[slot as usize].take() {
+            f.push();
             self.dpcls.remove(&f.m.key, f.subtable, slot);
             self.slot_version[slot as usize] = self.slot_version[slot as usize].wrapping_add(1);
             self.free.push(slot);
@@ -396,7 +425,14 @@ impl Pmd {
         // not used (the lookup falls through to an upcall, which counts).
         let Some(t) = upcall.revalidate(&f.orig) else { return Validity::Unknown };
         if t.actions == f.actions && t.mask.is_subset_of(&f.m.mask) {
-            self.flows[slot as usize].as_mut().expect("exists").generation = self.generation;
+            let f = self.flows[slot as usize].as_mut().expect("exists");
+            f.generation = self.generation;
+            // The rules behind it may have been replaced (same actions):
+            // credit the old ones up to now, the new ones from now on.
+            if f.counters != t.counters {
+                f.push();
+                f.counters = t.counters;
+            }
             self.stats.revalidated += 1;
             Validity::Valid
         } else {
@@ -415,8 +451,18 @@ impl Pmd {
         }
     }
 
-    /// Removes megaflows idle for longer than `max_idle_ms`.
+    /// Credits every megaflow's new packets to the slow-path counters of
+    /// the rules behind it (done by [`Pmd::sweep`] too).
+    pub fn push_stats(&mut self) {
+        for f in self.flows.iter_mut().flatten() {
+            f.push();
+        }
+    }
+
+    /// Removes megaflows idle for longer than `max_idle_ms`, and pushes
+    /// the others' counters.
     pub fn sweep(&mut self, now_ms: u64) {
+        self.push_stats();
         let idle = self.cfg.max_idle_ms;
         for slot in 0..self.flows.len() as u32 {
             if let Some(f) = &self.flows[slot as usize] {

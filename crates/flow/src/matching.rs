@@ -65,6 +65,12 @@ impl Match {
 
     /// A match that prints a packet's key: every non-zero field exactly,
     /// plus the protocol fields that give the others their names.
+    /// Whether some key matches both (they agree wherever both care).
+    pub fn overlaps(&self, o: &Match) -> bool {
+        let both = self.mask.and(&o.mask);
+        self.key.and(&both) == o.key.and(&both)
+    }
+
     pub fn exact_fields(k: &FlowKey) -> Match {
         let mut mask = FlowKey::ZERO;
         for f in FIELDS.iter().filter(|f| !f.alias) {

@@ -50,6 +50,19 @@ impl OfPort {
     }
 }
 
+/// The port number an output names (reserved ports by their 1.0 number).
+pub fn ofport_number(p: OfPort) -> u32 {
+    match p {
+        OfPort::Port(n) => n,
+        OfPort::InPort => ofpp::IN_PORT,
+        OfPort::Normal => ofpp::NORMAL,
+        OfPort::Flood => ofpp::FLOOD,
+        OfPort::All => ofpp::ALL,
+        OfPort::Local => ofpp::LOCAL,
+        OfPort::Controller => ofpp::CONTROLLER,
+    }
+}
+
 impl fmt::Display for OfPort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -13,6 +13,7 @@ use crate::actions::{Action, Instruction, OfPort};
 use crate::normal::{MacTable, VlanMode};
 use crate::parse::FlowSpec;
 use classifier::{Classifier, RuleId};
+use dpif::FlowCounters;
 use flow::Match;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,11 +30,45 @@ pub struct Rule {
     pub instructions: Vec<Instruction>,
     pub idle_timeout: u16,
     pub hard_timeout: u16,
+    /// OpenFlow flow-mod flags ([`crate::parse::flags`]).
+    pub flags: u16,
+    pub importance: u16,
     pub created_ms: u64,
-    /// Last time a translation used this rule (ms).
-    pub used_ms: AtomicU64,
-    pub packets: AtomicU64,
-    pub bytes: AtomicU64,
+    /// Packets, bytes and last use, credited by the datapath for every
+    /// packet a megaflow built through this rule forwards (and touched by
+    /// each translation). Shared with the megaflows, so a modify that
+    /// keeps counters keeps this very object.
+    pub counters: Arc<FlowCounters>,
+}
+
+impl Rule {
+    pub fn packets(&self) -> u64 {
+        self.counters.packets.load(Ordering::Relaxed)
+    }
+    pub fn bytes(&self) -> u64 {
+        self.counters.bytes.load(Ordering::Relaxed)
+    }
+    pub fn used_ms(&self) -> u64 {
+        self.counters.used_ms.load(Ordering::Relaxed)
+    }
+}
+
+/// A rule taken out of the tables by a delete or a timeout, for
+/// flow_removed messages.
+#[derive(Clone, Debug)]
+pub struct RemovedRule {
+    pub table: u8,
+    pub matched: Match,
+    pub priority: u32,
+    pub cookie: u64,
+    pub flags: u16,
+    pub idle_timeout: u16,
+    pub hard_timeout: u16,
+    pub created_ms: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    /// 0 idle timeout, 1 hard timeout, 2 delete, 3 group delete, 5 meter delete.
+    pub reason: u8,
 }
 
 /// A port as the OpenFlow layer sees it. Datapath port numbers equal
@@ -61,6 +96,9 @@ pub enum TableMiss {
     #[default]
     Drop,
     Controller,
+    /// Fail-open (fail-mode standalone with no controller connected):
+    /// switch the packet with NORMAL.
+    Normal,
 }
 
 /// Errors a flow modification can be refused with (each maps to an
@@ -76,11 +114,14 @@ pub enum FlowModError {
     Unsupported(String),
     /// A set_field whose prerequisites the match does not guarantee.
     BadSetField(String),
+    /// check_overlap: an existing rule of the same priority overlaps.
+    Overlap,
 }
 
 impl fmt::Display for FlowModError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            FlowModError::Overlap => write!(f, "the new flow overlaps an existing flow of the same priority"),
             FlowModError::BadTable(t) => write!(f, "table {t} does not exist"),
             FlowModError::BadGoto { from, to } => write!(f, "goto_table:{to} in table {from} must go to a later table"),
             FlowModError::Unsupported(s) => write!(f, "{s}"),
@@ -113,6 +154,9 @@ pub struct Ofproto {
     pub table_miss: TableMiss,
     /// Per-table lookup/match counters.
     pub(crate) table_stats: Vec<(AtomicU64, AtomicU64)>,
+    /// Rules removed (deleted or expired) since the last
+    /// [`Ofproto::take_removed`], for flow_removed messages.
+    removed: Vec<RemovedRule>,
 }
 
 impl Ofproto {
@@ -127,6 +171,7 @@ impl Ofproto {
             now_ms: AtomicU64::new(0),
             table_miss: TableMiss::Drop,
             table_stats: (0..N_TABLES).map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
+            removed: Vec::new(),
         }
     }
 
@@ -191,6 +236,25 @@ impl Ofproto {
                 }
                 self.bump_generation();
             }
+        }
+    }
+
+    /// Excludes a port from (or readmits it to) FLOOD and NORMAL flooding
+    /// (OpenFlow 1.0's OFPPC_NO_FLOOD).
+    pub fn set_port_flood(&mut self, ofport: u32, flood: bool) {
+        if let Some(p) = self.ports.get_mut(&ofport) {
+            if p.flood != flood {
+                p.flood = flood;
+                self.bump_generation();
+            }
+        }
+    }
+
+    /// Changes what a table miss does (fail-open, controller, drop).
+    pub fn set_table_miss(&mut self, m: TableMiss) {
+        if self.table_miss != m {
+            self.table_miss = m;
+            self.bump_generation();
         }
     }
 
@@ -265,16 +329,67 @@ impl Ofproto {
 
     fn new_rule(&self, spec: &FlowSpec) -> Rule {
         let now = self.now();
+        let counters = FlowCounters::default();
+        counters.used_ms.store(now, Ordering::Relaxed);
         Rule {
             cookie: spec.cookie,
             instructions: spec.instructions.clone(),
             idle_timeout: spec.idle_timeout,
             hard_timeout: spec.hard_timeout,
+            flags: spec.flags,
+            importance: spec.importance,
             created_ms: now,
-            used_ms: AtomicU64::new(now),
-            packets: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
+            counters: Arc::new(counters),
         }
+    }
+
+    /// Rules removed (by delete or timeout) since the last call.
+    pub fn take_removed(&mut self) -> Vec<RemovedRule> {
+        std::mem::take(&mut self.removed)
+    }
+
+    fn note_removed(&mut self, table: usize, id: RuleId, reason: u8) {
+        let Some((m, p, r)) = self.tables[table].get(id) else { return };
+        if self.removed.len() >= 100_000 {
+            return;
+        }
+        let rr = RemovedRule {
+            table: table as u8,
+            matched: *m,
+            priority: p,
+            cookie: r.cookie,
+            flags: r.flags,
+            idle_timeout: r.idle_timeout,
+            hard_timeout: r.hard_timeout,
+            created_ms: r.created_ms,
+            packets: r.packets(),
+            bytes: r.bytes(),
+            reason,
+        };
+        self.removed.push(rr);
+    }
+
+    /// Whether a rule's actions output to `out_port` (any port when `None`).
+    fn outputs_to(r: &Rule, out_port: Option<u32>, out_group: Option<u32>) -> bool {
+        let acts = || {
+            r.instructions.iter().flat_map(|i| match i {
+                Instruction::Apply(a) | Instruction::Write(a) => a.as_slice(),
+                _ => &[],
+            })
+        };
+        let port_ok = match out_port {
+            None => true,
+            Some(p) => acts().any(|a| match a {
+                Action::Output(o) => crate::actions::ofport_number(*o) == p,
+                Action::Controller { .. } => p == crate::actions::ofpp::CONTROLLER,
+                _ => false,
+            }),
+        };
+        let group_ok = match out_group {
+            None => true,
+            Some(g) => acts().any(|a| matches!(a, Action::Group(x) if *x == g)),
+        };
+        port_ok && group_ok
     }
 
     fn tables_for(&self, spec: &FlowSpec) -> std::ops::Range<usize> {
@@ -290,12 +405,34 @@ impl Ofproto {
             self.validate(spec)?;
         }
         let next = self.version + 1;
-        let cookie_ok = |r: &Rule| (r.cookie ^ spec.cookie) & spec.cookie_mask == 0;
+        let cookie_ok = |r: &Rule| {
+            (r.cookie ^ spec.cookie) & spec.cookie_mask == 0 && Self::outputs_to(r, spec.out_port, spec.out_group)
+        };
         match cmd {
             FlowModCmd::Add => {
+                if spec.flags & crate::parse::flags::CHECK_OVERLAP != 0 {
+                    let t = &self.tables[spec.table as usize];
+                    let overlaps = t
+                        .iter(next)
+                        .filter_map(|id| t.get(id))
+                        .any(|(m, p, _)| p == spec.priority && *m != spec.matched && m.overlaps(&spec.matched));
+                    if overlaps {
+                        return Err(FlowModError::Overlap);
+                    }
+                }
                 let t = &mut self.tables[spec.table as usize];
                 if let Some(old) = t.find_exact(&spec.matched, spec.priority, next) {
+                    // Replacing an identical rule keeps its counters unless
+                    // reset_counts is given (OpenFlow 1.3 semantics).
+                    let keep = spec.flags & crate::parse::flags::RESET_COUNTS == 0;
+                    let old_counters = t.get(old).map(|(_, _, r)| Arc::clone(&r.counters));
                     t.remove(old, next);
+                    let mut rule = self.new_rule(spec);
+                    if let (true, Some(c)) = (keep, old_counters) {
+                        rule.counters = c;
+                    }
+                    self.tables[spec.table as usize].insert(spec.matched, spec.priority, rule, next);
+                    return Ok(1);
                 }
                 let rule = self.new_rule(spec);
                 self.tables[spec.table as usize].insert(spec.matched, spec.priority, rule, next);
@@ -317,15 +454,16 @@ impl Ofproto {
                         // Replace with a new rule carrying the counters over,
                         // so the change is versioned like any other.
                         let (m, prio) = (*m, prio);
+                        let reset = spec.flags & crate::parse::flags::RESET_COUNTS != 0;
                         let nr = Rule {
                             cookie: r.cookie,
                             instructions: spec.instructions.clone(),
                             idle_timeout: r.idle_timeout,
                             hard_timeout: r.hard_timeout,
+                            flags: r.flags,
+                            importance: r.importance,
                             created_ms: r.created_ms,
-                            used_ms: AtomicU64::new(r.used_ms.load(Ordering::Relaxed)),
-                            packets: AtomicU64::new(r.packets.load(Ordering::Relaxed)),
-                            bytes: AtomicU64::new(r.bytes.load(Ordering::Relaxed)),
+                            counters: if reset { Arc::new(FlowCounters::default()) } else { Arc::clone(&r.counters) },
                         };
                         self.tables[ti].remove(id, next);
                         self.tables[ti].insert(m, prio, nr, next);
@@ -344,6 +482,7 @@ impl Ofproto {
                     };
                     for id in ids {
                         if self.tables[ti].get(id).is_some_and(|(_, _, r)| cookie_ok(r)) {
+                            self.note_removed(ti, id, 2);
                             self.tables[ti].remove(id, next);
                             n += 1;
                         }
@@ -367,6 +506,25 @@ impl Ofproto {
         out
     }
 
+    /// Per table: (active rules, lookups, matches).
+    pub fn table_counts(&self) -> Vec<(u32, u64, u64)> {
+        self.tables
+            .iter()
+            .zip(&self.table_stats)
+            .map(|(t, (l, m))| {
+                (t.iter(self.version).count() as u32, l.load(Ordering::Relaxed), m.load(Ordering::Relaxed))
+            })
+            .collect()
+    }
+
+    /// Whether any rule has an idle or hard timeout (housekeeping can skip
+    /// the expiry scan otherwise).
+    pub fn has_timeouts(&self) -> bool {
+        self.tables.iter().any(|t| {
+            t.iter(self.version).filter_map(|id| t.get(id)).any(|(_, _, r)| r.idle_timeout != 0 || r.hard_timeout != 0)
+        })
+    }
+
     pub fn n_rules(&self) -> usize {
         self.tables.iter().map(|t| t.iter(self.version).count()).sum()
     }
@@ -379,11 +537,10 @@ impl Ofproto {
         for (ti, t) in self.tables.iter().enumerate() {
             for id in t.iter(cur) {
                 let Some((m, p, r)) = t.get(id) else { continue };
-                let idle = r.idle_timeout != 0
-                    && now_ms.saturating_sub(r.used_ms.load(Ordering::Relaxed)) >= r.idle_timeout as u64 * 1000;
+                let idle = r.idle_timeout != 0 && now_ms.saturating_sub(r.used_ms()) >= r.idle_timeout as u64 * 1000;
                 let hard = r.hard_timeout != 0 && now_ms.saturating_sub(r.created_ms) >= r.hard_timeout as u64 * 1000;
                 if idle || hard {
-                    expired.push((ti as u8, id, *m, p, r.cookie));
+                    expired.push((ti as u8, id, *m, p, r.cookie, if hard { 1 } else { 0 }));
                 }
             }
         }
@@ -391,11 +548,12 @@ impl Ofproto {
             return Vec::new();
         }
         let next = cur + 1;
-        for &(ti, id, ..) in &expired {
+        for &(ti, id, _, _, _, reason) in &expired {
+            self.note_removed(ti as usize, id, reason);
             self.tables[ti as usize].remove(id, next);
         }
         self.commit();
-        expired.into_iter().map(|(t, _, m, p, c)| (t, m, p, c)).collect()
+        expired.into_iter().map(|(t, _, m, p, c, _)| (t, m, p, c)).collect()
     }
 
     /// Housekeeping: MAC aging. Bumps the generation when entries expire.

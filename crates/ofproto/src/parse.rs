@@ -23,6 +23,21 @@ pub struct FlowSpec {
     pub has_actions: bool,
     /// Whether `table=` was given (modify/delete default to all tables).
     pub table_given: bool,
+    /// Flow-mod flags ([`flags`]).
+    pub flags: u16,
+    pub importance: u16,
+    /// Modify/delete: only rules that output to this port / group.
+    pub out_port: Option<u32>,
+    pub out_group: Option<u32>,
+}
+
+/// OpenFlow flow-mod flags (1.3 values).
+pub mod flags {
+    pub const SEND_FLOW_REM: u16 = 1;
+    pub const CHECK_OVERLAP: u16 = 2;
+    pub const RESET_COUNTS: u16 = 4;
+    pub const NO_PKT_COUNTS: u16 = 8;
+    pub const NO_BYT_COUNTS: u16 = 16;
 }
 
 /// What the flow text must contain.
@@ -54,6 +69,10 @@ pub fn parse_flow(s: &str, need: Need) -> Result<FlowSpec, ParseError> {
         instructions: Vec::new(),
         has_actions: actions.is_some(),
         table_given: false,
+        flags: 0,
+        importance: 0,
+        out_port: None,
+        out_group: None,
     };
     let head = head.replace(|c: char| c.is_whitespace(), ",");
     for tok in head.split(',') {
@@ -89,8 +108,17 @@ pub fn parse_flow(s: &str, need: Need) -> Result<FlowSpec, ParseError> {
                 spec.cookie = c as u64;
                 spec.cookie_mask = m as u64;
             }
-            "out_port" | "out_group" | "send_flow_rem" | "check_overlap" | "reset_counts" | "no_packet_counts"
-            | "no_byte_counts" | "importance" => {}
+            "send_flow_rem" => spec.flags |= flags::SEND_FLOW_REM,
+            "check_overlap" => spec.flags |= flags::CHECK_OVERLAP,
+            "reset_counts" => spec.flags |= flags::RESET_COUNTS,
+            "no_packet_counts" => spec.flags |= flags::NO_PKT_COUNTS,
+            "no_byte_counts" => spec.flags |= flags::NO_BYT_COUNTS,
+            "importance" => spec.importance = num(65535)? as u16,
+            "out_port" => {
+                let p = crate::actions::OfPort::parse(v).ok_or_else(|| perr(tok, "bad out_port"))?;
+                spec.out_port = Some(crate::actions::ofport_number(p));
+            }
+            "out_group" => spec.out_group = Some(num(0xffff_ff00)? as u32),
             _ => spec.matched.parse_token(tok)?,
         }
     }

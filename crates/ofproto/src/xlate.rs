@@ -16,6 +16,7 @@ use crate::normal::{is_multicast, Learned, VlanMode};
 use dpif::{DpAction, Translation, UserspaceReason};
 use flow::key::{ethertype, FlowKey, STAGE_L3, STAGE_L4, VLAN_PRESENT, WORDS};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Resubmit/goto depth limit (OVS uses 64 for resubmits).
 const MAX_DEPTH: u32 = 64;
@@ -45,8 +46,8 @@ struct Ctx<'a> {
     cookie: u64,
     /// Set once the pipeline must stop (e.g. TTL exceeded).
     stop: bool,
-    /// Whether the packet length is known (for rule byte counters).
-    bytes: u64,
+    /// Counters of every rule the walk matched.
+    counters: Vec<dpif::CounterRef>,
 }
 
 impl Ofproto {
@@ -56,12 +57,41 @@ impl Ofproto {
         self.run_xlate(key, bytes, false).translation
     }
 
+    /// Translates an action list applied to a packet with `key` outside
+    /// the tables (packet-out). Resubmits and NORMAL work as in a rule.
+    pub fn translate_actions(&self, key: &FlowKey, actions: &[Action]) -> Translation {
+        let mut cx = Ctx {
+            of: self,
+            version: self.version,
+            key: *key,
+            wc: FlowKey::ALL_ONES,
+            pending: FlowKey::ZERO,
+            actions: Vec::new(),
+            action_set: Vec::new(),
+            trace: None,
+            indent: 0,
+            depth: 0,
+            table: 0,
+            cookie: 0,
+            stop: false,
+            counters: Vec::new(),
+        };
+        for a in actions {
+            if cx.stop {
+                break;
+            }
+            cx.do_action(a);
+        }
+        cx.commit();
+        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters: Vec::new() }
+    }
+
     /// Like [`Ofproto::translate_key`], with the walk through the tables.
     pub fn trace(&self, key: &FlowKey) -> Trace {
         self.run_xlate(key, 0, true)
     }
 
-    fn run_xlate(&self, key: &FlowKey, bytes: u64, trace: bool) -> Trace {
+    fn run_xlate(&self, key: &FlowKey, _bytes: u64, trace: bool) -> Trace {
         let mut wc = FlowKey::ZERO;
         wc.set_in_port(u32::MAX);
         wc.set_recirc_id(u32::MAX);
@@ -79,7 +109,7 @@ impl Ofproto {
             table: 0,
             cookie: 0,
             stop: false,
-            bytes,
+            counters: Vec::new(),
         };
         cx.do_table(0, true);
         // IP packets' megaflows always pin the fragment bits: the datapath
@@ -89,7 +119,11 @@ impl Ofproto {
         }
         let final_key = cx.key;
         let mask = cx.wc;
-        Trace { translation: Translation { actions: cx.actions, mask }, lines: cx.trace.unwrap_or_default(), final_key }
+        Trace {
+            translation: Translation { actions: cx.actions, mask, counters: cx.counters },
+            lines: cx.trace.unwrap_or_default(),
+            final_key,
+        }
     }
 }
 
@@ -135,6 +169,10 @@ impl Ctx<'_> {
                 self.say(|| format!("{table:2}. No match."));
                 match self.of.table_miss {
                     TableMiss::Drop => self.say(|| "    drop"),
+                    TableMiss::Normal => {
+                        self.say(|| "    NORMAL (fail-open: no controller)");
+                        self.normal();
+                    }
                     TableMiss::Controller => {
                         self.commit();
                         self.actions.push(DpAction::Userspace {
@@ -149,9 +187,12 @@ impl Ctx<'_> {
             }
             Some((m, prio, rule)) => {
                 stats.1.fetch_add(1, Ordering::Relaxed);
-                rule.packets.fetch_add(1, Ordering::Relaxed);
-                rule.bytes.fetch_add(self.bytes, Ordering::Relaxed);
-                rule.used_ms.store(self.of.now(), Ordering::Relaxed);
+                // The datapath credits packets through `counters`; the
+                // translation itself only marks the rule used.
+                rule.counters.used_ms.fetch_max(self.of.now(), Ordering::Relaxed);
+                if !self.counters.iter().any(|c| Arc::ptr_eq(&c.0, &rule.counters)) {
+                    self.counters.push(dpif::CounterRef(Arc::clone(&rule.counters)));
+                }
                 let cookie = rule.cookie;
                 self.say(|| {
                     let ms = m.to_string();

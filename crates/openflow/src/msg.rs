@@ -341,6 +341,10 @@ fn spec(table: u8, priority: u16, cookie: u64, cookie_mask: u64, idle: u16, hard
         instructions: Vec::new(),
         has_actions: true,
         table_given: table != 0xff,
+        flags: 0,
+        importance: 0,
+        out_port: None,
+        out_group: None,
     }
 }
 
@@ -371,7 +375,7 @@ pub fn decode(ctx: &Ctx, m: &Message) -> Result<Msg, ErrorKind> {
         t::GET_CONFIG_REQUEST => Msg::GetConfigRequest,
         t::SET_CONFIG => Msg::SetConfig { flags: rd.u16()?, miss_send_len: rd.u16()? },
         t::BARRIER_REQUEST => Msg::BarrierRequest,
-        t::FLOW_MOD => Msg::FlowMod(decode_flow_mod(ctx, &mut rd)?),
+        t::FLOW_MOD => Msg::FlowMod(finish_flow_mod(decode_flow_mod(ctx, &mut rd)?)),
         t::PACKET_OUT => Msg::PacketOut(decode_packet_out(v, &mut rd)?),
         t::PORT_MOD => {
             let port_no = if v == Version::Of10 {
@@ -466,7 +470,7 @@ fn decode_vendor(ctx: &Ctx, rd: &mut Rd) -> Result<Msg, ErrorKind> {
             }
             Msg::SetPacketInFormat(f)
         }
-        nxt::FLOW_MOD => Msg::FlowMod(decode_nx_flow_mod(ctx, rd)?),
+        nxt::FLOW_MOD => Msg::FlowMod(finish_flow_mod(decode_nx_flow_mod(ctx, rd)?)),
         nxt::ROLE_REQUEST => Msg::RoleRequest { role: nx_role(rd.u32()?)?, generation_id: u64::MAX, nx: true },
         nxt::SET_CONTROLLER_ID => {
             rd.skip(6)?;
@@ -476,6 +480,15 @@ fn decode_vendor(ctx: &Ctx, rd: &mut Rd) -> Result<Msg, ErrorKind> {
         nxt::SET_ASYNC_CONFIG => Msg::SetAsync,
         _ => return Err(ErrorKind::BadExpType),
     })
+}
+
+/// Copies the wire-level filters and flags into the flow spec.
+fn finish_flow_mod(mut fm: FlowMod) -> FlowMod {
+    fm.spec.flags = fm.flags;
+    fm.spec.importance = fm.importance;
+    fm.spec.out_port = (fm.out_port != OFPP_ANY && fm.cmd != FlowModCmd::Add).then_some(fm.out_port);
+    fm.spec.out_group = (fm.out_group != OFPG_ANY && fm.cmd != FlowModCmd::Add).then_some(fm.out_group);
+    fm
 }
 
 fn decode_flow_mod(ctx: &Ctx, rd: &mut Rd) -> Result<FlowMod, ErrorKind> {
@@ -1086,12 +1099,12 @@ fn encode_oxs(out: &mut Vec<u8>, sec: u32, nsec: u32, idle_s: Option<u32>, pk: u
         }
     }
     if let Some(n) = flows {
-        oxs(out, 2, 4);
+        oxs(out, 3, 4);
         out.u32(n);
     }
-    oxs(out, 3, 8);
-    out.u64(pk);
     oxs(out, 4, 8);
+    out.u64(pk);
+    oxs(out, 5, 8);
     out.u64(by);
     out.patch_len(start + 2, start);
     out.pad8();
@@ -1473,6 +1486,93 @@ pub fn encode_meter_features(max_meter: u32) -> Vec<u8> {
     out.u8(8);
     out.u8(0);
     out.zeros(2);
+    out
+}
+
+/// One table's features (OpenFlow 1.3+): name, metadata bits, max
+/// entries, and the next-tables property (every later table).
+pub fn encode_table_features(table: u8, n_tables: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.u16(0);
+    out.u8(table);
+    out.zeros(5);
+    out.str_fixed(&format!("table{table}"), 32);
+    out.u64(u64::MAX);
+    out.u64(u64::MAX);
+    out.u32(0);
+    out.u32(1_000_000);
+    let prop = |out: &mut Vec<u8>, ty: u16, body: &dyn Fn(&mut Vec<u8>)| {
+        let s = out.len();
+        out.u16(ty);
+        out.u16(0);
+        body(out);
+        let len = (out.len() - s) as u16;
+        out[s + 2..s + 4].copy_from_slice(&len.to_be_bytes());
+        out.pad8();
+    };
+    let headers = |out: &mut Vec<u8>, types: &[u16]| {
+        for t in types {
+            out.u16(*t);
+            out.u16(4);
+        }
+    };
+    // OXM basic fields we match and set (see `oxm`).
+    let fields: &[(u8, u8)] = &[
+        (0, 4),
+        (2, 8),
+        (3, 6),
+        (4, 6),
+        (5, 2),
+        (6, 2),
+        (7, 1),
+        (8, 1),
+        (9, 1),
+        (10, 1),
+        (11, 4),
+        (12, 4),
+        (13, 2),
+        (14, 2),
+        (15, 2),
+        (16, 2),
+        (17, 2),
+        (18, 2),
+        (19, 1),
+        (20, 1),
+        (21, 2),
+        (22, 4),
+        (23, 4),
+        (24, 6),
+        (25, 6),
+        (26, 16),
+        (27, 16),
+        (28, 4),
+        (29, 1),
+        (30, 1),
+        (31, 16),
+        (32, 6),
+        (33, 6),
+        (38, 8),
+    ];
+    let oxms = |out: &mut Vec<u8>| {
+        for (f, len) in fields {
+            out.u32((0x8000u32 << 16) | ((*f as u32) << 9) | *len as u32);
+        }
+    };
+    let actions: &[u16] = &[0, 17, 18, 21, 22, 23, 24, 25];
+    prop(&mut out, 0, &|o| headers(o, &[1, 2, 3, 4, 5, 6]));
+    // OFPTFPT_NEXT_TABLES: the tables goto_table may name.
+    prop(&mut out, 2, &|o| {
+        for t in table.saturating_add(1)..n_tables {
+            o.u8(t);
+        }
+    });
+    prop(&mut out, 4, &|o| headers(o, actions));
+    prop(&mut out, 6, &|o| headers(o, actions));
+    prop(&mut out, 8, &oxms);
+    prop(&mut out, 10, &oxms);
+    prop(&mut out, 12, &oxms);
+    prop(&mut out, 14, &oxms);
+    out.patch_len(0, 0);
     out
 }
 

@@ -185,8 +185,8 @@ fn dump_of_flows(sw: &Switch) -> Result<(String, Value)> {
     for (t, m, prio, r) in of.rules() {
         let ms = m.to_string();
         let sep = if ms.is_empty() { "" } else { "," };
-        let pk = r.packets.load(Ordering::Relaxed);
-        let by = r.bytes.load(Ordering::Relaxed);
+        let pk = r.packets();
+        let by = r.bytes();
         let dur = now.saturating_sub(r.created_ms) as f64 / 1000.0;
         let acts = ofproto::actions::format_instructions(&r.instructions);
         writeln!(out, " cookie={:#x}, duration={dur:.3}s, table={t}, n_packets={pk}, n_bytes={by}, priority={prio}{sep}{ms} actions={acts}", r.cookie)?;

@@ -2,7 +2,8 @@
 //!
 //! This crate wires the layers together: [`switch`] runs a bridge with its
 //! poll threads over ports opened by [`ports`]; [`control`] serves the CLI
-//! over a unix socket; [`commands`] formats what the CLI shows; [`demo`]
+//! over a unix socket; [`ofconn`] speaks OpenFlow to ovs-ofctl and
+//! controllers; [`commands`] formats what the CLI shows; [`demo`]
 //! builds hosts in namespaces and sends real traffic through a switch;
 //! [`trace`] translates packets offline; [`netns`] and [`util`] are the
 //! namespace and traffic helpers the demo and tests share.
@@ -13,6 +14,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod netns;
+pub mod ofconn;
 pub mod ports;
 pub mod switch;
 pub mod trace;

@@ -50,6 +50,18 @@ enum Cmd {
         /// without it the bridge has one rule: priority=0,actions=NORMAL.
         #[arg(long)]
         flows: Option<PathBuf>,
+        /// OpenFlow controller: tcp:IP:PORT (connect, reconnect with backoff)
+        /// or ptcp:PORT[:IP] (listen). Repeatable. With a controller the
+        /// bridge starts with an empty flow table.
+        #[arg(long = "controller")]
+        controllers: Vec<String>,
+        /// While no controller is connected: standalone (act as a learning
+        /// switch) or secure (drop what no flow handles).
+        #[arg(long, default_value = "standalone")]
+        fail_mode: String,
+        /// OpenFlow datapath id (16 hex digits; default: from the bridge name).
+        #[arg(long)]
+        datapath_id: Option<String>,
     },
     /// Bridge, ports, XDP modes, counters.
     Show(ClientArgs),
@@ -215,6 +227,21 @@ fn signal_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+struct OfArgs {
+    controllers: Vec<String>,
+    fail_mode: String,
+    datapath_id: Option<String>,
+}
+
+/// A stable datapath id from the bridge name (like OVS derives one from a MAC).
+fn default_dpid(bridge: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bridge.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h & 0x0000_ffff_ffff_ffff
+}
+
 #[allow(clippy::too_many_arguments)] // reason: one parameter per command-line option
 fn run_switch(
     run_dir: PathBuf,
@@ -226,6 +253,7 @@ fn run_switch(
     local_port: bool,
     mirror: Option<String>,
     flows: Option<PathBuf>,
+    of: OfArgs,
 ) -> Result<()> {
     let poll_mode = match poll.as_str() {
         "busy" => PollMode::Busy,
@@ -234,6 +262,17 @@ fn run_switch(
     };
     // Refuse bad configuration before touching any device.
     let specs = ports.iter().map(|p| PortSpec::parse(p)).collect::<Result<Vec<_>>>()?;
+    let fail_mode = xvs::ofconn::FailMode::parse(&of.fail_mode)?;
+    for c in &of.controllers {
+        xvs::ofconn::parse_target(c)?;
+    }
+    let dpid = match &of.datapath_id {
+        Some(d) => u64::from_str_radix(d.trim_start_matches("0x"), 16)
+            .ok()
+            .filter(|_| d.trim_start_matches("0x").len() <= 16)
+            .with_context(|| format!("--datapath-id: '{d}' is not up to 16 hex digits"))?,
+        None => default_dpid(&bridge),
+    };
     let stop = signal_flag()?;
     let sw = Switch::start(SwitchOptions {
         bridge,
@@ -255,10 +294,16 @@ fn run_switch(
         let p = sw.ports().into_iter().find(|p| p.ofport == n).expect("just added");
         eprintln!("xvs: port {n} {name}: {} {} rxq {} {}", p.info.kind, p.info.xdp_mode, p.info.n_rxq, p.info.detail);
     }
+    let ofm = xvs::ofconn::OfManager::start(
+        std::sync::Arc::clone(&sw.shared),
+        xvs::ofconn::OfConfig { dpid, controllers: of.controllers, fail_mode, run_dir: run_dir.clone() },
+        std::sync::Arc::clone(&stop),
+    )?;
     eprintln!(
-        "xvs: bridge {} running; control socket {}",
+        "xvs: bridge {} running; control socket {}; OpenFlow management socket {} (datapath id {dpid:016x})",
         sw.shared.bridge,
-        xvs::control::socket_path(&run_dir).display()
+        xvs::control::socket_path(&run_dir).display(),
+        ofm.mgmt_path().display()
     );
     xvs::control::serve(&sw, &run_dir, &stop)?;
     eprintln!("xvs: stopping");
@@ -269,9 +314,31 @@ fn run_switch(
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Cmd::Switch { run_dir, bridge, ports, pmd_threads, pmd_cpus, poll, no_local_port, mirror, flows } => {
-            run_switch(run_dir, bridge, ports, pmd_threads, pmd_cpus, poll, !no_local_port, mirror, flows)
-        }
+        Cmd::Switch {
+            run_dir,
+            bridge,
+            ports,
+            pmd_threads,
+            pmd_cpus,
+            poll,
+            no_local_port,
+            mirror,
+            flows,
+            controllers,
+            fail_mode,
+            datapath_id,
+        } => run_switch(
+            run_dir,
+            bridge,
+            ports,
+            pmd_threads,
+            pmd_cpus,
+            poll,
+            !no_local_port,
+            mirror,
+            flows,
+            OfArgs { controllers, fail_mode, datapath_id },
+        ),
         Cmd::Show(c) => client(&c, "show", &[]),
         Cmd::DumpFlows(c) => client(&c, "dump-flows", &[]),
         Cmd::PmdStats(c) => client(&c, "pmd-stats", &[]),

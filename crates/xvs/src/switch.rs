@@ -75,11 +75,77 @@ pub struct Shared {
     pub umems: Vec<Mutex<Option<ports::UmemShare>>>,
     /// Where copies of sent frames go, if configured (any PMD sends).
     pub mirror: Option<Mutex<Box<dyn Netdev>>>,
+    /// Packets for the controller (packet-in), from any PMD; never blocks
+    /// a PMD: when full, the packet is counted as dropped.
+    pub packet_in_tx: std::sync::mpsc::SyncSender<PacketInEvent>,
+    /// The receiving end, taken by the OpenFlow connection manager.
+    pub packet_in_rx: Mutex<Option<std::sync::mpsc::Receiver<PacketInEvent>>>,
+    /// Bumped by the control plane to ask every PMD to push its megaflow
+    /// counters to the rules now; each PMD echoes the value it served.
+    pub stats_req: AtomicU64,
+    pub stats_ack: Vec<AtomicU64>,
+    /// Executes packet-outs (owned by whichever control thread holds it).
+    pub slow_pmd: Mutex<Pmd>,
+}
+
+/// A packet a datapath `userspace` action hands to the controller.
+#[derive(Clone, Debug)]
+pub struct PacketInEvent {
+    pub in_port: u32,
+    pub reason: dpif::UserspaceReason,
+    pub max_len: u16,
+    pub table_id: u8,
+    pub cookie: u64,
+    pub data: Vec<u8>,
 }
 
 impl Shared {
     pub fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// Asks every PMD to credit its megaflows' packets to the OpenFlow
+    /// rules, and waits (at most 200 ms) until they have, so rule counters
+    /// include everything forwarded so far.
+    pub fn sync_stats(&self) {
+        let want = self.stats_req.fetch_add(1, Ordering::AcqRel) + 1;
+        let deadline = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < deadline {
+            if self.stats_ack.iter().all(|a| a.load(Ordering::Acquire) >= want) {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Sends `data` through `actions` as if it had arrived on `in_port`
+    /// (an OpenFlow packet-out). Port numbers are OpenFlow's.
+    pub fn packet_out(&self, in_port: u32, actions: &[ofproto::Action], data: &[u8]) {
+        let (key, _, _) = flow::extract(data, in_port);
+        let t = self.ofproto.read().expect("ofproto lock").translate_actions(&key, actions);
+        let ports = self.ports.read().expect("ports lock").clone();
+        let mut sink = PortSink {
+            ports: &ports,
+            mirror: self.mirror.as_ref(),
+            userspace_dropped: 0,
+            packet_in: &self.packet_in_tx,
+        };
+        let mut pkt = Packet::from_slice(data);
+        pkt.in_port = in_port;
+        let upcall = BridgeUpcall(&self.ofproto);
+        self.slow_pmd.lock().expect("slow pmd").execute(pkt, &t.actions, &upcall, self.now_ms(), &mut sink);
+    }
+
+    /// Live counters of every port.
+    pub fn port_stats(&self) -> Vec<(Arc<Port>, PortStats)> {
+        let ports: Vec<Arc<Port>> = self.ports.read().expect("ports lock").values().cloned().collect();
+        ports
+            .into_iter()
+            .map(|p| {
+                let s = p.dev.lock().expect("port lock").stats();
+                (p, s)
+            })
+            .collect()
     }
 }
 
@@ -117,7 +183,13 @@ impl Switch {
         let normal = ofproto::parse_flow("priority=0,actions=NORMAL", ofproto::Need::Actions).expect("static flow");
         of.flow_mod(ofproto::FlowModCmd::Add, &normal).expect("static flow");
         let generation = of.generation_handle();
+        let (packet_in_tx, packet_in_rx) = std::sync::mpsc::sync_channel(1024);
         let shared = Arc::new(Shared {
+            packet_in_tx,
+            packet_in_rx: Mutex::new(Some(packet_in_rx)),
+            stats_req: AtomicU64::new(0),
+            stats_ack: (0..opts.n_pmd).map(|_| AtomicU64::new(0)).collect(),
+            slow_pmd: Mutex::new(Pmd::new(opts.pmd.clone())),
             bridge: opts.bridge.clone(),
             ofproto: RwLock::new(of),
             generation,
@@ -322,6 +394,7 @@ struct PortSink<'a> {
     ports: &'a BTreeMap<u32, Arc<Port>>,
     mirror: Option<&'a Mutex<Box<dyn Netdev>>>,
     userspace_dropped: u64,
+    packet_in: &'a std::sync::mpsc::SyncSender<PacketInEvent>,
 }
 
 impl Sink for PortSink<'_> {
@@ -342,9 +415,20 @@ impl Sink for PortSink<'_> {
         }
     }
 
-    fn userspace(&mut self, _pkt: Packet, _action: &DpAction) {
-        // No controller connection yet: count and drop.
-        self.userspace_dropped += 1;
+    fn userspace(&mut self, pkt: Packet, action: &DpAction) {
+        let DpAction::Userspace { reason, max_len, table_id, cookie } = action else { return };
+        let ev = PacketInEvent {
+            in_port: pkt.in_port,
+            reason: *reason,
+            max_len: *max_len,
+            table_id: *table_id,
+            cookie: *cookie,
+            data: pkt.data().to_vec(),
+        };
+        // Never block a poll thread: a full queue drops (and counts).
+        if self.packet_in.try_send(ev).is_err() {
+            self.userspace_dropped += 1;
+        }
     }
 }
 
@@ -359,6 +443,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
     let mut last_sweep = 0u64;
     let mut idle_iters = 0u32;
     let mut userspace_dropped = 0u64;
+    let mut stats_served = 0u64;
     let upcall = BridgeUpcall(&sh.ofproto);
     while !sh.stop.load(Ordering::Acquire) {
         let g = sh.ports_gen.load(Ordering::Acquire);
@@ -378,7 +463,12 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         let housekeeping = report.iterations % 64 == 0;
         pmd.set_generation(sh.generation.load(Ordering::Acquire));
         let mut moved = 0usize;
-        let mut sink = PortSink { ports: &all_ports, mirror: sh.mirror.as_ref(), userspace_dropped: 0 };
+        let mut sink = PortSink {
+            ports: &all_ports,
+            mirror: sh.mirror.as_ref(),
+            userspace_dropped: 0,
+            packet_in: &sh.packet_in_tx,
+        };
         for (port, q) in &rxqs {
             let n = {
                 let mut dev = port.dev.lock().expect("port lock");
@@ -414,6 +504,12 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         if now_ms >= last_sweep + 1000 {
             pmd.sweep(now_ms);
             last_sweep = now_ms;
+        }
+        let req = sh.stats_req.load(Ordering::Acquire);
+        if req != stats_served {
+            pmd.push_stats();
+            stats_served = req;
+            sh.stats_ack[id].store(req, Ordering::Release);
         }
         let want = sh.want_dump.load(Ordering::Acquire);
         if want || now_ms >= last_publish + 100 {

@@ -68,10 +68,10 @@ impl Model {
         for r in &self.rules {
             mask.or_assign(&r.m.mask);
             if r.m.matches(key) {
-                return Translation { actions: r.actions.clone(), mask };
+                return Translation { actions: r.actions.clone(), mask, ..Default::default() };
             }
         }
-        Translation { actions: Vec::new(), mask }
+        Translation { actions: Vec::new(), mask, ..Default::default() }
     }
 }
 

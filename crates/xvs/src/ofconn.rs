@@ -1,0 +1,1172 @@
+//! The OpenFlow connection manager: the per-bridge management socket that
+//! `ovs-ofctl` talks to (`<run-dir>/<bridge>.mgmt`), the snoop socket
+//! (`<bridge>.snoop`), and controller connections (active `tcp:IP:PORT`
+//! with reconnect backoff and echo keepalive, passive `ptcp:PORT[:IP]`).
+//!
+//! Threads: one per listener, one per connection (blocking reads of
+//! framed messages; replies written under the connection's writer lock),
+//! and one housekeeping thread that delivers asynchronous messages
+//! (packet-in from the poll threads' queue, flow-removed, port-status),
+//! expires rules and follows link state and the fail mode.
+//!
+//! Every message goes through the sans-IO codec ([`openflow::msg`]); a
+//! malformed one is answered with the spec's error carrying its first
+//! bytes, and the connection stays up unless the framing itself is lost.
+
+use crate::switch::{PacketInEvent, Shared};
+use anyhow::{bail, Context, Result};
+use ofproto::actions::ofpp;
+use ofproto::{FlowModCmd, FlowModError, TableMiss};
+use openflow::msg::{self, t, Ctx, FlowStats, Msg, PortDesc, StatsReq};
+use openflow::{error_reply, ErrorKind, Framer, Message, Version};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the bridge does while no controller is connected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailMode {
+    /// Act as a learning switch (NORMAL).
+    Standalone,
+    /// Drop what no flow handles.
+    Secure,
+}
+
+impl FailMode {
+    pub fn parse(s: &str) -> Result<FailMode> {
+        match s {
+            "standalone" => Ok(FailMode::Standalone),
+            "secure" => Ok(FailMode::Secure),
+            _ => bail!("--fail-mode: '{s}' is not standalone or secure"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct OfConfig {
+    pub dpid: u64,
+    /// `tcp:IP:PORT` (active) or `ptcp:PORT[:IP]` (passive).
+    pub controllers: Vec<String>,
+    pub fail_mode: FailMode,
+    pub run_dir: PathBuf,
+}
+
+/// Checks a controller target's syntax.
+pub fn parse_target(s: &str) -> Result<(bool, String)> {
+    if let Some(rest) = s.strip_prefix("tcp:") {
+        let (ip, port) = rest.rsplit_once(':').context("controller: tcp:IP:PORT needs a port")?;
+        let _: std::net::IpAddr = ip.parse().with_context(|| format!("controller: bad IP '{ip}'"))?;
+        let _: u16 = port.parse().with_context(|| format!("controller: bad port '{port}'"))?;
+        Ok((true, rest.to_string()))
+    } else if let Some(rest) = s.strip_prefix("ptcp:") {
+        let (port, ip) = match rest.split_once(':') {
+            Some((p, ip)) => (p, ip),
+            None => (rest, "0.0.0.0"),
+        };
+        let _: u16 = port.parse().with_context(|| format!("controller: bad port '{port}'"))?;
+        let _: std::net::IpAddr = ip.parse().with_context(|| format!("controller: bad IP '{ip}'"))?;
+        Ok((false, format!("{ip}:{port}")))
+    } else {
+        bail!("controller: '{s}' is not tcp:IP:PORT or ptcp:PORT[:IP]")
+    }
+}
+
+const VERSIONS: [Version; 4] = [Version::Of10, Version::Of13, Version::Of14, Version::Of15];
+
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> std::io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+        })
+    }
+    fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(d),
+            Stream::Tcp(s) => s.set_read_timeout(d),
+        }
+    }
+    fn shutdown(&self) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(b),
+            Stream::Tcp(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(b),
+            Stream::Tcp(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// ovs-ofctl on the management socket.
+    Service,
+    Controller,
+    Snoop,
+}
+
+/// Role values (OpenFlow 1.2+ numbering).
+const ROLE_EQUAL: u32 = 1;
+const ROLE_MASTER: u32 = 2;
+const ROLE_SLAVE: u32 = 3;
+
+struct Bundle {
+    flags: u16,
+    msgs: Vec<Message>,
+}
+
+struct ConnState {
+    ctx: Option<Ctx>,
+    role: u32,
+    miss_send_len: u16,
+    /// Whether this (service) connection asked for asynchronous messages.
+    async_on: bool,
+    /// NXM flow-removed format (set_flow_format nxm).
+    nxm: bool,
+    bundles: BTreeMap<u32, Bundle>,
+}
+
+struct Conn {
+    kind: Kind,
+    name: String,
+    out: Mutex<Stream>,
+    st: Mutex<ConnState>,
+    alive: AtomicBool,
+}
+
+impl Conn {
+    fn send(&self, b: &[u8]) {
+        if !self.alive.load(Ordering::Acquire) {
+            return;
+        }
+        let mut o = self.out.lock().expect("conn writer");
+        if o.write_all(b).is_err() {
+            self.alive.store(false, Ordering::Release);
+            o.shutdown();
+        }
+    }
+
+    fn version(&self) -> Option<Version> {
+        self.st.lock().expect("conn state").ctx.map(|c| c.version)
+    }
+
+    /// Whether asynchronous messages (packet-in, flow-removed, port-status) go here.
+    fn wants_async(&self) -> bool {
+        let st = self.st.lock().expect("conn state");
+        st.ctx.is_some()
+            && match self.kind {
+                Kind::Controller => true,
+                Kind::Service => st.async_on,
+                Kind::Snoop => false,
+            }
+    }
+}
+
+/// The connection manager of one bridge.
+pub struct OfManager {
+    sh: Arc<Shared>,
+    cfg: OfConfig,
+    conns: Mutex<Vec<Arc<Conn>>>,
+    stop: Arc<AtomicBool>,
+    /// Largest generation_id a master has claimed (role requests).
+    master_gen: Mutex<Option<u64>>,
+    xid: AtomicU64,
+    /// Packet-ins not delivered (no connection wanted them).
+    pub packet_in_dropped: AtomicU64,
+    /// Ports a controller set administratively down (port_mod PORT_DOWN).
+    admin_down: Mutex<std::collections::BTreeSet<u32>>,
+}
+
+impl OfManager {
+    /// Binds the management and snoop sockets, starts the controller
+    /// connections and the housekeeping thread.
+    pub fn start(sh: Arc<Shared>, cfg: OfConfig, stop: Arc<AtomicBool>) -> Result<Arc<OfManager>> {
+        let targets = cfg.controllers.iter().map(|c| parse_target(c)).collect::<Result<Vec<_>>>()?;
+        std::fs::create_dir_all(&cfg.run_dir)
+            .with_context(|| format!("creating run directory {}", cfg.run_dir.display()))?;
+        let mgmt = bind_unix(&cfg.run_dir.join(format!("{}.mgmt", sh.bridge)))?;
+        let snoop = bind_unix(&cfg.run_dir.join(format!("{}.snoop", sh.bridge)))?;
+        let m = Arc::new(OfManager {
+            sh,
+            cfg,
+            conns: Mutex::new(Vec::new()),
+            stop,
+            master_gen: Mutex::new(None),
+            xid: AtomicU64::new(1),
+            packet_in_dropped: AtomicU64::new(0),
+            admin_down: Mutex::new(Default::default()),
+        });
+        if !m.cfg.controllers.is_empty() {
+            // A bridge with controllers starts with an empty table; what a
+            // miss does follows the fail mode until one connects.
+            let mut of = m.sh.ofproto.write().expect("ofproto lock");
+            let all = ofproto::parse_flow("", ofproto::Need::NoActions).expect("catch-all");
+            let _ = of.flow_mod(FlowModCmd::Delete, &all);
+            of.take_removed();
+            drop(of);
+            m.update_fail_mode();
+        }
+        for (listener, kind) in [(mgmt, Kind::Service), (snoop, Kind::Snoop)] {
+            let mm = Arc::clone(&m);
+            std::thread::Builder::new().name(format!("of-{kind:?}")).spawn(move || {
+                for s in listener.incoming() {
+                    if mm.stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if let Ok(s) = s {
+                        mm.spawn_conn(Stream::Unix(s), kind, "unix".into());
+                    }
+                }
+            })?;
+        }
+        for (active, addr) in targets {
+            let mm = Arc::clone(&m);
+            if active {
+                std::thread::Builder::new().name("of-active".into()).spawn(move || mm.run_active(&addr))?;
+            } else {
+                let l = TcpListener::bind(&addr).with_context(|| format!("controller: listening on {addr}"))?;
+                std::thread::Builder::new().name("of-passive".into()).spawn(move || {
+                    for s in l.incoming() {
+                        if mm.stop.load(Ordering::Acquire) {
+                            break;
+                        }
+                        if let Ok(s) = s {
+                            let name = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                            let _ = s.set_nodelay(true);
+                            mm.spawn_conn(Stream::Tcp(s), Kind::Controller, name);
+                        }
+                    }
+                })?;
+            }
+        }
+        let mm = Arc::clone(&m);
+        std::thread::Builder::new().name("of-async".into()).spawn(move || mm.run_async())?;
+        Ok(m)
+    }
+
+    pub fn mgmt_path(&self) -> PathBuf {
+        self.cfg.run_dir.join(format!("{}.mgmt", self.sh.bridge))
+    }
+
+    /// Active controller: connect, serve, reconnect with backoff (1 s
+    /// doubling to 8 s).
+    fn run_active(self: Arc<Self>, addr: &str) {
+        let mut backoff = Duration::from_secs(1);
+        while !self.stop.load(Ordering::Acquire) {
+            match TcpStream::connect_timeout(&addr.parse().expect("checked"), Duration::from_secs(2)) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    backoff = Duration::from_secs(1);
+                    self.serve_conn(Stream::Tcp(s), Kind::Controller, format!("tcp:{addr}"));
+                }
+                Err(_) => {}
+            }
+            let until = Instant::now() + backoff;
+            while Instant::now() < until && !self.stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(8));
+        }
+    }
+
+    fn spawn_conn(self: &Arc<Self>, s: Stream, kind: Kind, name: String) {
+        let me = Arc::clone(self);
+        let _ = std::thread::Builder::new().name("of-conn".into()).spawn(move || me.serve_conn(s, kind, name));
+    }
+
+    fn serve_conn(&self, s: Stream, kind: Kind, name: String) {
+        let Ok(out) = s.try_clone() else { return };
+        let conn = Arc::new(Conn {
+            kind,
+            name,
+            out: Mutex::new(out),
+            st: Mutex::new(ConnState {
+                ctx: None,
+                role: ROLE_EQUAL,
+                miss_send_len: if kind == Kind::Controller { 128 } else { 0 },
+                async_on: false,
+                nxm: false,
+                bundles: BTreeMap::new(),
+            }),
+            alive: AtomicBool::new(true),
+        });
+        self.conns.lock().expect("conns").push(Arc::clone(&conn));
+        conn.send(&openflow::header::hello(&VERSIONS, self.next_xid()));
+        self.read_loop(&conn, s);
+        conn.alive.store(false, Ordering::Release);
+        self.conns.lock().expect("conns").retain(|c| !Arc::ptr_eq(c, &conn));
+        if kind == Kind::Controller {
+            self.update_fail_mode();
+        }
+    }
+
+    fn next_xid(&self) -> u32 {
+        self.xid.fetch_add(1, Ordering::Relaxed) as u32
+    }
+
+    fn read_loop(&self, conn: &Arc<Conn>, mut s: Stream) {
+        let mut framer = Framer::default();
+        let mut buf = vec![0u8; 65536];
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut last_rx = Instant::now();
+        let mut echo_sent = false;
+        while conn.alive.load(Ordering::Acquire) && !self.stop.load(Ordering::Acquire) {
+            match s.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    framer.handle_bytes(&buf[..n]);
+                    last_rx = Instant::now();
+                    echo_sent = false;
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    // Keepalive for controllers: echo after 5 s of silence,
+                    // give up after 15 s.
+                    if conn.kind == Kind::Controller {
+                        let idle = last_rx.elapsed();
+                        if idle > Duration::from_secs(15) {
+                            return;
+                        }
+                        if idle > Duration::from_secs(5) && !echo_sent {
+                            if let Some(v) = conn.version() {
+                                conn.send(&msg::encode_simple(v, t::ECHO_REQUEST, self.next_xid(), &[]));
+                                echo_sent = true;
+                            }
+                        }
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            }
+            loop {
+                match framer.poll_message() {
+                    Ok(Some(m)) => {
+                        if !self.handle_message(conn, m) {
+                            return;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        // The stream lost its framing: the spec's only recourse is to close.
+                        let v = conn.version().unwrap_or(Version::Of10);
+                        conn.send(&error_reply(v, ErrorKind::BadLen, &[]));
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles one message; false closes the connection.
+    fn handle_message(&self, conn: &Arc<Conn>, m: Message) -> bool {
+        let ctx = conn.st.lock().expect("conn state").ctx;
+        let Some(ctx) = ctx else {
+            // Before negotiation only HELLO is acceptable.
+            if m.header.msg_type != t::HELLO {
+                let v = Version::from_wire(m.header.version).unwrap_or(Version::Of10);
+                conn.send(&error_reply(v, ErrorKind::BadType, &m.bytes));
+                return true;
+            }
+            match openflow::negotiate(&VERSIONS, &m) {
+                Ok(v) => {
+                    conn.st.lock().expect("conn state").ctx = Some(Ctx::new(v));
+                    if conn.kind == Kind::Controller {
+                        self.update_fail_mode();
+                    }
+                }
+                Err(e) => {
+                    let v = Version::from_wire(m.header.version).unwrap_or(Version::Of10);
+                    conn.send(&error_reply(v, e, &m.bytes));
+                    return false;
+                }
+            }
+            return true;
+        };
+        let v = ctx.version;
+        if conn.kind == Kind::Snoop {
+            return true;
+        }
+        self.snoop(&m.bytes);
+        match msg::decode(&ctx, &m) {
+            Ok(decoded) => {
+                for reply in self.handle(conn, &ctx, &m, decoded) {
+                    self.snoop(&reply);
+                    conn.send(&reply);
+                }
+            }
+            Err(e) => conn.send(&error_reply(v, e, &m.bytes)),
+        }
+        true
+    }
+
+    /// Copies a controller-connection message to every snoop connection.
+    fn snoop(&self, bytes: &[u8]) {
+        let conns = self.conns.lock().expect("conns").clone();
+        for c in conns.iter().filter(|c| c.kind == Kind::Snoop && c.version().is_some()) {
+            c.send(bytes);
+        }
+    }
+
+    fn can_modify(&self, conn: &Conn) -> bool {
+        conn.st.lock().expect("conn state").role != ROLE_SLAVE
+    }
+
+    fn handle(&self, conn: &Arc<Conn>, ctx: &Ctx, m: &Message, decoded: Msg) -> Vec<Vec<u8>> {
+        let v = ctx.version;
+        let xid = m.header.xid;
+        let err = |k: ErrorKind| vec![error_reply(v, k, &m.bytes)];
+        match decoded {
+            Msg::Hello | Msg::EchoReply | Msg::Reply(_) => Vec::new(),
+            Msg::Error { ty, code } => {
+                eprintln!("xvs: OpenFlow peer {} reported error type {ty} code {code}", conn.name);
+                Vec::new()
+            }
+            Msg::EchoRequest(body) => vec![msg::encode_simple(v, t::ECHO_REPLY, xid, &body)],
+            Msg::FeaturesRequest => {
+                let ports = self.port_descs();
+                vec![msg::encode_features_reply(v, xid, self.cfg.dpid, 254, &ports)]
+            }
+            Msg::GetConfigRequest => {
+                let msl = conn.st.lock().expect("conn state").miss_send_len;
+                vec![msg::encode_get_config_reply(v, xid, 0, msl)]
+            }
+            Msg::SetConfig { miss_send_len, .. } => {
+                let mut st = conn.st.lock().expect("conn state");
+                st.miss_send_len = miss_send_len;
+                st.async_on = true;
+                Vec::new()
+            }
+            Msg::BarrierRequest => vec![msg::encode_simple(v, t::BARRIER_REPLY, xid, &[])],
+            Msg::SetFlowFormat(f) => {
+                conn.st.lock().expect("conn state").nxm = f == 2;
+                Vec::new()
+            }
+            Msg::FlowModTableId(on) => {
+                if let Some(c) = conn.st.lock().expect("conn state").ctx.as_mut() {
+                    c.flow_mod_table_id = on;
+                }
+                Vec::new()
+            }
+            Msg::SetPacketInFormat(_) | Msg::SetControllerId(_) | Msg::FlowAge | Msg::TableMod => {
+                conn.st.lock().expect("conn state").async_on = true;
+                Vec::new()
+            }
+            Msg::SetAsync => {
+                conn.st.lock().expect("conn state").async_on = true;
+                Vec::new()
+            }
+            Msg::GetAsyncRequest => {
+                // Everything enabled for masters/equals, port status for slaves.
+                let mut body = Vec::new();
+                for mask in [0x7u32, 0x7, 0x7, 0x7, 0xf, 0x0] {
+                    body.extend_from_slice(&mask.to_be_bytes());
+                }
+                vec![msg::encode_simple(v, t::GET_ASYNC_REPLY, xid, &body)]
+            }
+            Msg::QueueGetConfig => err(ErrorKind::BadRequestPort),
+            Msg::RoleRequest { role, generation_id, nx } => self.role_request(conn, v, xid, role, generation_id, nx, m),
+            Msg::FlowMod(fm) => {
+                if !self.can_modify(conn) {
+                    return err(ErrorKind::IsSlave);
+                }
+                let mut out = match self.apply_flow_mods(&[(fm.cmd, fm.spec.clone())]) {
+                    Ok(()) => Vec::new(),
+                    Err((_, k)) => return err(k),
+                };
+                if fm.buffer_id != msg::NO_BUFFER {
+                    out.push(error_reply(v, ErrorKind::BufferUnknown, &m.bytes));
+                }
+                out
+            }
+            Msg::PacketOut(po) => {
+                if !self.can_modify(conn) {
+                    return err(ErrorKind::IsSlave);
+                }
+                if po.buffer_id != msg::NO_BUFFER {
+                    return err(ErrorKind::BufferUnknown);
+                }
+                if po.data.len() < 14 {
+                    return err(ErrorKind::BadPacket);
+                }
+                let in_port = if po.in_port == ofpp::NONE { ofpp::CONTROLLER } else { po.in_port };
+                for a in &po.actions {
+                    if let ofproto::Action::Output(ofproto::OfPort::Port(p)) = a {
+                        if !self.sh.ports.read().expect("ports lock").contains_key(p) {
+                            return err(ErrorKind::BadOutPort);
+                        }
+                    }
+                }
+                self.sh.packet_out(in_port, &po.actions, &po.data);
+                Vec::new()
+            }
+            Msg::PortMod(pm) => {
+                if !self.can_modify(conn) {
+                    return err(ErrorKind::IsSlave);
+                }
+                let exists = self.sh.ports.read().expect("ports lock").contains_key(&pm.port_no);
+                if !exists {
+                    return err(ErrorKind::BadPort);
+                }
+                let mut of = self.sh.ofproto.write().expect("ofproto lock");
+                if pm.mask & msg::pc::PORT_DOWN != 0 {
+                    of.set_port_up(pm.port_no, pm.config & msg::pc::PORT_DOWN == 0);
+                    self.port_config_down(pm.port_no, pm.config & msg::pc::PORT_DOWN != 0);
+                }
+                if v == Version::Of10 && pm.mask & msg::pc::NO_FLOOD != 0 {
+                    of.set_port_flood(pm.port_no, pm.config & msg::pc::NO_FLOOD == 0);
+                }
+                drop(of);
+                if let Some(p) = self.port_descs().into_iter().find(|p| p.port_no == pm.port_no) {
+                    self.broadcast_async(|v| msg::encode_port_status(v, 2, &p));
+                }
+                Vec::new()
+            }
+            Msg::Stats(req) => self.stats(conn, v, xid, req, m),
+            d @ (Msg::GroupMod(_) | Msg::MeterMod(_)) => {
+                if !self.can_modify(conn) {
+                    return err(ErrorKind::IsSlave);
+                }
+                match self.group_meter_mod(&d) {
+                    Ok(()) => Vec::new(),
+                    Err(k) => err(k),
+                }
+            }
+            Msg::BundleControl { bundle_id, ctrl, flags } => {
+                self.bundle_control(conn, v, xid, bundle_id, ctrl, flags, m)
+            }
+            Msg::BundleAdd { bundle_id, flags, inner } => {
+                let mut st = conn.st.lock().expect("conn state");
+                match st.bundles.get_mut(&bundle_id) {
+                    None => err(ErrorKind::BundleBadId),
+                    Some(b) if b.flags != flags => err(ErrorKind::BundleBadId),
+                    Some(b) => {
+                        // Only flow mods (and group/meter mods, port mods) may be bundled.
+                        let it = if v == Version::Of10 { 255 } else { inner.header.msg_type };
+                        if !matches!(it, t::FLOW_MOD | t::GROUP_MOD | t::PORT_MOD | t::METER_MOD) {
+                            return err(ErrorKind::BundleBadType);
+                        }
+                        b.msgs.push(inner);
+                        Vec::new()
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies flow mods atomically; on error returns the index and the
+    /// OpenFlow error. Sends flow-removed for deleted rules that asked.
+    fn apply_flow_mods(&self, mods: &[(FlowModCmd, ofproto::FlowSpec)]) -> Result<(), (usize, ErrorKind)> {
+        let mut of = self.sh.ofproto.write().expect("ofproto lock");
+        of.set_now(self.sh.now_ms());
+        for (i, (cmd, spec)) in mods.iter().enumerate() {
+            if *cmd == FlowModCmd::Add && !spec.table_given && spec.table == 0xff {
+                return Err((i, ErrorKind::BadTableId));
+            }
+            if let Some(k) = check_ports(spec) {
+                return Err((i, k));
+            }
+        }
+        let res = if mods.len() == 1 {
+            of.flow_mod(mods[0].0, &mods[0].1).map(|_| ()).map_err(|e| (0, e))
+        } else {
+            of.flow_mod_batch(mods).map(|_| ())
+        };
+        let removed = of.take_removed();
+        drop(of);
+        self.send_flow_removed(removed);
+        res.map_err(|(i, e)| (i, flow_mod_error(&e)))
+    }
+
+    fn send_flow_removed(&self, removed: Vec<ofproto::bridge::RemovedRule>) {
+        let now = self.sh.now_ms();
+        for r in removed.into_iter().filter(|r| r.flags & msg::ff::SEND_FLOW_REM != 0) {
+            let fs = FlowStats {
+                table: r.table,
+                priority: r.priority as u16,
+                idle_timeout: r.idle_timeout,
+                hard_timeout: r.hard_timeout,
+                flags: r.flags,
+                importance: 0,
+                cookie: r.cookie,
+                packets: r.packets,
+                bytes: r.bytes,
+                duration_ms: now.saturating_sub(r.created_ms),
+                idle_age_s: 0,
+                hard_age_s: 0,
+                matched: r.matched,
+                instructions: Vec::new(),
+            };
+            let conns = self.conns.lock().expect("conns").clone();
+            for c in conns.iter().filter(|c| c.wants_async()) {
+                let (Some(v), nxm) = (c.version(), c.st.lock().expect("conn state").nxm) else { continue };
+                c.send(&msg::encode_flow_removed(v, self.next_xid(), r.reason, &fs, nxm));
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "the request's fields")]
+    fn role_request(
+        &self,
+        conn: &Arc<Conn>,
+        v: Version,
+        xid: u32,
+        role: u32,
+        gen: u64,
+        nx: bool,
+        m: &Message,
+    ) -> Vec<Vec<u8>> {
+        if conn.kind != Kind::Controller && role != 0 {
+            // Roles are for controllers; a service connection stays equal.
+        }
+        if role == ROLE_MASTER || role == ROLE_SLAVE {
+            let mut mg = self.master_gen.lock().expect("master gen");
+            if !nx {
+                if let Some(g) = *mg {
+                    if (gen.wrapping_sub(g) as i64) < 0 {
+                        return vec![error_reply(v, ErrorKind::RoleStale, &m.bytes)];
+                    }
+                }
+                *mg = Some(gen);
+            }
+        }
+        if role == ROLE_MASTER {
+            // The previous master becomes a slave.
+            for c in self.conns.lock().expect("conns").iter() {
+                if !Arc::ptr_eq(c, conn) {
+                    let mut st = c.st.lock().expect("conn state");
+                    if st.role == ROLE_MASTER {
+                        st.role = ROLE_SLAVE;
+                    }
+                }
+            }
+        }
+        let mut st = conn.st.lock().expect("conn state");
+        if role != 0 {
+            st.role = role;
+        }
+        let cur = st.role;
+        drop(st);
+        let g = self.master_gen.lock().expect("master gen").unwrap_or(0);
+        vec![msg::encode_role_reply(v, xid, cur, g, nx)]
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "the request's fields")]
+    fn bundle_control(
+        &self,
+        conn: &Arc<Conn>,
+        v: Version,
+        xid: u32,
+        id: u32,
+        ctrl: u16,
+        flags: u16,
+        m: &Message,
+    ) -> Vec<Vec<u8>> {
+        let err = |k: ErrorKind| vec![error_reply(v, k, &m.bytes)];
+        let mut st = conn.st.lock().expect("conn state");
+        match ctrl {
+            0 => {
+                if st.bundles.contains_key(&id) {
+                    return err(ErrorKind::BundleBadId);
+                }
+                st.bundles.insert(id, Bundle { flags, msgs: Vec::new() });
+                vec![msg::encode_bundle_reply(v, xid, id, 1, flags)]
+            }
+            2 => {
+                if !st.bundles.contains_key(&id) {
+                    return err(ErrorKind::BundleBadId);
+                }
+                vec![msg::encode_bundle_reply(v, xid, id, 3, flags)]
+            }
+            4 => {
+                let Some(b) = st.bundles.remove(&id) else { return err(ErrorKind::BundleBadId) };
+                let ctx = st.ctx.unwrap_or(Ctx::new(v));
+                drop(st);
+                if !self.can_modify(conn) {
+                    return err(ErrorKind::IsSlave);
+                }
+                // Decode everything first: one bad message fails the whole bundle.
+                let mut mods = Vec::new();
+                for inner in &b.msgs {
+                    match msg::decode(&ctx, inner) {
+                        Ok(Msg::FlowMod(fm)) => mods.push((fm.cmd, fm.spec)),
+                        Ok(_) => {
+                            return vec![
+                                error_reply(v, ErrorKind::BundleBadType, &inner.bytes),
+                                err(ErrorKind::BundleMsgFailed).remove(0),
+                            ]
+                        }
+                        Err(k) => {
+                            return vec![error_reply(v, k, &inner.bytes), err(ErrorKind::BundleMsgFailed).remove(0)]
+                        }
+                    }
+                }
+                match self.apply_flow_mods(&mods) {
+                    Ok(()) => vec![msg::encode_bundle_reply(v, xid, id, 5, flags)],
+                    Err((i, k)) => {
+                        vec![error_reply(v, k, &b.msgs[i].bytes), err(ErrorKind::BundleMsgFailed).remove(0)]
+                    }
+                }
+            }
+            6 => {
+                if st.bundles.remove(&id).is_none() {
+                    return err(ErrorKind::BundleBadId);
+                }
+                vec![msg::encode_bundle_reply(v, xid, id, 7, flags)]
+            }
+            _ => err(ErrorKind::BadRequestEperm),
+        }
+    }
+
+    fn stats(&self, conn: &Arc<Conn>, v: Version, xid: u32, req: StatsReq, m: &Message) -> Vec<Vec<u8>> {
+        let _ = conn;
+        let one = |st: u16, item: Vec<u8>| msg::encode_multipart(v, xid, st, None, &[item]);
+        let many = |st: u16, items: Vec<Vec<u8>>| msg::encode_multipart(v, xid, st, None, &items);
+        match req {
+            StatsReq::Desc => one(
+                msg::mp::DESC,
+                msg::encode_desc(
+                    "xvs",
+                    "userspace switch (AF_XDP)",
+                    env!("CARGO_PKG_VERSION"),
+                    "None",
+                    &format!("bridge {}", self.sh.bridge),
+                ),
+            ),
+            StatsReq::Flow { aggregate, nx, table, out_port, out_group, cookie, cookie_mask, matched } => {
+                self.sh.sync_stats();
+                let of = self.sh.ofproto.read().expect("ofproto lock");
+                let now = self.sh.now_ms();
+                let mut items = Vec::new();
+                let (mut pk, mut by, mut n) = (0u64, 0u64, 0u32);
+                for (ti, rm, prio, r) in of.rules() {
+                    if table != 0xff && ti != table {
+                        continue;
+                    }
+                    // Loose match: the rule is at least as specific as the request.
+                    if !matched.mask.is_subset_of(&rm.mask) || rm.key.and(&matched.mask) != matched.key {
+                        continue;
+                    }
+                    if (r.cookie ^ cookie) & cookie_mask != 0 {
+                        continue;
+                    }
+                    if !outputs_to(&r.instructions, out_port, out_group) {
+                        continue;
+                    }
+                    let fs = FlowStats {
+                        table: ti,
+                        priority: prio as u16,
+                        idle_timeout: r.idle_timeout,
+                        hard_timeout: r.hard_timeout,
+                        flags: r.flags,
+                        importance: r.importance,
+                        cookie: r.cookie,
+                        packets: r.packets(),
+                        bytes: r.bytes(),
+                        duration_ms: now.saturating_sub(r.created_ms),
+                        idle_age_s: (now.saturating_sub(r.used_ms()) / 1000).min(65534) as u16,
+                        hard_age_s: (now.saturating_sub(r.created_ms) / 1000).min(65534) as u16,
+                        matched: *rm,
+                        instructions: r.instructions.clone(),
+                    };
+                    pk += fs.packets;
+                    by += fs.bytes;
+                    n += 1;
+                    if !aggregate {
+                        items.push(msg::encode_flow_stats(v, nx, &fs));
+                    }
+                }
+                let (st, sub) = if nx {
+                    (msg::mp::EXPERIMENTER, Some(if aggregate { 1 } else { 0 }))
+                } else {
+                    (if aggregate { msg::mp::AGGREGATE } else { msg::mp::FLOW }, None)
+                };
+                if aggregate {
+                    items.push(msg::encode_aggregate(if nx { Version::Of10 } else { v }, pk, by, n));
+                }
+                msg::encode_multipart(v, xid, st, sub, &items)
+            }
+            StatsReq::Table => {
+                let of = self.sh.ofproto.read().expect("ofproto lock");
+                let counts = of.table_counts();
+                let items = (0..254u8)
+                    .map(|t| {
+                        let (active, lookups, matched) = counts[t as usize];
+                        msg::encode_table_stats(v, t, active, lookups, matched)
+                    })
+                    .collect();
+                many(msg::mp::TABLE, items)
+            }
+            StatsReq::Port { port } => {
+                let now = self.sh.now_ms();
+                let items = self
+                    .sh
+                    .port_stats()
+                    .into_iter()
+                    .filter(|(p, _)| port == msg::OFPP_ANY || p.ofport == port)
+                    .map(|(p, s)| {
+                        msg::encode_port_stats(
+                            v,
+                            &msg::PortStats {
+                                port_no: p.ofport,
+                                rx_packets: s.rx_packets,
+                                tx_packets: s.tx_packets,
+                                rx_bytes: s.rx_bytes,
+                                tx_bytes: s.tx_bytes,
+                                rx_dropped: s.rx_dropped,
+                                tx_dropped: s.tx_dropped,
+                                rx_errors: 0,
+                                tx_errors: 0,
+                                duration_ms: now,
+                            },
+                        )
+                    })
+                    .collect::<Vec<_>>();
+                if items.is_empty() && port != msg::OFPP_ANY {
+                    return vec![error_reply(v, ErrorKind::BadRequestPort, &m.bytes)];
+                }
+                many(msg::mp::PORT_STATS, items)
+            }
+            StatsReq::PortDesc => {
+                let items = self
+                    .port_descs()
+                    .iter()
+                    .map(|p| {
+                        let mut b = Vec::new();
+                        msg::encode_port(v, p, &mut b);
+                        b
+                    })
+                    .collect();
+                many(msg::mp::PORT_DESC, items)
+            }
+            StatsReq::Queue => many(msg::mp::QUEUE, Vec::new()),
+            StatsReq::TableFeatures => {
+                many(msg::mp::TABLE_FEATURES, (0..254u8).map(|t| msg::encode_table_features(t, 254)).collect())
+            }
+            StatsReq::TableDesc => many(msg::mp::TABLE_DESC, Vec::new()),
+            StatsReq::GroupFeatures => one(msg::mp::GROUP_FEATURES, msg::encode_group_features()),
+            StatsReq::MeterFeatures => one(msg::mp::METER_FEATURES, msg::encode_meter_features(65535)),
+            StatsReq::Group { group } => many(msg::mp::GROUP, self.group_stats(v, group)),
+            StatsReq::GroupDesc => many(msg::mp::GROUP_DESC, self.group_descs(v)),
+            StatsReq::Meter { meter } => many(msg::mp::METER, self.meter_stats(meter)),
+            StatsReq::MeterConfig { meter } => many(msg::mp::METER_CONFIG, self.meter_configs(meter)),
+        }
+    }
+
+    /// Ports as OpenFlow describes them (config, link state, speed).
+    fn port_descs(&self) -> Vec<PortDesc> {
+        let of = self.sh.ofproto.read().expect("ofproto lock");
+        let ports: Vec<_> = self.sh.ports.read().expect("ports lock").values().cloned().collect();
+        ports
+            .iter()
+            .map(|p| {
+                let pc = of.port(p.ofport);
+                let up = pc.is_some_and(|c| c.up);
+                let admin_down = self.admin_down.lock().expect("admin").contains(&p.ofport);
+                let mac = read_mac(&p.spec.name).unwrap_or([0; 6]);
+                let mut config = 0;
+                if admin_down {
+                    config |= msg::pc::PORT_DOWN;
+                }
+                if pc.is_some_and(|c| !c.flood) {
+                    config |= msg::pc::NO_FLOOD;
+                }
+                let speed_mbps = read_speed(&p.spec.name);
+                // 10GB_FD (1.0 bit 6, 1.3 bit 6) + COPPER (1.0 bit 7 / 1.3 bit 11).
+                let curr = if speed_mbps >= 10_000 { (1 << 6) | (1 << 11) } else { 1 << 5 };
+                PortDesc {
+                    port_no: p.ofport,
+                    hw_addr: mac,
+                    name: p.spec.name.clone(),
+                    config,
+                    state: if up { msg::PS_LIVE } else { msg::PS_LINK_DOWN },
+                    curr,
+                    advertised: 0,
+                    supported: 0,
+                    peer: 0,
+                    curr_speed: speed_mbps.saturating_mul(1000) as u32,
+                    max_speed: 0,
+                }
+            })
+            .collect()
+    }
+
+    fn port_config_down(&self, port: u32, down: bool) {
+        let mut a = self.admin_down.lock().expect("admin");
+        if down {
+            a.insert(port);
+        } else {
+            a.remove(&port);
+        }
+    }
+
+    /// Sends an asynchronous message built per version to every
+    /// connection that wants them.
+    fn broadcast_async(&self, build: impl Fn(Version) -> Vec<u8>) {
+        let conns = self.conns.lock().expect("conns").clone();
+        for c in conns.iter().filter(|c| c.wants_async()) {
+            if let Some(v) = c.version() {
+                let b = build(v);
+                self.snoop(&b);
+                c.send(&b);
+            }
+        }
+    }
+
+    /// Sets what a table miss does from the fail mode and whether a
+    /// controller is connected.
+    fn update_fail_mode(&self) {
+        if self.cfg.controllers.is_empty() {
+            return;
+        }
+        let connected = self
+            .conns
+            .lock()
+            .expect("conns")
+            .iter()
+            .any(|c| c.kind == Kind::Controller && c.alive.load(Ordering::Acquire) && c.version().is_some());
+        let miss = match (connected, self.cfg.fail_mode) {
+            (true, _) => TableMiss::Controller,
+            (false, FailMode::Standalone) => TableMiss::Normal,
+            (false, FailMode::Secure) => TableMiss::Drop,
+        };
+        self.sh.ofproto.write().expect("ofproto lock").set_table_miss(miss);
+    }
+
+    /// Delivers packet-ins, expires rules (flow-removed), follows port
+    /// additions, removals and link state (port-status).
+    fn run_async(self: Arc<Self>) {
+        let rx = self.sh.packet_in_rx.lock().expect("packet-in rx").take();
+        let mut known: BTreeMap<u32, PortDesc> = BTreeMap::new();
+        let mut last_hk = Instant::now() - Duration::from_secs(1);
+        while !self.stop.load(Ordering::Acquire) {
+            if let Some(rx) = &rx {
+                match rx.recv_timeout(Duration::from_millis(50)) {
+                    Ok(ev) => {
+                        self.deliver_packet_in(ev);
+                        while let Ok(ev) = rx.try_recv() {
+                            self.deliver_packet_in(ev);
+                        }
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if last_hk.elapsed() < Duration::from_millis(200) {
+                continue;
+            }
+            last_hk = Instant::now();
+            // Link state: a port whose kernel device lost carrier is down
+            // (fast-failover groups and flooding follow it).
+            for p in self.sh.ports.read().expect("ports lock").values().cloned().collect::<Vec<_>>() {
+                let carrier = read_carrier(&p.spec.name);
+                let admin_down = self.admin_down.lock().expect("admin").contains(&p.ofport);
+                if let Some(c) = carrier {
+                    self.sh.ofproto.write().expect("ofproto lock").set_port_up(p.ofport, c && !admin_down);
+                }
+            }
+            // Rule timeouts.
+            let now = self.sh.now_ms();
+            let has_timeouts = self.sh.ofproto.read().expect("ofproto lock").has_timeouts();
+            if has_timeouts {
+                self.sh.sync_stats();
+                let mut of = self.sh.ofproto.write().expect("ofproto lock");
+                of.set_now(now);
+                of.expire_rules(now);
+                let removed = of.take_removed();
+                drop(of);
+                self.send_flow_removed(removed);
+            }
+            // Port status.
+            let cur: BTreeMap<u32, PortDesc> = self.port_descs().into_iter().map(|p| (p.port_no, p)).collect();
+            for (n, p) in &cur {
+                match known.get(n) {
+                    None => self.broadcast_async(|v| msg::encode_port_status(v, 0, p)),
+                    Some(o) if o.state != p.state || o.config != p.config => {
+                        self.broadcast_async(|v| msg::encode_port_status(v, 2, p))
+                    }
+                    _ => {}
+                }
+            }
+            for (n, p) in &known {
+                if !cur.contains_key(n) {
+                    self.broadcast_async(|v| msg::encode_port_status(v, 1, p));
+                }
+            }
+            known = cur;
+            self.update_fail_mode();
+        }
+    }
+
+    fn deliver_packet_in(&self, ev: PacketInEvent) {
+        let reason = match ev.reason {
+            dpif::UserspaceReason::NoMatch => 0u8,
+            dpif::UserspaceReason::Action => 1,
+            dpif::UserspaceReason::InvalidTtl => 2,
+        };
+        let conns = self.conns.lock().expect("conns").clone();
+        let mut sent = false;
+        for c in conns.iter().filter(|c| c.wants_async()) {
+            let (Some(v), role, msl) = ({
+                let st = c.st.lock().expect("conn state");
+                (st.ctx.map(|x| x.version), st.role, st.miss_send_len)
+            }) else {
+                continue;
+            };
+            if role == ROLE_SLAVE {
+                continue;
+            }
+            // OpenFlow 1.3+ controllers get table misses only through an
+            // explicit table-miss flow (reason action), as the spec says.
+            if reason == 0 && v != Version::Of10 {
+                continue;
+            }
+            if reason == 2 {
+                // invalid_ttl packet-ins only when asked for (OFPC_INVALID_TTL_TO_CONTROLLER).
+                continue;
+            }
+            let max = if reason == 0 { msl as usize } else { ev.max_len as usize };
+            if max == 0 && reason == 0 {
+                continue;
+            }
+            let data = &ev.data[..ev.data.len().min(max)];
+            let b = msg::encode_packet_in(
+                v,
+                0,
+                if reason == 1 && v == Version::Of10 { 1 } else { reason },
+                ev.table_id,
+                ev.cookie,
+                ev.in_port,
+                ev.data.len() as u16,
+                data,
+            );
+            self.snoop(&b);
+            c.send(&b);
+            sent = true;
+        }
+        if !sent {
+            self.packet_in_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    // Groups and meters: stubs until the OpenFlow layer has them (below).
+    fn group_meter_mod(&self, _m: &Msg) -> Result<(), ErrorKind> {
+        Err(ErrorKind::BadGroupCommand)
+    }
+    fn group_stats(&self, _v: Version, _g: u32) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    fn group_descs(&self, _v: Version) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    fn meter_stats(&self, _m: u32) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    fn meter_configs(&self, _m: u32) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+}
+
+/// Whether instructions output to a port / group (filters of stats and deletes).
+fn outputs_to(ins: &[ofproto::Instruction], out_port: u32, out_group: u32) -> bool {
+    let acts = || {
+        ins.iter().flat_map(|i| match i {
+            ofproto::Instruction::Apply(a) | ofproto::Instruction::Write(a) => a.as_slice(),
+            _ => &[],
+        })
+    };
+    let port_ok = out_port == msg::OFPP_ANY
+        || acts().any(|a| match a {
+            ofproto::Action::Output(p) => ofproto::actions::ofport_number(*p) == out_port,
+            ofproto::Action::Controller { .. } => out_port == ofpp::CONTROLLER,
+            _ => false,
+        });
+    let group_ok =
+        out_group == msg::OFPG_ANY || acts().any(|a| matches!(a, ofproto::Action::Group(g) if *g == out_group));
+    port_ok && group_ok
+}
+
+/// Output ports must be valid port numbers.
+fn check_ports(spec: &ofproto::FlowSpec) -> Option<ErrorKind> {
+    for i in &spec.instructions {
+        if let ofproto::Instruction::GotoTable(t) = i {
+            if *t <= spec.table || *t > 254 {
+                return Some(ErrorKind::BadInstTableId);
+            }
+        }
+    }
+    None
+}
+
+fn flow_mod_error(e: &FlowModError) -> ErrorKind {
+    match e {
+        FlowModError::BadTable(_) => ErrorKind::BadTableId,
+        FlowModError::BadGoto { .. } => ErrorKind::BadInstTableId,
+        FlowModError::Unsupported(s) if s.contains("group") => ErrorKind::BadOutGroup,
+        FlowModError::Unsupported(_) => ErrorKind::BadActionType,
+        FlowModError::BadSetField(_) => ErrorKind::BadSetArgument,
+        FlowModError::Overlap => ErrorKind::Overlap,
+    }
+}
+
+fn bind_unix(path: &std::path::Path) -> Result<UnixListener> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            bail!("another switch is already serving {}", path.display());
+        }
+        std::fs::remove_file(path).ok();
+    }
+    UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))
+}
+
+fn read_sys(dev: &str, what: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/net/{dev}/{what}")).ok().map(|s| s.trim().to_string())
+}
+
+fn read_carrier(dev: &str) -> Option<bool> {
+    if std::fs::metadata(format!("/sys/class/net/{dev}")).is_err() {
+        return None;
+    }
+    Some(read_sys(dev, "carrier").as_deref() == Some("1"))
+}
+
+fn read_mac(dev: &str) -> Option<[u8; 6]> {
+    let s = read_sys(dev, "address")?;
+    let mut mac = [0u8; 6];
+    for (i, p) in s.split(':').enumerate().take(6) {
+        mac[i] = u8::from_str_radix(p, 16).ok()?;
+    }
+    Some(mac)
+}
+
+fn read_speed(dev: &str) -> u64 {
+    read_sys(dev, "speed").and_then(|s| s.parse::<i64>().ok()).filter(|&s| s > 0).unwrap_or(10_000) as u64
+}
