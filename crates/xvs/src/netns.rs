@@ -171,6 +171,16 @@ impl Host {
     /// Sends `count` UDP datagrams (18-byte payload: 64-byte frames) from
     /// this host to `to` and returns how many `to` received.
     pub fn udp_burst(&self, to: &Host, port: u16, count: u64, pps: Option<u64>) -> Result<u64> {
+        self.udp_burst_ports(to, port, port, count, pps)
+    }
+
+    /// Like [`Host::udp_burst`], sending to `send_port` while `to` listens
+    /// on `recv_port` (for flows that rewrite the port).
+    pub fn udp_burst_to_port(&self, to: &Host, send_port: u16, recv_port: u16, count: u64) -> Result<u64> {
+        self.udp_burst_ports(to, send_port, recv_port, count, Some(2000))
+    }
+
+    fn udp_burst_ports(&self, to: &Host, send_port: u16, port: u16, count: u64, pps: Option<u64>) -> Result<u64> {
         let ready = format!("/tmp/{}-{port}.ready", to.ns);
         let _ = std::fs::remove_file(&ready);
         let p = port.to_string();
@@ -180,7 +190,7 @@ impl Host {
         let mut args = vec![
             "udp-send".to_string(),
             "--dst".into(),
-            format!("{}:{port}", to.ip),
+            format!("{}:{send_port}", to.ip),
             "--count".into(),
             count.to_string(),
         ];
