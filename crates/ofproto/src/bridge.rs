@@ -499,9 +499,10 @@ impl Ofproto {
         let mut out = Vec::new();
         for (ti, t) in self.tables.iter().enumerate() {
             let mut v: Vec<_> =
-                t.iter(self.version).filter_map(|id| t.get(id)).map(|(m, p, r)| (ti as u8, m, p, r)).collect();
-            v.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.to_string().cmp(&b.1.to_string())));
-            out.extend(v);
+                t.iter(self.version).filter_map(|id| t.get(id).map(|(m, p, r)| (id, (ti as u8, m, p, r)))).collect();
+            // Highest priority first; equal priorities in insertion order.
+            v.sort_unstable_by_key(|(id, (_, _, p, _))| (std::cmp::Reverse(*p), *id));
+            out.extend(v.into_iter().map(|(_, x)| x));
         }
         out
     }

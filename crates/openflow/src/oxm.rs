@@ -153,8 +153,24 @@ static ENTRIES: &[Entry] = &[
     Entry { sp: Sp::Cookie, ..e(NXM1, 30, 8, true, "cookie", DEC) },
 ];
 
+/// The flow field of each entry of [`ENTRIES`], looked up once (encoding
+/// runs for every flow of a dump).
+fn defs() -> &'static [&'static FieldDef] {
+    static CACHE: std::sync::OnceLock<Vec<&'static FieldDef>> = std::sync::OnceLock::new();
+    CACHE.get_or_init(|| {
+        // Every name in ENTRIES is in the flow field table (a unit test checks it).
+        let fallback = by_name("in_port").expect("in_port");
+        ENTRIES.iter().map(|e| by_name(e.name).unwrap_or(fallback)).collect()
+    })
+}
+
+/// The flow field an entry sets.
+fn def_of(ent: &'static Entry) -> &'static FieldDef {
+    let i = (ent as *const Entry as usize - ENTRIES.as_ptr() as usize) / std::mem::size_of::<Entry>();
+    defs()[i]
+}
+
 fn def(name: &str) -> &'static FieldDef {
-    // Every name in ENTRIES is in the flow field table (a unit test checks it).
     by_name(name).unwrap_or_else(|| by_name("in_port").expect("in_port"))
 }
 
@@ -229,7 +245,7 @@ pub fn decode(b: &[u8]) -> Result<Decoded, ErrorKind> {
             cookie = Some(((value & mask) as u64, mask as u64));
             continue;
         }
-        let f = def(ent.name);
+        let f = def_of(ent);
         let mask = if hasmask { mask } else { f.loc.max() };
         let (value, mask) = match ent.sp {
             Sp::Plain | Sp::Cookie => (value, mask),
@@ -286,7 +302,7 @@ fn header(out: &mut Vec<u8>, ent: &Entry, hasmask: bool) {
 pub fn encode(m: &Match, flavor: Flavor, out: &mut Vec<u8>) {
     let bit = if flavor == Flavor::Nxm { N } else { O };
     for ent in ENTRIES.iter().filter(|x| x.enc & bit != 0) {
-        let f = def(ent.name);
+        let f = def_of(ent);
         let mut mask = f.get(&m.mask);
         let mut value = f.get(&m.key);
         if mask == 0 || !f.prereq.holds(&m.key, &m.mask) {
@@ -359,7 +375,7 @@ pub fn decode_field_tlv(rd: &mut Rd) -> Result<(&'static FieldDef, u128, u128), 
     if len != if hasmask { 2 * n } else { n } {
         return Err(ErrorKind::BadActionLen);
     }
-    let f = def(ent.name);
+    let f = def_of(ent);
     let value = be_uint(&body[..n]);
     let mask = if hasmask { be_uint(&body[n..]) } else { f.loc.max() };
     let (value, mask) = match ent.sp {
@@ -408,16 +424,16 @@ pub fn encode_field_tlv(field: &FieldDef, value: u128, mask: u128, flavor: Flavo
     // The written bits, in the key word's coordinates.
     let lo = fs + (mask.trailing_zeros().min(fb));
     let hi = fs + (128 - mask.leading_zeros()).min(fb);
-    let covers = |x: &Entry| {
-        let l = def(x.name).loc;
+    let covers = |x: &'static Entry| {
+        let l = def_of(x).loc;
         x.sp == Sp::Plain
             && l.word == fw
             && if fb > 64 || l.bits > 64 { l == field.loc } else { l.shift <= lo && hi <= l.shift + l.bits }
     };
     let ent = [bit, N | O]
         .iter()
-        .find_map(|&b| ENTRIES.iter().filter(|x| x.enc & b != 0 && covers(x)).min_by_key(|x| def(x.name).loc.bits))?;
-    let l = def(ent.name).loc;
+        .find_map(|&b| ENTRIES.iter().filter(|x| x.enc & b != 0 && covers(x)).min_by_key(|x| def_of(x).loc.bits))?;
+    let l = def_of(ent).loc;
     let (v, m) = if fb > 64 {
         (value, mask)
     } else if l.shift >= fs {

@@ -90,6 +90,12 @@ impl Stream {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
         })
     }
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tcp(s) => s.set_nonblocking(on),
+        }
+    }
     fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_read_timeout(d),
@@ -338,13 +344,31 @@ impl OfManager {
         let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
         let mut last_rx = Instant::now();
         let mut echo_sent = false;
+        let mut spin_until: Option<Instant> = None;
         while conn.alive.load(Ordering::Acquire) && !self.stop.load(Ordering::Acquire) {
-            match s.read(&mut buf) {
+            // Request/reply tools (ovs-ofctl sends each flow mod with a
+            // barrier and waits) answer within microseconds: poll briefly
+            // before sleeping, which saves a cross-CPU wakeup per message.
+            let spinning = spin_until.is_some_and(|t| Instant::now() < t);
+            if spinning {
+                let _ = s.set_nonblocking(true);
+            }
+            let r = s.read(&mut buf);
+            if spinning {
+                let _ = s.set_nonblocking(false);
+                if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            spin_until = None;
+            match r {
                 Ok(0) => return,
                 Ok(n) => {
                     framer.handle_bytes(&buf[..n]);
                     last_rx = Instant::now();
                     echo_sent = false;
+                    spin_until = Some(last_rx + Duration::from_micros(100));
                 }
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                     // Keepalive for controllers: echo after 5 s of silence,
@@ -965,6 +989,7 @@ impl OfManager {
         let rx = self.sh.packet_in_rx.lock().expect("packet-in rx").take();
         let mut known: BTreeMap<u32, PortDesc> = BTreeMap::new();
         let mut last_hk = Instant::now() - Duration::from_secs(1);
+        let mut timeouts_checked = (0u64, false);
         while !self.stop.load(Ordering::Acquire) {
             if let Some(rx) = &rx {
                 match rx.recv_timeout(Duration::from_millis(50)) {
@@ -995,7 +1020,13 @@ impl OfManager {
             }
             // Rule timeouts.
             let now = self.sh.now_ms();
-            let has_timeouts = self.sh.ofproto.read().expect("ofproto lock").has_timeouts();
+            // Scanning for timeouts costs a pass over every rule: redo it
+            // only when the rules changed.
+            let version = self.sh.ofproto.read().expect("ofproto lock").version();
+            if version != timeouts_checked.0 {
+                timeouts_checked = (version, self.sh.ofproto.read().expect("ofproto lock").has_timeouts());
+            }
+            let has_timeouts = timeouts_checked.1;
             if has_timeouts {
                 self.sh.sync_stats();
                 let mut of = self.sh.ofproto.write().expect("ofproto lock");
