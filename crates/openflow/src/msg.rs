@@ -846,12 +846,15 @@ pub const PS_LIVE: u32 = 4;
 pub fn encode_port(v: Version, p: &PortDesc, out: &mut Vec<u8>) {
     match v {
         Version::Of10 => {
+            // Feature bits are given in 1.3 numbering; 1.0 has COPPER at
+            // bit 7 (1.3: bit 11) and nothing above 10 Gb/s.
+            let f10 = |f: u32| (f & 0x7f) | if f & (1 << 11) != 0 { 1 << 7 } else { 0 };
             out.u16(p.port_no as u16);
             out.extend_from_slice(&p.hw_addr);
             out.str_fixed(&p.name, 16);
             out.u32(p.config);
             out.u32(p.state & 1);
-            out.u32(p.curr);
+            out.u32(f10(p.curr));
             out.u32(p.advertised);
             out.u32(p.supported);
             out.u32(p.peer);
