@@ -153,7 +153,9 @@ pub struct Ofproto {
     now_ms: AtomicU64,
     pub table_miss: TableMiss,
     /// Per-table lookup/match counters.
-    pub(crate) table_stats: Vec<(AtomicU64, AtomicU64)>,
+    /// Per-table (lookups, matches), credited by the datapath like rule
+    /// counters (each translation lists the tables it visited).
+    pub(crate) table_stats: Vec<(Arc<FlowCounters>, Arc<FlowCounters>)>,
     /// Rules removed (deleted or expired) since the last
     /// [`Ofproto::take_removed`], for flow_removed messages.
     removed: Vec<RemovedRule>,
@@ -170,7 +172,7 @@ impl Ofproto {
             mac: Mutex::new(MacTable::default()),
             now_ms: AtomicU64::new(0),
             table_miss: TableMiss::Drop,
-            table_stats: (0..N_TABLES).map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
+            table_stats: (0..N_TABLES).map(|_| Default::default()).collect(),
             removed: Vec::new(),
         }
     }
@@ -513,7 +515,11 @@ impl Ofproto {
             .iter()
             .zip(&self.table_stats)
             .map(|(t, (l, m))| {
-                (t.iter(self.version).count() as u32, l.load(Ordering::Relaxed), m.load(Ordering::Relaxed))
+                (
+                    t.iter(self.version).count() as u32,
+                    l.packets.load(Ordering::Relaxed),
+                    m.packets.load(Ordering::Relaxed),
+                )
             })
             .collect()
     }

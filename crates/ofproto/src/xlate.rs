@@ -142,6 +142,14 @@ impl Ctx<'_> {
         }
     }
 
+    /// Lists `c` among the counters every packet of this translation's
+    /// megaflow is credited to (once, however often the walk meets it).
+    fn credit(&mut self, c: &Arc<dpif::FlowCounters>) {
+        if !self.counters.iter().any(|x| Arc::ptr_eq(&x.0, c)) {
+            self.counters.push(dpif::CounterRef(Arc::clone(c)));
+        }
+    }
+
     /// Marks bits of the key as consulted.
     fn consult(&mut self, m: &FlowKey) {
         self.wc.or_assign(m);
@@ -162,7 +170,7 @@ impl Ctx<'_> {
         self.table = table;
         let cls = &self.of.tables[table as usize];
         let stats = &self.of.table_stats[table as usize];
-        stats.0.fetch_add(1, Ordering::Relaxed);
+        self.credit(&stats.0);
         let hit = cls.lookup(&self.key, self.version, &mut self.wc);
         match hit.and_then(|id| cls.get(id)) {
             None => {
@@ -186,13 +194,11 @@ impl Ctx<'_> {
                 }
             }
             Some((m, prio, rule)) => {
-                stats.1.fetch_add(1, Ordering::Relaxed);
+                self.credit(&stats.1);
                 // The datapath credits packets through `counters`; the
                 // translation itself only marks the rule used.
                 rule.counters.used_ms.fetch_max(self.of.now(), Ordering::Relaxed);
-                if !self.counters.iter().any(|c| Arc::ptr_eq(&c.0, &rule.counters)) {
-                    self.counters.push(dpif::CounterRef(Arc::clone(&rule.counters)));
-                }
+                self.credit(&rule.counters);
                 let cookie = rule.cookie;
                 self.say(|| {
                     let ms = m.to_string();

@@ -134,6 +134,13 @@ fn ofctl_add_mod_del_priorities_and_counters() {
     let dump = d.ofctl(&["dump-flows"]);
     assert_eq!(n_packets(&dump, "nw_dst=10.78.0.2"), 5, "{dump}");
     assert_eq!(n_packets(&dump, "nw_dst=10.78.0.1"), 5, "{dump}");
+    // Table counters too: every packet is a lookup (and here a match) in table 0.
+    let tables = d.ofctl(&["dump-tables"]);
+    let field = |name: &str| -> u64 {
+        let v = tables.split(&format!("{name}=")).nth(1).unwrap_or_else(|| panic!("{name} in {tables}"));
+        v.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    assert!(field("lookup") >= 10 && field("matched") >= 10, "{tables}");
     let agg = d.ofctl(&["dump-aggregate", "ip"]);
     assert!(agg.contains("packet_count=10") && agg.contains("flow_count=3"), "{agg}");
 
