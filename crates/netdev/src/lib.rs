@@ -12,6 +12,7 @@
 
 pub mod dummy;
 pub mod packet;
+pub mod patch;
 
 pub use packet::Packet;
 use std::io;

@@ -16,6 +16,9 @@ pub enum PortType {
     Tap,
     /// The bridge's local port: a tap device named after the bridge.
     Internal,
+    /// One end of an in-memory link to another bridge of this process
+    /// (`peer` names the other end).
+    Patch,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +40,8 @@ pub struct PortSpec {
     pub shared_umem: bool,
     pub ofport: Option<u32>,
     pub vlan: VlanMode,
+    /// For patch ports: the peer port's name.
+    pub peer: Option<String>,
 }
 
 impl PortSpec {
@@ -50,6 +55,7 @@ impl PortSpec {
             shared_umem: true,
             ofport: None,
             vlan: VlanMode::TrunkAll,
+            peer: None,
         }
     }
 
@@ -72,7 +78,8 @@ impl PortSpec {
                         "af_packet" | "afpacket" => PortType::AfPacket,
                         "tap" => PortType::Tap,
                         "internal" => PortType::Internal,
-                        _ => return Err(bad("afxdp, system, af_packet, tap or internal")),
+                        "patch" => PortType::Patch,
+                        _ => return Err(bad("afxdp, system, af_packet, tap, internal or patch")),
                     }
                 }
                 "xdp-mode" => {
@@ -116,10 +123,22 @@ impl PortSpec {
                     }
                     p.vlan = VlanMode::Trunk(list);
                 }
+                "peer" => {
+                    if v.is_empty() || v.len() > 15 {
+                        return Err(bad("a port name of 1-15 characters"));
+                    }
+                    p.peer = Some(v.to_string());
+                }
                 _ => bail!(
-                    "port {name}: unknown option '{k}' (type, xdp-mode, need-wakeup, n-rxq, umem, ofport, tag, trunks)"
+                    "port {name}: unknown option '{k}' (type, xdp-mode, need-wakeup, n-rxq, umem, ofport, tag, trunks, peer)"
                 ),
             }
+        }
+        if p.kind == PortType::Patch && p.peer.is_none() {
+            bail!("port {name}: type=patch needs peer=PORT");
+        }
+        if p.peer.is_some() && p.kind != PortType::Patch {
+            bail!("port {name}: peer is only for type=patch");
         }
         Ok(p)
     }

@@ -48,6 +48,7 @@ pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
         mirror: None,
         poll_mode: PollMode::Adaptive,
         pmd: dpif::PmdConfig::default(),
+        patches: Default::default(),
     })?;
     for h in &hosts {
         let spec = PortSpec::parse(&format!("{},type=afxdp,xdp-mode={}", h.port, opts.xdp_mode))?;

@@ -282,6 +282,7 @@ fn run_switch(
         mirror,
         poll_mode,
         pmd: dpif::PmdConfig::default(),
+        patches: Default::default(),
     })?;
     if let Some(f) = flows {
         let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;

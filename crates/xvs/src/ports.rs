@@ -1,7 +1,7 @@
 //! Opening ports from their typed configuration.
 
 use crate::config::{PortSpec, PortType, XdpModeCfg};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use netdev::Netdev;
 use netdev_linux::{AfPacketPort, AfxdpConfig, AfxdpPort, TapPort, UmemConfig, UmemHandle, XdpMode};
 use std::sync::Mutex;
@@ -42,8 +42,40 @@ fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemHandle>
 
 /// Opens the device a port spec describes. `umem` is the owning poll
 /// thread's shared UMEM slot.
-pub fn open(spec: &PortSpec, bridge: &str, umem: &Mutex<Option<UmemHandle>>) -> Result<Box<dyn Netdev>> {
+/// Ends of patch-port pairs whose peer has not been added yet, shared by
+/// every bridge of a process: the first end added creates the pair and
+/// parks the other end here under the peer's name.
+#[derive(Default)]
+pub struct PatchRegistry {
+    parked: Mutex<std::collections::HashMap<String, netdev::patch::PatchPort>>,
+}
+
+impl PatchRegistry {
+    /// The end named `name` whose other end is `peer`.
+    pub fn take(&self, name: &str, peer: &str) -> Result<netdev::patch::PatchPort> {
+        let mut parked = self.parked.lock().expect("patch registry");
+        if let Some(p) = parked.remove(name) {
+            if p.peer() != peer {
+                let other = p.peer().to_string();
+                parked.insert(name.to_string(), p);
+                bail!("patch port {name}: peer {peer} does not match its peer's setting ({other})");
+            }
+            return Ok(p);
+        }
+        let (mine, theirs) = netdev::patch::PatchPort::pair(name, peer);
+        parked.insert(peer.to_string(), theirs);
+        Ok(mine)
+    }
+}
+
+pub fn open(
+    spec: &PortSpec,
+    bridge: &str,
+    umem: &Mutex<Option<UmemHandle>>,
+    patches: &PatchRegistry,
+) -> Result<Box<dyn Netdev>> {
     Ok(match spec.kind {
+        PortType::Patch => Box::new(patches.take(&spec.name, spec.peer.as_deref().unwrap_or(""))?),
         PortType::Afxdp => Box::new(open_afxdp(spec, spec.xdp_mode, umem)?),
         PortType::System => match open_afxdp(spec, XdpModeCfg::BestEffort, umem) {
             Ok(p) => Box::new(p),

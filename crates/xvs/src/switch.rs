@@ -86,6 +86,7 @@ pub struct Shared {
     pub stats_ack: Vec<AtomicU64>,
     /// Executes packet-outs (owned by whichever control thread holds it).
     pub slow_pmd: Mutex<Pmd>,
+    pub patches: Arc<ports::PatchRegistry>,
 }
 
 /// A packet a datapath `userspace` action hands to the controller.
@@ -162,6 +163,8 @@ pub struct SwitchOptions {
     pub mirror: Option<String>,
     pub poll_mode: PollMode,
     pub pmd: PmdConfig,
+    /// Where patch ports find their peers (shared by the process's bridges).
+    pub patches: Arc<ports::PatchRegistry>,
 }
 
 pub struct Switch {
@@ -190,6 +193,7 @@ impl Switch {
             stats_req: AtomicU64::new(0),
             stats_ack: (0..opts.n_pmd).map(|_| AtomicU64::new(0)).collect(),
             slow_pmd: Mutex::new(Pmd::new(opts.pmd.clone())),
+            patches: Arc::clone(&opts.patches),
             bridge: opts.bridge.clone(),
             ofproto: RwLock::new(of),
             generation,
@@ -241,7 +245,7 @@ impl Switch {
     /// hands it to the least loaded poll thread.
     pub fn add_port(&self, spec: PortSpec) -> Result<u32> {
         let pmd = self.pick_pmd();
-        let dev = ports::open(&spec, &self.shared.bridge, &self.shared.umems[pmd])?;
+        let dev = ports::open(&spec, &self.shared.bridge, &self.shared.umems[pmd], &self.shared.patches)?;
         self.attach(spec, dev, pmd)
     }
 

@@ -47,6 +47,7 @@ fn normal_vlans_learning_and_rule_changes_over_dummy_ports() {
         mirror: None,
         poll_mode: PollMode::Busy,
         pmd: dpif::PmdConfig::default(),
+        patches: Default::default(),
     })
     .unwrap();
     let modes = [VlanMode::Access(10), VlanMode::Access(10), VlanMode::Access(20), VlanMode::TrunkAll];
@@ -90,4 +91,53 @@ fn normal_vlans_learning_and_rule_changes_over_dummy_ports() {
     assert!(p["removed_stale"].as_u64().unwrap() >= 1, "{p}");
     let flows = xvs::commands::run(&sw, "dump-flows", &[]).unwrap().0;
     assert!(flows.contains("actions:3"), "{flows}");
+}
+
+/// Two bridges of one process joined by a patch port pair (as OVS's
+/// integration and underlay bridges are): a frame entering bridge A on a
+/// dummy port leaves bridge B on its dummy port, and back.
+#[test]
+fn two_bridges_joined_by_patch_ports() {
+    let patches: std::sync::Arc<xvs::ports::PatchRegistry> = Default::default();
+    let mk = |name: &str| {
+        Switch::start(SwitchOptions {
+            bridge: name.into(),
+            n_pmd: 1,
+            pmd_cpus: vec![],
+            local_port: false,
+            mirror: None,
+            poll_mode: PollMode::Adaptive,
+            pmd: dpif::PmdConfig::default(),
+            patches: std::sync::Arc::clone(&patches),
+        })
+        .unwrap()
+    };
+    let (a, b) = (mk("pbra"), mk("pbrb"));
+    let (pa, ha) = DummyPort::new("da");
+    let (pb, hb) = DummyPort::new("db");
+    a.add_netdev(PortSpec::new("da"), Box::new(pa)).unwrap();
+    b.add_netdev(PortSpec::new("db"), Box::new(pb)).unwrap();
+    // Mismatched peers are refused; the matching pair connects.
+    a.add_port(PortSpec::parse("pa-to-b,type=patch,peer=pb-to-a").unwrap()).unwrap();
+    assert!(b.add_port(PortSpec::parse("pb-to-a,type=patch,peer=wrong").unwrap()).is_err());
+    b.add_port(PortSpec::parse("pb-to-a,type=patch,peer=pa-to-b").unwrap()).unwrap();
+    ha.inject(&frame(1, 2, None));
+    assert_eq!(wait_sent(&hb), vec![frame(1, 2, None)], "the frame crossed the patch");
+    // The reply crosses back, to the learned port only.
+    hb.inject(&frame(2, 1, None));
+    assert_eq!(wait_sent(&ha), vec![frame(2, 1, None)], "the reply crossed back");
+    let show = xvs::commands::run(&a, "show", &[]).unwrap().0;
+    assert!(show.contains("pa-to-b") && show.contains("patch"), "{show}");
+}
+
+/// What a dummy port sent, waiting up to 2 s for the first frame.
+fn wait_sent(h: &DummyHandle) -> Vec<Vec<u8>> {
+    let t = Instant::now();
+    loop {
+        let sent = h.take_sent();
+        if !sent.is_empty() || t.elapsed() > Duration::from_secs(2) {
+            return sent;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -49,6 +49,7 @@ fn switch(poll: PollMode) -> Switch {
         mirror: None,
         poll_mode: poll,
         pmd: dpif::PmdConfig::default(),
+        patches: Default::default(),
     })
     .unwrap()
 }
@@ -171,6 +172,7 @@ fn local_port_and_mirror() {
         mirror: Some(mirror.clone()),
         poll_mode: PollMode::Adaptive,
         pmd: dpif::PmdConfig::default(),
+        patches: Default::default(),
     })
     .unwrap();
     for h in &hs {
