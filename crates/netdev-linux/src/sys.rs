@@ -217,6 +217,19 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }).map(|_| ())
 }
 
+/// Takes a POSIX (fcntl) write lock on the whole of `fd`'s file, without
+/// waiting. Pidfiles are locked this way so tools that check the lock
+/// (ovs-appctl) know the process is alive. The lock lasts while the file
+/// stays open.
+pub fn lock_file(fd: RawFd) -> io::Result<()> {
+    // SAFETY: flock is plain data; zeroed is a valid starting value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: `fl` is a valid flock for F_SETLK on an open descriptor.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETLK, &fl) }).map(|_| ())
+}
+
 /// Waits up to `timeout_ms` for any of `fds` to become readable; returns
 /// how many are.
 pub fn poll_any(fds: &[RawFd], timeout_ms: i32) -> io::Result<usize> {

@@ -78,7 +78,7 @@ impl Netdev for PatchPort {
         Ok(())
     }
     fn stats(&self) -> PortStats {
-        self.stats.clone()
+        self.stats
     }
 }
 

@@ -491,7 +491,8 @@ impl Ctx<'_> {
         let src = self.key.dl_src();
         let dst = self.key.dl_dst();
         let now = of.now();
-        if !is_multicast(src) {
+        // Tracing (ofproto/trace) has no side effects: it does not learn.
+        if !is_multicast(src) && self.trace.is_none() {
             let learned = of.mac.lock().expect("mac table lock").learn(src, vlan, in_port, now);
             if learned == Learned::Changed {
                 of.bump_generation();

@@ -178,6 +178,7 @@ fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {
 }
 
 fn dump_of_flows(sw: &Switch) -> Result<(String, Value)> {
+    sw.shared.sync_stats();
     let of = sw.shared.ofproto.read().expect("ofproto lock");
     let now = of.now();
     let mut out = String::new();

@@ -30,10 +30,21 @@ pub fn serve(sw: &Switch, run_dir: &Path, stop: &Arc<AtomicBool>) -> Result<()> 
         }
         std::fs::remove_file(&path).ok();
     }
+    // The ovs-appctl socket first: the CLI socket appearing means ready.
+    let appctl = match crate::appctl::AppctlSocket::bind(run_dir) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            tracing_warn(&format!("ovs-appctl socket: {e:#}"));
+            None
+        }
+    };
     let listener = UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
     listener.set_nonblocking(true)?;
     let mut last_hk = Instant::now();
     while !stop.load(Ordering::Acquire) {
+        if appctl.as_ref().is_some_and(|a| a.poll(&[sw])) {
+            stop.store(true, Ordering::Release);
+        }
         match listener.accept() {
             Ok((stream, _)) => {
                 if handle_conn(sw, stream) {

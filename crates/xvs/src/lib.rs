@@ -9,6 +9,7 @@
 //! namespace and traffic helpers the demo and tests share.
 #![deny(unsafe_code)]
 
+pub mod appctl;
 pub mod commands;
 pub mod config;
 pub mod control;

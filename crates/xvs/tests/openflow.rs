@@ -531,3 +531,40 @@ fn malformed_messages_get_spec_errors() {
     let _ = Ctx::new(Version::Of13);
     let _ = Msg::Hello;
 }
+
+/// The real ovs-appctl finds the daemon through `<run-dir>/ovs-vswitchd.pid`
+/// (OVS_RUNDIR) and gets OVS-shaped answers.
+#[test]
+fn ovs_appctl_commands() {
+    let hs = hosts("f", 2);
+    let mut d = Daemon::start("f", &[&hs[0], &hs[1]], &[]);
+    assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 3);
+    let appctl = |args: &[&str]| {
+        let o = Command::new("ovs-appctl").env("OVS_RUNDIR", &d.run_dir).args(args).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+    };
+    let (rc, out) = appctl(&["list-commands"]);
+    assert_eq!(rc, Some(0), "{out}");
+    assert!(out.contains("dpctl/dump-flows") && out.contains("ofproto/trace"), "{out}");
+    assert!(appctl(&["version"]).1.contains("xvs"));
+    let (_, show) = appctl(&["dpctl/show"]);
+    assert!(show.contains(&hs[0].port) && show.contains("lookups: hit:"), "{show}");
+    let (_, flows) = appctl(&["dpctl/dump-flows"]);
+    assert!(flows.lines().any(|l| l.contains("packets:") && l.contains("actions:")), "megaflows listed: {flows}");
+    let (_, fdb) = appctl(&["fdb/show", &d.bridge]);
+    assert!(fdb.contains(&hs[0].mac) && fdb.contains(&hs[1].mac), "{fdb}");
+    let (_, tr) = appctl(&["ofproto/trace", &d.bridge, &format!("in_port=1,dl_dst={}", hs[1].mac)]);
+    assert!(tr.contains("Datapath actions: 2"), "trace forwards to the learned port: {tr}");
+    let (_, st) = appctl(&["dpif-netdev/pmd-stats-show"]);
+    assert!(st.contains("packets received:") && st.contains("megaflow hits:"), "{st}");
+    assert!(appctl(&["dpif-netdev/pmd-rxq-show"]).1.contains(&hs[1].port));
+    let (rc, err) = appctl(&["no/such-command"]);
+    assert_eq!(rc, Some(2), "{err}");
+    assert!(err.contains("is not a valid command"), "{err}");
+    assert_eq!(appctl(&["exit"]).0, Some(0));
+    let t = Instant::now();
+    while d.child.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(d.child.try_wait().unwrap().is_some(), "exit stops the daemon");
+}
