@@ -38,6 +38,9 @@ pub enum DpAction {
     Userspace { reason: UserspaceReason, max_len: u16, table_id: u8, cookie: u64 },
     /// Continue in the datapath with a new recirc_id.
     Recirc(u32),
+    /// Run the packet through an OpenFlow meter: it may be dropped (the
+    /// remaining actions do not run) or have its DSCP remarked.
+    Meter(crate::meter::MeterRef),
 }
 
 /// Printable field groups for `set(...)`, as OVS names them.
@@ -82,6 +85,7 @@ impl fmt::Display for DpAction {
                 write!(f, "userspace(controller(reason={r},max_len={max_len}))")
             }
             DpAction::Recirc(id) => write!(f, "recirc({id:#x})"),
+            DpAction::Meter(m) => write!(f, "meter({})", m.0.id),
             DpAction::SetMasked { key, mask } => {
                 let is_v6 = key.is_ipv6();
                 let is_arp = key.dl_type() == flow::key::ethertype::ARP;

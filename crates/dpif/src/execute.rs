@@ -58,6 +58,7 @@ pub enum Exec {
 /// Executes `actions` on `pkt` whose extracted key and layout are `key`
 /// and `layout`; `key` follows the rewrites. Outputs go to `out`;
 /// userspace actions to `sink`.
+#[allow(clippy::too_many_arguments)] // reason: the per-packet context, passed down on the hot path
 pub fn execute(
     actions: &[DpAction],
     mut pkt: Packet,
@@ -65,6 +66,7 @@ pub fn execute(
     mut layout: Layout,
     out: &mut OutQueues,
     sink: &mut dyn Sink,
+    now_ms: u64,
 ) -> Exec {
     // The last action that consumes the packet gets it by move; earlier
     // consumers get a copy. Actions after the last consumer could only
@@ -113,6 +115,22 @@ pub fn execute(
                 key.set_recirc_id(*id);
                 return Exec::Recirc(pkt, *id);
             }
+            DpAction::Meter(m) => match m.0.admit(pkt.len(), now_ms) {
+                crate::meter::Verdict::Pass => {}
+                crate::meter::Verdict::Drop => return Exec::Done,
+                crate::meter::Verdict::Remark(levels) => {
+                    if key.is_ip_any() {
+                        let dscp = key.nw_tos() >> 2;
+                        let new = crate::meter::remark_dscp(dscp, levels);
+                        if new != dscp {
+                            let (mut v, mut mk) = (*key, FlowKey::ZERO);
+                            v.set_nw_tos((new << 2) | (key.nw_tos() & 3));
+                            mk.set_nw_tos(0xfc);
+                            set_masked(&mut pkt, key, &layout, &v, &mk);
+                        }
+                    }
+                }
+            },
         }
     }
     Exec::Done

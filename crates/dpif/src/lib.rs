@@ -44,6 +44,8 @@ pub mod emc;
 pub mod execute;
 pub mod pmd;
 
+pub mod meter;
 pub use actions::{format_actions, CounterRef, DpAction, FlowCounters, Translation, Upcall, UserspaceReason};
 pub use execute::{OutQueues, Sink};
+pub use meter::{Meter, MeterRef};
 pub use pmd::{MegaflowInfo, Pmd, PmdConfig, PmdStats};

@@ -223,7 +223,7 @@ impl Pmd {
         sink: &mut dyn Sink,
     ) {
         let (mut key, layout, _) = flow::extract(pkt.data(), pkt.in_port);
-        if let Exec::Recirc(p, _) = execute(actions, pkt, &mut key, layout, &mut self.out, sink) {
+        if let Exec::Recirc(p, _) = execute(actions, pkt, &mut key, layout, &mut self.out, sink, now_ms) {
             let (_, layout, _) = flow::extract(p.data(), p.in_port);
             self.handle(p, &mut key, layout, upcall, now_ms, sink, 1);
         }
@@ -253,13 +253,13 @@ impl Pmd {
                 f.packets += 1;
                 f.bytes += len;
                 f.used_ms = now_ms;
-                execute(&f.actions, pkt, key, layout, &mut self.out, sink)
+                execute(&f.actions, pkt, key, layout, &mut self.out, sink, now_ms)
             }
             Found::Uncached(t) => {
                 for c in &t.counters {
                     c.0.credit(1, len, now_ms);
                 }
-                execute(&t.actions, pkt, key, layout, &mut self.out, sink)
+                execute(&t.actions, pkt, key, layout, &mut self.out, sink, now_ms)
             }
             Found::Busy => return,
         };

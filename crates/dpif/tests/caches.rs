@@ -444,7 +444,7 @@ mod property {
         let mut p = p;
         for _ in 0..8 {
             let t = m.fresh(&key);
-            match execute(&t.actions, p, &mut key, layout, &mut q, sink) {
+            match execute(&t.actions, p, &mut key, layout, &mut q, sink, 0) {
                 Exec::Done => break,
                 Exec::Recirc(np, _) => {
                     layout = flow::extract(np.data(), np.in_port).1;

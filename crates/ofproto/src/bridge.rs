@@ -116,12 +116,18 @@ pub enum FlowModError {
     BadSetField(String),
     /// check_overlap: an existing rule of the same priority overlaps.
     Overlap,
+    /// An action names a group that does not exist.
+    UnknownGroup(u32),
+    /// An instruction names a meter that does not exist.
+    UnknownMeter(u32),
 }
 
 impl fmt::Display for FlowModError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FlowModError::Overlap => write!(f, "the new flow overlaps an existing flow of the same priority"),
+            FlowModError::UnknownGroup(g) => write!(f, "group {g} does not exist"),
+            FlowModError::UnknownMeter(m) => write!(f, "meter {m} does not exist"),
             FlowModError::BadTable(t) => write!(f, "table {t} does not exist"),
             FlowModError::BadGoto { from, to } => write!(f, "goto_table:{to} in table {from} must go to a later table"),
             FlowModError::Unsupported(s) => write!(f, "{s}"),
@@ -159,6 +165,8 @@ pub struct Ofproto {
     /// Rules removed (deleted or expired) since the last
     /// [`Ofproto::take_removed`], for flow_removed messages.
     removed: Vec<RemovedRule>,
+    pub(crate) groups: BTreeMap<u32, crate::group::Group>,
+    pub(crate) meters: BTreeMap<u32, Arc<dpif::Meter>>,
 }
 
 impl Ofproto {
@@ -174,6 +182,8 @@ impl Ofproto {
             table_miss: TableMiss::Drop,
             table_stats: (0..N_TABLES).map(|_| Default::default()).collect(),
             removed: Vec::new(),
+            groups: BTreeMap::new(),
+            meters: BTreeMap::new(),
         }
     }
 
@@ -275,13 +285,22 @@ impl Ofproto {
                 Instruction::GotoTable(t) if *t <= spec.table => {
                     return Err(FlowModError::BadGoto { from: spec.table, to: *t })
                 }
-                Instruction::Meter(_) => return Err(FlowModError::Unsupported("meters are not supported yet".into())),
+                Instruction::Meter(m) => {
+                    if !self.meters.contains_key(m) {
+                        return Err(FlowModError::UnknownMeter(*m));
+                    }
+                    continue;
+                }
                 Instruction::Apply(a) | Instruction::Write(a) => a,
                 _ => continue,
             };
             for a in actions {
                 match a {
-                    Action::Group(_) => return Err(FlowModError::Unsupported("groups are not supported yet".into())),
+                    Action::Group(g) => {
+                        if !self.groups.contains_key(g) {
+                            return Err(FlowModError::UnknownGroup(*g));
+                        }
+                    }
                     Action::SetField { field, .. } => {
                         if !field.prereq.holds(&spec.matched.key, &spec.matched.mask) && field.name != "vlan_tci" {
                             return Err(FlowModError::BadSetField(format!(
@@ -493,6 +512,190 @@ impl Ofproto {
                 Ok(n)
             }
         }
+    }
+
+    /// Adds, modifies or deletes a group. Deleting a group (or all, with
+    /// [`crate::group::OFPG_ALL`]) deletes the rules that use it.
+    pub fn group_mod(
+        &mut self,
+        cmd: crate::group::ModCmd,
+        g: crate::group::Group,
+    ) -> Result<(), crate::group::GroupError> {
+        use crate::group::{GroupError, ModCmd, OFPG_ALL};
+        match cmd {
+            ModCmd::Add | ModCmd::Modify => {
+                g.validate()?;
+                let exists = self.groups.contains_key(&g.id);
+                if cmd == ModCmd::Add && exists {
+                    return Err(GroupError::GroupExists(g.id));
+                }
+                if cmd == ModCmd::Modify && !exists {
+                    return Err(GroupError::UnknownGroup(g.id));
+                }
+                for b in &g.buckets {
+                    for a in &b.actions {
+                        if let Action::Group(x) = a {
+                            if !self.groups.contains_key(x) {
+                                return Err(GroupError::UnknownGroup(*x));
+                            }
+                            if self.group_reaches(*x, g.id) {
+                                return Err(GroupError::Loop(g.id));
+                            }
+                        }
+                    }
+                }
+                let mut g = g;
+                if let Some(old) = self.groups.get(&g.id) {
+                    g.counters = Arc::clone(&old.counters);
+                    g.created_ms = old.created_ms;
+                } else {
+                    g.created_ms = self.now();
+                }
+                self.groups.insert(g.id, g);
+            }
+            ModCmd::Delete => {
+                let ids: Vec<u32> = if g.id == OFPG_ALL {
+                    self.groups.keys().copied().collect()
+                } else {
+                    self.groups.contains_key(&g.id).then_some(g.id).into_iter().collect()
+                };
+                for id in &ids {
+                    self.groups.remove(id);
+                }
+                if !ids.is_empty() {
+                    self.delete_rules_where(3, |r| {
+                        r.instructions.iter().any(|i| match i {
+                            Instruction::Apply(a) | Instruction::Write(a) => {
+                                a.iter().any(|x| matches!(x, Action::Group(y) if ids.contains(y)))
+                            }
+                            _ => false,
+                        })
+                    });
+                }
+            }
+        }
+        self.bump_generation();
+        Ok(())
+    }
+
+    /// Whether group `from` (through its buckets' group actions) reaches `to`.
+    fn group_reaches(&self, from: u32, to: u32) -> bool {
+        let mut stack = vec![from];
+        let mut seen = Vec::new();
+        while let Some(g) = stack.pop() {
+            if g == to {
+                return true;
+            }
+            if seen.contains(&g) {
+                continue;
+            }
+            seen.push(g);
+            if let Some(gr) = self.groups.get(&g) {
+                for b in &gr.buckets {
+                    for a in &b.actions {
+                        if let Action::Group(x) = a {
+                            stack.push(*x);
+                        }
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    pub fn groups(&self) -> impl Iterator<Item = &crate::group::Group> {
+        self.groups.values()
+    }
+
+    /// How many rules use group `id`.
+    pub fn group_ref_count(&self, id: u32) -> u32 {
+        self.rules()
+            .iter()
+            .filter(|(_, _, _, r)| {
+                r.instructions.iter().any(|i| match i {
+                    Instruction::Apply(a) | Instruction::Write(a) => {
+                        a.iter().any(|x| matches!(x, Action::Group(y) if *y == id))
+                    }
+                    _ => false,
+                })
+            })
+            .count() as u32
+    }
+
+    /// Adds, modifies (in place: cached megaflows stay valid) or deletes a
+    /// meter. Deleting a meter (or all, with [`crate::group::OFPM_ALL`])
+    /// deletes the rules that use it.
+    pub fn meter_mod(
+        &mut self,
+        cmd: crate::group::ModCmd,
+        id: u32,
+        cfg: dpif::meter::MeterConfig,
+    ) -> Result<(), crate::group::GroupError> {
+        use crate::group::{validate_meter, GroupError, ModCmd, OFPM_ALL};
+        match cmd {
+            ModCmd::Add => {
+                validate_meter(id, &cfg)?;
+                if self.meters.contains_key(&id) {
+                    return Err(GroupError::MeterExists(id));
+                }
+                self.meters.insert(id, Arc::new(dpif::Meter::new(id, cfg, self.now())));
+            }
+            ModCmd::Modify => {
+                validate_meter(id, &cfg)?;
+                let m = self.meters.get(&id).ok_or(GroupError::UnknownMeter(id))?;
+                m.reconfigure(cfg);
+            }
+            ModCmd::Delete => {
+                let ids: Vec<u32> = if id == OFPM_ALL {
+                    self.meters.keys().copied().collect()
+                } else {
+                    self.meters.contains_key(&id).then_some(id).into_iter().collect()
+                };
+                for i in &ids {
+                    self.meters.remove(i);
+                }
+                if !ids.is_empty() {
+                    self.delete_rules_where(5, |r| {
+                        r.instructions.iter().any(|i| matches!(i, Instruction::Meter(m) if ids.contains(m)))
+                    });
+                }
+            }
+        }
+        self.bump_generation();
+        Ok(())
+    }
+
+    pub fn meters(&self) -> impl Iterator<Item = &Arc<dpif::Meter>> {
+        self.meters.values()
+    }
+
+    /// How many rules use meter `id`.
+    pub fn meter_ref_count(&self, id: u32) -> u32 {
+        self.rules()
+            .iter()
+            .filter(|(_, _, _, r)| r.instructions.iter().any(|i| matches!(i, Instruction::Meter(m) if *m == id)))
+            .count() as u32
+    }
+
+    /// Deletes every rule `pred` selects, noting them removed with `reason`.
+    fn delete_rules_where(&mut self, reason: u8, pred: impl Fn(&Rule) -> bool) {
+        let next = self.version + 1;
+        let mut doomed = Vec::new();
+        for (ti, t) in self.tables.iter().enumerate() {
+            for id in t.iter(self.version) {
+                if t.get(id).is_some_and(|(_, _, r)| pred(r)) {
+                    doomed.push((ti, id));
+                }
+            }
+        }
+        if doomed.is_empty() {
+            return;
+        }
+        for (ti, id) in doomed {
+            self.note_removed(ti, id, reason);
+            self.tables[ti].remove(id, next);
+        }
+        self.commit();
     }
 
     /// Every visible rule: (table, match, priority, rule), ordered by

@@ -48,6 +48,8 @@ struct Ctx<'a> {
     stop: bool,
     /// Counters of every rule the walk matched.
     counters: Vec<dpif::CounterRef>,
+    /// Every key bit a committed set action wrote (group buckets undo theirs).
+    written: FlowKey,
 }
 
 impl Ofproto {
@@ -75,6 +77,7 @@ impl Ofproto {
             cookie: 0,
             stop: false,
             counters: Vec::new(),
+            written: FlowKey::ZERO,
         };
         for a in actions {
             if cx.stop {
@@ -110,6 +113,7 @@ impl Ofproto {
             cookie: 0,
             stop: false,
             counters: Vec::new(),
+            written: FlowKey::ZERO,
         };
         cx.do_table(0, true);
         // IP packets' megaflows always pin the fragment bits: the datapath
@@ -214,6 +218,19 @@ impl Ctx<'_> {
                     self.say(|| "drop");
                 }
                 let mut goto = None;
+                // The meter instruction runs first (OpenFlow's instruction order).
+                for ins in instructions.iter() {
+                    if let Instruction::Meter(m) = ins {
+                        match self.of.meters.get(m) {
+                            Some(meter) => {
+                                self.commit();
+                                self.actions.push(DpAction::Meter(dpif::MeterRef(Arc::clone(meter))));
+                                self.say(|| format!("meter:{m}"));
+                            }
+                            None => self.say(|| format!("meter:{m} does not exist; ignored")),
+                        }
+                    }
+                }
                 for ins in instructions.iter() {
                     if self.stop {
                         break;
@@ -252,7 +269,7 @@ impl Ctx<'_> {
                             self.say(|| format!("write_metadata:{value:#x}/{mask:#x}"));
                         }
                         Instruction::GotoTable(t) => goto = Some(*t),
-                        Instruction::Meter(m) => self.say(|| format!("meter:{m} (not enforced)")),
+                        Instruction::Meter(_) => {}
                     }
                 }
                 if let Some(t) = goto {
@@ -301,6 +318,7 @@ impl Ctx<'_> {
     /// Emits pending field writes as one masked set.
     fn commit(&mut self) {
         if !self.pending.is_zero() {
+            self.written.or_assign(&self.pending);
             self.actions.push(DpAction::SetMasked { key: self.key.and(&self.pending), mask: self.pending });
             // The set action's key also carries the protocol (dl_type for
             // L3 writes, nw_proto for L4 writes) so it prints by protocol.
@@ -438,8 +456,162 @@ impl Ctx<'_> {
                 self.indent -= 4;
                 self.key.set_in_port(saved);
             }
-            Action::Group(g) => self.say(|| format!("  group {g} does not exist")),
+            Action::Group(g) => self.group(*g),
             Action::SetQueue(_) => {}
+        }
+    }
+
+    /// Whether a port (or a group, through any live bucket) is live.
+    fn live(&self, port: Option<u32>, group: Option<u32>, depth: u32) -> bool {
+        let port_ok = port.is_none_or(|p| self.of.ports.get(&p).is_some_and(|c| c.up));
+        let group_ok = group.is_none_or(|g| {
+            depth < 8
+                && self
+                    .of
+                    .groups
+                    .get(&g)
+                    .is_some_and(|gr| gr.buckets.iter().any(|b| self.live(b.watch_port, b.watch_group, depth + 1)))
+        });
+        port_ok && group_ok
+    }
+
+    /// A hash of the flow for select groups: L2 addresses and type, VLAN,
+    /// and for IP the addresses and protocol, for TCP/UDP/SCTP the ports.
+    /// Symmetric in source and destination (both directions of a
+    /// connection pick the same bucket). Every field it reads is marked
+    /// consulted, so the megaflow keeps flows of different buckets apart.
+    fn select_hash(&mut self) -> u64 {
+        let k = self.key;
+        let mut m = FlowKey::ZERO;
+        m.set_dl_src(u64::MAX >> 16);
+        m.set_dl_dst(u64::MAX >> 16);
+        m.set_dl_type(0xffff);
+        m.set_vlan_tci(0x1fff);
+        let mix = |h: u64, v: u64| (h ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        let mut h = mix(0, k.dl_src() ^ k.dl_dst());
+        h = mix(h, k.dl_type() as u64);
+        h = mix(h, (k.vlan_tci() & 0x1fff) as u64);
+        if k.is_ip_any() {
+            m.set_nw_proto(0xff);
+            if k.is_ipv6() {
+                m.set_ipv6_src(u128::MAX);
+                m.set_ipv6_dst(u128::MAX);
+                let x = k.ipv6_src() ^ k.ipv6_dst();
+                h = mix(h, x as u64);
+                h = mix(h, (x >> 64) as u64);
+            } else {
+                m.set_nw_src(u32::MAX);
+                m.set_nw_dst(u32::MAX);
+                h = mix(h, (k.nw_src() ^ k.nw_dst()) as u64);
+            }
+            h = mix(h, k.nw_proto() as u64);
+            if matches!(k.nw_proto(), 6 | 17 | 132) {
+                m.set_tp_src(0xffff);
+                m.set_tp_dst(0xffff);
+                h = mix(h, (k.tp_src() ^ k.tp_dst()) as u64);
+            }
+        }
+        self.consult(&m);
+        h ^ (h >> 31)
+    }
+
+    /// Executes group `id`.
+    fn group(&mut self, id: u32) {
+        let Some(g) = self.of.groups.get(&id) else {
+            self.say(|| format!("  group {id} does not exist"));
+            return;
+        };
+        if self.depth >= MAX_DEPTH {
+            self.stop = true;
+            return;
+        }
+        let of = self.of;
+        let g = of.groups.get(&id).unwrap_or(g);
+        self.credit(&g.counters);
+        use crate::group::GroupType;
+        let chosen: Vec<usize> = match g.kind {
+            GroupType::All => (0..g.buckets.len()).collect(),
+            GroupType::Indirect => (0..g.buckets.len().min(1)).collect(),
+            GroupType::FastFailover => {
+                g.buckets.iter().position(|b| self.live(b.watch_port, b.watch_group, 0)).into_iter().collect()
+            }
+            GroupType::Select => {
+                let live: Vec<usize> = (0..g.buckets.len())
+                    .filter(|&i| {
+                        let b = &g.buckets[i];
+                        b.weight > 0 && self.live(b.watch_port, b.watch_group, 0)
+                    })
+                    .collect();
+                let total: u64 = live.iter().map(|&i| g.buckets[i].weight as u64).sum();
+                if total == 0 {
+                    Vec::new()
+                } else {
+                    let mut x = self.select_hash() % total;
+                    let mut pick = live[0];
+                    for &i in &live {
+                        let w = g.buckets[i].weight as u64;
+                        if x < w {
+                            pick = i;
+                            break;
+                        }
+                        x -= w;
+                    }
+                    vec![pick]
+                }
+            }
+        };
+        self.say(|| format!("  group {id} ({}): buckets {chosen:?}", g.kind.name()));
+        for i in chosen {
+            let b = &g.buckets[i];
+            self.credit(&b.counters);
+            self.run_bucket(&b.actions);
+            if self.stop {
+                break;
+            }
+        }
+    }
+
+    /// Runs a bucket's actions on a copy of the flow: field writes and
+    /// VLAN changes it makes are undone afterwards (in the datapath too),
+    /// so they reach neither the next bucket nor later actions.
+    fn run_bucket(&mut self, actions: &[Action]) {
+        self.commit();
+        let saved = self.key;
+        let outer_written = std::mem::replace(&mut self.written, FlowKey::ZERO);
+        self.depth += 1;
+        for a in actions {
+            if self.stop {
+                break;
+            }
+            self.indent += 2;
+            self.do_action(a);
+            self.indent -= 2;
+        }
+        self.depth -= 1;
+        self.commit();
+        // Undo VLAN pushes/pops, then field writes.
+        // The undo depends only on what the bucket wrote (the same for
+        // every packet of the megaflow) and on the original values of
+        // those bits, which are therefore consulted.
+        let mut undo = std::mem::replace(&mut self.written, outer_written);
+        let (was, now) = (saved.vlan_tci() & VLAN_PRESENT != 0, self.key.vlan_tci() & VLAN_PRESENT != 0);
+        if now != was {
+            if now {
+                self.actions.push(DpAction::PopVlan);
+            } else {
+                self.actions.push(DpAction::PushVlan { tpid: 0x8100, tci: saved.vlan_tci() });
+            }
+            // The tag itself is restored; its fields need no rewrite.
+            undo.set_vlan_tci(0);
+            undo.set_vlan_tci2(0);
+        }
+        // Metadata (no packet bytes) needs no datapath undo.
+        undo.set_metadata(0);
+        self.key = saved;
+        if !undo.is_zero() {
+            self.consult(&undo);
+            self.pending = undo;
+            self.commit();
         }
     }
 

@@ -21,6 +21,8 @@ enum Step {
     Add(String),
     Modify(String),
     Delete(String),
+    /// A port's liveness changes (fast-failover groups follow it).
+    Port(u32, bool),
 }
 
 fn arb_step() -> impl Strategy<Value = Step> {
@@ -29,6 +31,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         1 => arb_rule().prop_map(Step::Add),
         1 => arb_rule().prop_map(Step::Modify),
         1 => arb_match().prop_map(|m| Step::Delete(m.trim_end_matches(',').to_string())),
+        1 => (1u32..3, any::<bool>()).prop_map(|(p, up)| Step::Port(p, up)),
     ]
 }
 
@@ -63,6 +66,7 @@ proptest! {
                 Step::Delete(m) => {
                     let _ = of.flow_mod(FlowModCmd::Delete, &parse_flow(m, Need::NoActions).unwrap());
                 }
+                Step::Port(p, up) => of.set_port_up(*p, *up),
             }
         }
         let st = pmd.stats();

@@ -60,6 +60,8 @@ pub fn arb_actions(table: u8) -> impl Strategy<Value = String> {
         Just("dec_ttl".to_string()),
         (0u8..3).prop_map(|t| format!("resubmit(,{})", t + 1)),
         Just("set_field:0x2->metadata".to_string()),
+        // Groups 1 (all), 2 (select), 3 (fast_failover), made by `bridge`.
+        (1u32..4).prop_map(|g| format!("group:{g}")),
     ];
     let tail = prop_oneof![
         Just(String::new()),
@@ -129,6 +131,13 @@ pub fn bridge(rules: &[String], vlan_ports: bool) -> Option<Ofproto> {
             pc.vlan = VlanMode::Trunk(vec![0, 1, 7]);
         }
         of.add_port(pc);
+    }
+    for g in [
+        "group_id=1,type=all,bucket=output:1,bucket=mod_vlan_vid:5,output:2,bucket=dec_ttl,output:4",
+        "group_id=2,type=select,bucket=weight:1,output:3,bucket=weight:3,actions=set_field:10.9.9.9->nw_dst,output:4",
+        "group_id=3,type=ff,bucket=watch_port:1,output:1,bucket=watch_port:2,output:2",
+    ] {
+        of.group_mod(ofproto::group::ModCmd::Add, ofproto::group::parse_group(g, 0).unwrap()).unwrap();
     }
     for r in rules {
         let spec = parse_flow(r, Need::Actions).unwrap_or_else(|e| panic!("generated rule {r}: {e}"));
