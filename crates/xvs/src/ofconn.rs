@@ -1108,21 +1108,169 @@ impl OfManager {
         }
     }
 
-    // Groups and meters: stubs until the OpenFlow layer has them (below).
-    fn group_meter_mod(&self, _m: &Msg) -> Result<(), ErrorKind> {
-        Err(ErrorKind::BadGroupCommand)
+    /// Applies a group or meter modification.
+    fn group_meter_mod(&self, m: &Msg) -> Result<(), ErrorKind> {
+        use ofproto::group::{Bucket, Group, GroupError, GroupType, ModCmd};
+        let cmd = |c: u16| match c {
+            0 => Some(ModCmd::Add),
+            1 => Some(ModCmd::Modify),
+            2 => Some(ModCmd::Delete),
+            _ => None,
+        };
+        let map_err = |e: GroupError| match e {
+            GroupError::GroupExists(_) => ErrorKind::GroupExists,
+            GroupError::UnknownGroup(_) => ErrorKind::UnknownGroup,
+            GroupError::InvalidGroup(_) => ErrorKind::InvalidGroup,
+            GroupError::BadBucket(_) => ErrorKind::BadBucket,
+            GroupError::BadWatch(_) => ErrorKind::BadWatch,
+            GroupError::Loop(_) => ErrorKind::GroupLoop,
+            GroupError::MeterExists(_) => ErrorKind::MeterExists,
+            GroupError::UnknownMeter(_) => ErrorKind::UnknownMeter,
+            GroupError::InvalidMeter(_) => ErrorKind::InvalidMeter,
+            GroupError::BadRate => ErrorKind::BadRate,
+            GroupError::BadBand(_) => ErrorKind::BadBand,
+            GroupError::BadMeterFlags => ErrorKind::BadMeterFlags,
+        };
+        let mut of = self.sh.ofproto.write().expect("ofproto lock");
+        of.set_now(self.sh.now_ms());
+        let res = match m {
+            Msg::GroupMod(gm) => {
+                let c = cmd(gm.cmd).ok_or(ErrorKind::BadGroupCommand)?;
+                let kind = GroupType::from_wire(gm.group_type).ok_or(ErrorKind::BadGroupType)?;
+                let buckets = gm
+                    .buckets
+                    .iter()
+                    .map(|b| Bucket {
+                        weight: if kind == GroupType::Select { b.weight } else { 1 },
+                        watch_port: (b.watch_port != msg::OFPP_ANY).then_some(b.watch_port),
+                        watch_group: (b.watch_group != msg::OFPG_ANY).then_some(b.watch_group),
+                        actions: b.actions.clone(),
+                        counters: Default::default(),
+                    })
+                    .collect();
+                of.group_mod(c, Group::new(gm.group_id, kind, buckets, 0)).map_err(map_err)
+            }
+            Msg::MeterMod(mm) => {
+                let c = cmd(mm.cmd).ok_or(ErrorKind::BadMeterCommand)?;
+                let bands = mm
+                    .bands
+                    .iter()
+                    .map(|b| dpif::meter::BandConfig {
+                        kind: if b.band_type == 2 {
+                            dpif::meter::BandType::DscpRemark(b.prec_level)
+                        } else {
+                            dpif::meter::BandType::Drop
+                        },
+                        rate: b.rate,
+                        burst_size: b.burst_size,
+                    })
+                    .collect();
+                let cfg = dpif::meter::MeterConfig { flags: mm.flags, bands };
+                of.meter_mod(c, mm.meter_id, cfg).map_err(map_err)
+            }
+            _ => Ok(()),
+        };
+        let removed = of.take_removed();
+        drop(of);
+        self.send_flow_removed(removed);
+        res
     }
-    fn group_stats(&self, _v: Version, _g: u32) -> Vec<Vec<u8>> {
-        Vec::new()
+
+    fn group_stats(&self, v: Version, g: u32) -> Vec<Vec<u8>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.sh.sync_stats();
+        let of = self.sh.ofproto.read().expect("ofproto lock");
+        let now = self.sh.now_ms();
+        of.groups()
+            .filter(|gr| g == msg::OFPG_ALL || gr.id == g)
+            .map(|gr| {
+                let buckets: Vec<(u64, u64)> = gr
+                    .buckets
+                    .iter()
+                    .map(|b| (b.counters.packets.load(Relaxed), b.counters.bytes.load(Relaxed)))
+                    .collect();
+                msg::encode_group_stats(
+                    v,
+                    gr.id,
+                    of.group_ref_count(gr.id),
+                    gr.counters.packets.load(Relaxed),
+                    gr.counters.bytes.load(Relaxed),
+                    now.saturating_sub(gr.created_ms),
+                    &buckets,
+                )
+            })
+            .collect()
     }
-    fn group_descs(&self, _v: Version) -> Vec<Vec<u8>> {
-        Vec::new()
+
+    fn group_descs(&self, v: Version) -> Vec<Vec<u8>> {
+        let of = self.sh.ofproto.read().expect("ofproto lock");
+        of.groups()
+            .map(|gr| {
+                let gm = msg::GroupMod {
+                    cmd: 0,
+                    group_type: gr.kind.wire(),
+                    group_id: gr.id,
+                    buckets: gr
+                        .buckets
+                        .iter()
+                        .map(|b| msg::Bucket {
+                            weight: if gr.kind == ofproto::group::GroupType::Select { b.weight } else { 0 },
+                            watch_port: b.watch_port.unwrap_or(msg::OFPP_ANY),
+                            watch_group: b.watch_group.unwrap_or(msg::OFPG_ANY),
+                            actions: b.actions.clone(),
+                        })
+                        .collect(),
+                };
+                msg::encode_group_desc(v, &gm)
+            })
+            .collect()
     }
-    fn meter_stats(&self, _m: u32) -> Vec<Vec<u8>> {
-        Vec::new()
+
+    fn meter_stats(&self, id: u32) -> Vec<Vec<u8>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let of = self.sh.ofproto.read().expect("ofproto lock");
+        let now = self.sh.now_ms();
+        of.meters()
+            .filter(|m| id == ofproto::group::OFPM_ALL || m.id == id)
+            .map(|m| {
+                let n = m.config().bands.len();
+                let bands: Vec<(u64, u64)> =
+                    (0..n).map(|i| (m.band_packets[i].load(Relaxed), m.band_bytes[i].load(Relaxed))).collect();
+                msg::encode_meter_stats(
+                    m.id,
+                    of.meter_ref_count(m.id),
+                    m.packets_in.load(Relaxed),
+                    m.bytes_in.load(Relaxed),
+                    now.saturating_sub(m.created_ms),
+                    &bands,
+                )
+            })
+            .collect()
     }
-    fn meter_configs(&self, _m: u32) -> Vec<Vec<u8>> {
-        Vec::new()
+
+    fn meter_configs(&self, id: u32) -> Vec<Vec<u8>> {
+        let of = self.sh.ofproto.read().expect("ofproto lock");
+        of.meters()
+            .filter(|m| id == ofproto::group::OFPM_ALL || m.id == id)
+            .map(|m| {
+                let cfg = m.config();
+                msg::encode_meter_config(&msg::MeterMod {
+                    cmd: 0,
+                    flags: cfg.flags,
+                    meter_id: m.id,
+                    bands: cfg
+                        .bands
+                        .iter()
+                        .map(|b| msg::Band {
+                            band_type: if matches!(b.kind, dpif::meter::BandType::Drop) { 1 } else { 2 },
+                            rate: b.rate,
+                            burst_size: b.burst_size,
+                            prec_level: if let dpif::meter::BandType::DscpRemark(p) = b.kind { p } else { 0 },
+                        })
+                        .collect(),
+                })
+            })
+            .collect()
     }
 }
 
@@ -1165,6 +1313,8 @@ fn flow_mod_error(e: &FlowModError) -> ErrorKind {
         FlowModError::Unsupported(_) => ErrorKind::BadActionType,
         FlowModError::BadSetField(_) => ErrorKind::BadSetArgument,
         FlowModError::Overlap => ErrorKind::Overlap,
+        FlowModError::UnknownGroup(_) => ErrorKind::BadOutGroup,
+        FlowModError::UnknownMeter(_) => ErrorKind::UnknownMeter,
     }
 }
 

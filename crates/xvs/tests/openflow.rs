@@ -568,3 +568,81 @@ fn ovs_appctl_commands() {
     }
     assert!(d.child.try_wait().unwrap().is_some(), "exit stops the daemon");
 }
+
+/// Groups and meters installed with ovs-ofctl, seen in real traffic:
+/// select spreads flows over two hosts, fast_failover moves to the second
+/// host when the first one's link goes down, all copies to both, a meter
+/// drops what exceeds its rate; the stats commands count it all.
+#[test]
+fn groups_and_meters_with_traffic() {
+    let hs = hosts("g", 3);
+    let d = Daemon::start("g", &[&hs[0], &hs[1], &hs[2]], &[]);
+    let of13 = |args: &[&str]| {
+        let mut a = vec!["--protocols=OpenFlow13"];
+        a.extend_from_slice(args);
+        d.ofctl(&a)
+    };
+    let rx = |h: &Host| h.counter("rx_packets");
+    let send = |flows: &str, count: &str| {
+        let tx = hs[0]
+            .util(&["udp-send", "--dst", "10.78.0.2:9000", "--count", count, "--pps", "2000", "--flows", flows])
+            .unwrap();
+        xvs::netns::finish(tx).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    hs[0].exec(&["ip", "neigh", "replace", "10.78.0.2", "lladdr", &hs[1].mac, "dev", "eth0"]).unwrap();
+    of13(&["del-flows"]);
+
+    // select: 400 datagrams over 200 source ports spread over h2 and h3.
+    of13(&["add-group", "group_id=1,type=select,bucket=weight:1,output:2,bucket=weight:1,output:3"]);
+    of13(&["add-flow", "priority=10,in_port=1,udp,actions=group:1"]);
+    let (b2, b3) = (rx(&hs[1]), rx(&hs[2]));
+    send("200", "400");
+    let (g2, g3) = (rx(&hs[1]) - b2, rx(&hs[2]) - b3);
+    assert!(g2 + g3 >= 390, "every datagram went to one bucket: {g2} + {g3}");
+    assert!(g2 >= 80 && g3 >= 80, "select spread the flows: {g2} / {g3}");
+    let stats = of13(&["dump-group-stats"]);
+    assert!(stats.contains("group_id=1") && stats.contains("ref_count=1"), "{stats}");
+    let gp: u64 = stats.split("packet_count=").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    assert!(gp >= 390, "group counters include cached packets: {stats}");
+
+    // fast_failover: h2 while its link is up, h3 when it goes down.
+    of13(&["add-group", "group_id=2,type=ff,bucket=watch_port:2,output:2,bucket=watch_port:3,output:3"]);
+    of13(&["mod-flows", "in_port=1,udp,actions=group:2"]);
+    let (b2, b3) = (rx(&hs[1]), rx(&hs[2]));
+    send("1", "50");
+    assert!(rx(&hs[1]) - b2 >= 50 && rx(&hs[2]) - b3 < 5, "ff uses the first live bucket");
+    hs[1].exec(&["ip", "link", "set", "eth0", "down"]).unwrap();
+    assert!(eventually(5, || d.ofctl(&["show"]).contains("LINK_DOWN")), "port status follows the link");
+    let b3 = rx(&hs[2]);
+    send("1", "50");
+    assert!(rx(&hs[2]) - b3 >= 50, "ff failed over to h3");
+    hs[1].exec(&["ip", "link", "set", "eth0", "up"]).unwrap();
+
+    // all: both get a copy.
+    of13(&["add-group", "group_id=3,type=all,bucket=output:2,bucket=output:3"]);
+    of13(&["mod-flows", "in_port=1,udp,actions=group:3"]);
+    assert!(eventually(5, || !d.ofctl(&["show"]).contains("LINK_DOWN")));
+    let (b2, b3) = (rx(&hs[1]), rx(&hs[2]));
+    send("1", "50");
+    assert!(rx(&hs[1]) - b2 >= 50 && rx(&hs[2]) - b3 >= 50, "all copies to both");
+
+    // A meter of 100 packets/s (burst 10) lets about 60 of 1000 datagrams
+    // sent over half a second through.
+    of13(&["add-meter", "meter=1,pktps,burst,stats,band=type=drop,rate=100,burst_size=10"]);
+    of13(&["mod-flows", "in_port=1,udp,actions=meter:1,output:2"]);
+    let b2 = rx(&hs[1]);
+    send("1", "1000");
+    let got = rx(&hs[1]) - b2;
+    assert!((20..=250).contains(&got), "the meter limits the rate: {got} of 1000");
+    let ms = of13(&["meter-stats"]);
+    assert!(ms.contains("meter:1") && ms.contains("flow_count:1"), "{ms}");
+    let dropped: u64 = ms.split("0: packet_count:").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(dropped >= 700, "band counted the drops: {ms}");
+    assert!(of13(&["dump-meters"]).contains("type=drop rate=100 burst_size=10"));
+    // Deleting the meter deletes its flow.
+    of13(&["del-meter", "meter=1"]);
+    assert!(!of13(&["dump-flows"]).contains("meter:1"));
+    of13(&["del-groups"]);
+    assert!(!of13(&["dump-groups"]).contains("group_id"));
+}
