@@ -209,6 +209,10 @@ pub struct OfManager {
     pub packet_in_dropped: AtomicU64,
     /// Ports a controller set administratively down (port_mod PORT_DOWN).
     admin_down: Mutex<std::collections::BTreeSet<u32>>,
+    /// Set by [`OfManager::shutdown`] (this bridge only; `stop` is the process's).
+    own_stop: AtomicBool,
+    /// Passive controller listeners, to wake their accept on shutdown.
+    passive: Mutex<Vec<String>>,
 }
 
 impl OfManager {
@@ -229,6 +233,8 @@ impl OfManager {
             xid: AtomicU64::new(1),
             packet_in_dropped: AtomicU64::new(0),
             admin_down: Mutex::new(Default::default()),
+            own_stop: AtomicBool::new(false),
+            passive: Mutex::new(Vec::new()),
         });
         if !m.cfg.controllers.is_empty() {
             // A bridge with controllers starts with an empty table; what a
@@ -244,7 +250,7 @@ impl OfManager {
             let mm = Arc::clone(&m);
             std::thread::Builder::new().name(format!("of-{kind:?}")).spawn(move || {
                 for s in listener.incoming() {
-                    if mm.stop.load(Ordering::Acquire) {
+                    if mm.stopping() {
                         break;
                     }
                     if let Ok(s) = s {
@@ -259,9 +265,10 @@ impl OfManager {
                 std::thread::Builder::new().name("of-active".into()).spawn(move || mm.run_active(&addr))?;
             } else {
                 let l = TcpListener::bind(&addr).with_context(|| format!("controller: listening on {addr}"))?;
+                m.passive.lock().expect("passive").push(addr.clone());
                 std::thread::Builder::new().name("of-passive".into()).spawn(move || {
                     for s in l.incoming() {
-                        if mm.stop.load(Ordering::Acquire) {
+                        if mm.stopping() {
                             break;
                         }
                         if let Ok(s) = s {
@@ -278,6 +285,30 @@ impl OfManager {
         Ok(m)
     }
 
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire) || self.own_stop.load(Ordering::Acquire)
+    }
+
+    /// Stops this bridge's OpenFlow service: listeners, controller
+    /// connections, the async thread; removes its sockets.
+    pub fn shutdown(&self) {
+        self.own_stop.store(true, Ordering::Release);
+        for c in self.conns.lock().expect("conns").iter() {
+            c.alive.store(false, Ordering::Release);
+            c.out.lock().expect("conn writer").shutdown();
+        }
+        // Wake the accept loops, then remove the sockets.
+        for kind in ["mgmt", "snoop"] {
+            let p = self.cfg.run_dir.join(format!("{}.{kind}", self.sh.bridge));
+            let _ = UnixStream::connect(&p);
+            let _ = std::fs::remove_file(&p);
+        }
+        for a in self.passive.lock().expect("passive").iter() {
+            let a = a.replace("0.0.0.0", "127.0.0.1");
+            let _ = TcpStream::connect_timeout(&a.parse().expect("checked"), Duration::from_millis(200));
+        }
+    }
+
     pub fn mgmt_path(&self) -> PathBuf {
         self.cfg.run_dir.join(format!("{}.mgmt", self.sh.bridge))
     }
@@ -286,7 +317,7 @@ impl OfManager {
     /// doubling to 8 s).
     fn run_active(self: Arc<Self>, addr: &str) {
         let mut backoff = Duration::from_secs(1);
-        while !self.stop.load(Ordering::Acquire) {
+        while !self.stopping() {
             match TcpStream::connect_timeout(&addr.parse().expect("checked"), Duration::from_secs(2)) {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
@@ -296,7 +327,7 @@ impl OfManager {
                 Err(_) => {}
             }
             let until = Instant::now() + backoff;
-            while Instant::now() < until && !self.stop.load(Ordering::Acquire) {
+            while Instant::now() < until && !self.stopping() {
                 std::thread::sleep(Duration::from_millis(50));
             }
             backoff = (backoff * 2).min(Duration::from_secs(8));
@@ -345,7 +376,7 @@ impl OfManager {
         let mut last_rx = Instant::now();
         let mut echo_sent = false;
         let mut spin_until: Option<Instant> = None;
-        while conn.alive.load(Ordering::Acquire) && !self.stop.load(Ordering::Acquire) {
+        while conn.alive.load(Ordering::Acquire) && !self.stopping() {
             // Request/reply tools (ovs-ofctl sends each flow mod with a
             // barrier and waits) answer within microseconds: poll briefly
             // before sleeping, which saves a cross-CPU wakeup per message.
@@ -990,7 +1021,7 @@ impl OfManager {
         let mut known: BTreeMap<u32, PortDesc> = BTreeMap::new();
         let mut last_hk = Instant::now() - Duration::from_secs(1);
         let mut timeouts_checked = (0u64, false);
-        while !self.stop.load(Ordering::Acquire) {
+        while !self.stopping() {
             if let Some(rx) = &rx {
                 match rx.recv_timeout(Duration::from_millis(50)) {
                     Ok(ev) => {
