@@ -1,0 +1,6 @@
+//! # ovsdb: xvs as an OVSDB client
+#![deny(unsafe_code)]
+
+pub mod jsonrpc;
+pub mod model;
+pub mod replica;
