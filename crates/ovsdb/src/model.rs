@@ -1,0 +1,529 @@
+//! The typed desired state, built from the [`Replica`] of the
+//! Open_vSwitch database.
+//!
+//! [`Desired::from_replica`] walks Open_vSwitch -> Bridge -> Port ->
+//! Interface (and Controller, Mirror), decoding each column it uses once.
+//! Bad values never poison the rest: a bad interface option becomes that
+//! interface's [`IfaceCfg::error`] (the text ovs-vswitchd would put in the
+//! `error` column, naming the field); a bad bridge or port setting is
+//! logged with `tracing::warn` and dropped to its default; dangling
+//! references and columns of the wrong shape are logged and skipped.
+
+use crate::replica::{Atom, Datum, Replica, Row};
+use std::collections::BTreeMap;
+use tracing::warn;
+
+/// Everything the daemon should make true.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Desired {
+    pub bridges: Vec<BridgeCfg>,
+    /// Open_vSwitch other_config:pmd-cpu-mask (hex, "0x" optional).
+    pub pmd_cpu_mask: Option<u64>,
+    /// Open_vSwitch other_config:flow-restore-wait: while true, keep the
+    /// datapath flows and do not revalidate them away.
+    pub flow_restore_wait: bool,
+    /// Open_vSwitch next_cfg: once applied, write it to cur_cfg.
+    pub next_cfg: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailMode {
+    /// No controller reachable: act as a MAC-learning switch (the default).
+    Standalone,
+    /// No controller reachable: keep the flow table, add nothing.
+    Secure,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BridgeCfg {
+    pub name: String,
+    pub uuid: String,
+    /// "netdev" for xvs; "" means the default ("system" in OVS).
+    pub datapath_type: String,
+    pub fail_mode: FailMode,
+    /// e.g. ["OpenFlow10", "OpenFlow13"]; empty means the default set.
+    pub protocols: Vec<String>,
+    /// other_config:datapath-id (16 hex digits).
+    pub datapath_id: Option<u64>,
+    /// other_config:hwaddr (the local port's MAC).
+    pub hwaddr: Option<[u8; 6]>,
+    /// Controller targets (e.g. "tcp:127.0.0.1:6653").
+    pub controllers: Vec<String>,
+    pub ports: Vec<PortCfg>,
+    pub mirrors: Vec<MirrorCfg>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VlanMode {
+    Trunk,
+    Access,
+    NativeTagged,
+    NativeUntagged,
+    Dot1qTunnel,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortCfg {
+    pub name: String,
+    pub uuid: String,
+    pub tag: Option<u16>,
+    pub trunks: Vec<u16>,
+    /// None: OVS's default (access if tag is set, else trunk).
+    pub vlan_mode: Option<VlanMode>,
+    pub interfaces: Vec<IfaceCfg>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XdpMode {
+    Native,
+    Generic,
+    BestEffort,
+    NativeWithZerocopy,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum IfaceKind {
+    Afxdp {
+        xdp_mode: XdpMode,
+        need_wakeup: bool,
+        n_rxq: u16,
+    },
+    /// type "" or "system".
+    System,
+    Internal,
+    Tap,
+    Patch {
+        peer: String,
+    },
+    /// A type xvs does not implement, or options it cannot apply (the
+    /// type name is kept); `error` says why.
+    Unsupported(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IfaceCfg {
+    pub name: String,
+    pub uuid: String,
+    pub kind: IfaceKind,
+    pub ofport_request: Option<u16>,
+    /// Set when the configuration cannot be applied; the daemon should not
+    /// create the interface and should write this to its `error` column.
+    pub error: Option<String>,
+}
+
+/// Mirror: copies of selected traffic to an output port.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MirrorCfg {
+    pub name: String,
+    pub select_all: bool,
+    /// Port names.
+    pub select_src_port: Vec<String>,
+    pub select_dst_port: Vec<String>,
+    pub select_vlan: Vec<u16>,
+    pub output_port: Option<String>,
+    pub output_vlan: Option<u16>,
+}
+
+/// A column decoded once, with logging of malformed values.
+struct Cols<'a> {
+    table: &'a str,
+    uuid: &'a str,
+    row: &'a Row,
+}
+
+impl<'a> Cols<'a> {
+    fn datum(&self, col: &str) -> Option<Datum> {
+        let v = self.row.get(col)?;
+        match Datum::parse(v) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                warn!(table = self.table, uuid = self.uuid, column = col, "skipping column: {e}");
+                None
+            }
+        }
+    }
+    fn string(&self, col: &str) -> Option<String> {
+        let d = self.datum(col)?;
+        let a = d.atoms();
+        a.first().and_then(|a| a.as_str()).map(str::to_string)
+    }
+    fn int(&self, col: &str) -> Option<i64> {
+        self.datum(col)?.atoms().first().and_then(|a| a.as_i64())
+    }
+    fn bool(&self, col: &str) -> Option<bool> {
+        match self.datum(col)?.atoms().first() {
+            Some(Atom::Boolean(b)) => Some(*b),
+            _ => None,
+        }
+    }
+    fn uuids(&self, col: &str) -> Vec<String> {
+        self.datum(col)
+            .map(|d| d.atoms().iter().filter_map(|a| a.as_uuid()).map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+    fn ints(&self, col: &str) -> Vec<i64> {
+        self.datum(col).map(|d| d.atoms().iter().filter_map(|a| a.as_i64()).collect()).unwrap_or_default()
+    }
+    fn strings(&self, col: &str) -> Vec<String> {
+        self.datum(col)
+            .map(|d| d.atoms().iter().filter_map(|a| a.as_str()).map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+    fn map(&self, col: &str) -> BTreeMap<String, String> {
+        self.datum(col)
+            .map(|d| {
+                d.pairs()
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn cols<'a>(r: &'a Replica, table: &'a str, uuid: &'a str) -> Option<Cols<'a>> {
+    match r.row(table, uuid) {
+        Some(row) => Some(Cols { table, uuid, row }),
+        None => {
+            warn!(table, uuid, "dangling reference, skipped");
+            None
+        }
+    }
+}
+
+fn one_of<T: Clone>(field: &str, value: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    choices.iter().find(|(n, _)| *n == value).map(|(_, t)| t.clone()).ok_or_else(|| {
+        let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+        format!("{field}: {value:?} is not one of {}", names.join(", "))
+    })
+}
+
+fn parse_bool(field: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{field}: {value:?} is not true or false")),
+    }
+}
+
+/// "0x"-optional hex, as in pmd-cpu-mask and datapath-id.
+fn parse_hex(field: &str, value: &str, max_digits: usize) -> Result<u64, String> {
+    let digits = value.strip_prefix("0x").or_else(|| value.strip_prefix("0X")).unwrap_or(value);
+    if digits.is_empty() || digits.len() > max_digits || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{field}: {value:?} is not a hexadecimal number of at most {max_digits} digits"));
+    }
+    u64::from_str_radix(digits, 16).map_err(|e| format!("{field}: {value:?}: {e}"))
+}
+
+/// "aa:bb:cc:dd:ee:ff".
+pub fn parse_mac(field: &str, value: &str) -> Result<[u8; 6], String> {
+    let bad = || format!("{field}: {value:?} is not a MAC address (xx:xx:xx:xx:xx:xx)");
+    let mut mac = [0u8; 6];
+    let mut parts = value.split(':');
+    for b in mac.iter_mut() {
+        let p = parts.next().ok_or_else(bad)?;
+        if p.is_empty() || p.len() > 2 {
+            return Err(bad());
+        }
+        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(mac)
+}
+
+impl Desired {
+    /// Builds the desired state. Never fails: what cannot be understood is
+    /// logged and skipped, or reported in an interface's `error`.
+    pub fn from_replica(r: &Replica) -> Desired {
+        let mut d = Desired::default();
+        let Some((ovs_uuid, _)) = r.table("Open_vSwitch").next() else {
+            return d;
+        };
+        let Some(ovs) = cols(r, "Open_vSwitch", ovs_uuid) else { return d };
+        d.next_cfg = ovs.int("next_cfg").unwrap_or(0);
+        let oc = ovs.map("other_config");
+        if let Some(v) = oc.get("pmd-cpu-mask") {
+            match parse_hex("other_config:pmd-cpu-mask", v, 16) {
+                Ok(m) => d.pmd_cpu_mask = Some(m),
+                Err(e) => warn!("Open_vSwitch {e}; ignored"),
+            }
+        }
+        if let Some(v) = oc.get("flow-restore-wait") {
+            match parse_bool("other_config:flow-restore-wait", v) {
+                Ok(b) => d.flow_restore_wait = b,
+                Err(e) => warn!("Open_vSwitch {e}; ignored"),
+            }
+        }
+        for bu in ovs.uuids("bridges") {
+            if let Some(b) = cols(r, "Bridge", &bu) {
+                d.bridges.push(bridge(r, &b));
+            }
+        }
+        d.bridges.sort_by(|a, b| a.name.cmp(&b.name));
+        d
+    }
+
+    pub fn bridge(&self, name: &str) -> Option<&BridgeCfg> {
+        self.bridges.iter().find(|b| b.name == name)
+    }
+
+    /// Every interface of every bridge, with its bridge and port.
+    pub fn interfaces(&self) -> impl Iterator<Item = (&BridgeCfg, &PortCfg, &IfaceCfg)> {
+        self.bridges.iter().flat_map(|b| b.ports.iter().flat_map(move |p| p.interfaces.iter().map(move |i| (b, p, i))))
+    }
+
+    pub fn interface(&self, name: &str) -> Option<&IfaceCfg> {
+        self.interfaces().map(|(_, _, i)| i).find(|i| i.name == name)
+    }
+}
+
+fn bridge(r: &Replica, b: &Cols) -> BridgeCfg {
+    let name = b.string("name").unwrap_or_default();
+    let datapath_type = b.string("datapath_type").unwrap_or_default();
+    if !matches!(datapath_type.as_str(), "" | "netdev" | "system") {
+        warn!(bridge = name, "datapath_type {datapath_type:?}: xvs provides \"netdev\"");
+    }
+    let fail_mode = match b.string("fail_mode").as_deref() {
+        Some("secure") => FailMode::Secure,
+        Some("standalone") | None => FailMode::Standalone,
+        Some(other) => {
+            warn!(bridge = name, "fail_mode: {other:?} is not one of standalone, secure; using standalone");
+            FailMode::Standalone
+        }
+    };
+    let oc = b.map("other_config");
+    let datapath_id = oc.get("datapath-id").and_then(|v| match parse_hex("other_config:datapath-id", v, 16) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            warn!(bridge = name, "{e}; ignored");
+            None
+        }
+    });
+    let hwaddr = oc.get("hwaddr").and_then(|v| match parse_mac("other_config:hwaddr", v) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            warn!(bridge = name, "{e}; ignored");
+            None
+        }
+    });
+    let controllers = b
+        .uuids("controller")
+        .iter()
+        .filter_map(|u| cols(r, "Controller", u))
+        .filter_map(|c| c.string("target"))
+        .collect();
+    let mut ports: Vec<PortCfg> =
+        b.uuids("ports").iter().filter_map(|u| cols(r, "Port", u)).map(|p| port(r, &p)).collect();
+    ports.sort_by(|a, b| a.name.cmp(&b.name));
+    let port_name =
+        |u: &String| r.row("Port", u).and_then(|p| p.get("name")).and_then(|v| v.as_str()).map(str::to_string);
+    let mirrors = b
+        .uuids("mirrors")
+        .iter()
+        .filter_map(|u| cols(r, "Mirror", u))
+        .map(|m| MirrorCfg {
+            name: m.string("name").unwrap_or_default(),
+            select_all: m.bool("select_all").unwrap_or(false),
+            select_src_port: m.uuids("select_src_port").iter().filter_map(port_name).collect(),
+            select_dst_port: m.uuids("select_dst_port").iter().filter_map(port_name).collect(),
+            select_vlan: m.ints("select_vlan").into_iter().filter_map(|v| vlan(&name, v)).collect(),
+            output_port: m.uuids("output_port").first().and_then(port_name),
+            output_vlan: m.int("output_vlan").and_then(|v| vlan(&name, v)),
+        })
+        .collect();
+    BridgeCfg {
+        name,
+        uuid: b.uuid.to_string(),
+        datapath_type,
+        fail_mode,
+        protocols: b.strings("protocols"),
+        datapath_id,
+        hwaddr,
+        controllers,
+        ports,
+        mirrors,
+    }
+}
+
+fn vlan(owner: &str, v: i64) -> Option<u16> {
+    match u16::try_from(v) {
+        Ok(v) if v <= 4095 => Some(v),
+        _ => {
+            warn!(owner, "VLAN {v} out of range 0..4095; skipped");
+            None
+        }
+    }
+}
+
+fn port(r: &Replica, p: &Cols) -> PortCfg {
+    let name = p.string("name").unwrap_or_default();
+    let vlan_mode = p.string("vlan_mode").and_then(|m| {
+        let modes = [
+            ("trunk", VlanMode::Trunk),
+            ("access", VlanMode::Access),
+            ("native-tagged", VlanMode::NativeTagged),
+            ("native-untagged", VlanMode::NativeUntagged),
+            ("dot1q-tunnel", VlanMode::Dot1qTunnel),
+        ];
+        one_of("vlan_mode", &m, &modes).map_err(|e| warn!(port = name, "{e}; using the default")).ok()
+    });
+    let mut interfaces: Vec<IfaceCfg> =
+        p.uuids("interfaces").iter().filter_map(|u| cols(r, "Interface", u)).map(|i| iface(&i)).collect();
+    interfaces.sort_by(|a, b| a.name.cmp(&b.name));
+    PortCfg {
+        tag: p.int("tag").and_then(|v| vlan(&name, v)),
+        trunks: p.ints("trunks").into_iter().filter_map(|v| vlan(&name, v)).collect(),
+        vlan_mode,
+        interfaces,
+        uuid: p.uuid.to_string(),
+        name,
+    }
+}
+
+fn iface(i: &Cols) -> IfaceCfg {
+    let name = i.string("name").unwrap_or_default();
+    let ty = i.string("type").unwrap_or_default();
+    let options = i.map("options");
+    let ofport_request = i.int("ofport_request").and_then(|v| match u16::try_from(v) {
+        Ok(v) if (1..=65279).contains(&v) => Some(v),
+        _ => {
+            warn!(interface = name, "ofport_request: {v} is out of range 1..65279; ignored");
+            None
+        }
+    });
+    let (kind, error) = match iface_kind(&ty, &options) {
+        Ok(k) => (k, None),
+        Err(e) => {
+            warn!(interface = name, "{e}");
+            (IfaceKind::Unsupported(ty), Some(e))
+        }
+    };
+    IfaceCfg { name, uuid: i.uuid.to_string(), kind, ofport_request, error }
+}
+
+/// The interface types xvs implements (also written to `iface_types`).
+pub const IFACE_TYPES: &[&str] = &["afxdp", "internal", "patch", "system", "tap"];
+
+fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind, String> {
+    match ty {
+        "afxdp" => {
+            let xdp_mode = match options.get("xdp-mode") {
+                None => XdpMode::BestEffort,
+                Some(v) => one_of(
+                    "options:xdp-mode",
+                    v,
+                    &[
+                        ("native", XdpMode::Native),
+                        ("generic", XdpMode::Generic),
+                        ("best-effort", XdpMode::BestEffort),
+                        ("native-with-zerocopy", XdpMode::NativeWithZerocopy),
+                    ],
+                )?,
+            };
+            let need_wakeup = match options.get("use-need-wakeup") {
+                None => true,
+                Some(v) => parse_bool("options:use-need-wakeup", v)?,
+            };
+            let n_rxq = match options.get("n_rxq") {
+                None => 1,
+                Some(v) => match v.parse::<u16>() {
+                    Ok(n) if (1..=1024).contains(&n) => n,
+                    _ => return Err(format!("options:n_rxq: {v:?} is not a number of queues from 1 to 1024")),
+                },
+            };
+            Ok(IfaceKind::Afxdp { xdp_mode, need_wakeup, n_rxq })
+        }
+        "" | "system" => Ok(IfaceKind::System),
+        "internal" => Ok(IfaceKind::Internal),
+        "tap" => Ok(IfaceKind::Tap),
+        "patch" => match options.get("peer") {
+            Some(p) if !p.is_empty() => Ok(IfaceKind::Patch { peer: p.clone() }),
+            _ => Err("options:peer: a patch interface needs a peer".to_string()),
+        },
+        other => Err(format!("type: {other:?} is not one of {}", IFACE_TYPES.join(", "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn replica() -> Replica {
+        let mut r = Replica::new();
+        r.apply_update(&json!({
+            "Open_vSwitch": {"o": {"new": {"bridges": ["uuid", "b"], "next_cfg": 7,
+                "other_config": ["map", [["pmd-cpu-mask", "0x6"], ["flow-restore-wait", "true"]]]}}},
+            "Bridge": {"b": {"new": {"name": "br0", "datapath_type": "netdev", "fail_mode": "secure",
+                "ports": ["set", [["uuid", "p0"], ["uuid", "p1"], ["uuid", "gone"]]],
+                "protocols": ["set", ["OpenFlow10", "OpenFlow13"]], "controller": ["uuid", "c"],
+                "other_config": ["map", [["datapath-id", "00000000000000aa"], ["hwaddr", "02:00:00:00:00:01"]]],
+                "mirrors": ["set", []]}}},
+            "Controller": {"c": {"new": {"target": "tcp:127.0.0.1:6653"}}},
+            "Port": {
+                "p0": {"new": {"name": "p0", "interfaces": ["uuid", "i0"], "tag": 10, "trunks": ["set", []],
+                       "vlan_mode": ["set", []]}},
+                "p1": {"new": {"name": "p1", "interfaces": ["uuid", "i1"], "tag": ["set", []],
+                       "trunks": ["set", [10, 20]], "vlan_mode": "trunk"}}},
+            "Interface": {
+                "i0": {"new": {"name": "p0", "type": "afxdp", "ofport_request": 5,
+                       "options": ["map", [["xdp-mode", "native"], ["n_rxq", "2"]]]}},
+                "i1": {"new": {"name": "p1", "type": "afxdp", "ofport_request": ["set", []],
+                       "options": ["map", [["xdp-mode", "bogus"]]]}}}
+        }))
+        .unwrap();
+        r
+    }
+
+    #[test]
+    fn typed_model() {
+        let d = Desired::from_replica(&replica());
+        assert_eq!(d.next_cfg, 7);
+        assert_eq!(d.pmd_cpu_mask, Some(6));
+        assert!(d.flow_restore_wait);
+        let b = d.bridge("br0").unwrap();
+        assert_eq!(b.fail_mode, FailMode::Secure);
+        assert_eq!(b.datapath_id, Some(0xaa));
+        assert_eq!(b.hwaddr, Some([2, 0, 0, 0, 0, 1]));
+        assert_eq!(b.controllers, vec!["tcp:127.0.0.1:6653"]);
+        assert_eq!(b.protocols, vec!["OpenFlow10", "OpenFlow13"]);
+        assert_eq!(b.ports.len(), 2);
+        assert_eq!(b.ports[0].tag, Some(10));
+        assert_eq!(b.ports[1].trunks, vec![10, 20]);
+        assert_eq!(b.ports[1].vlan_mode, Some(VlanMode::Trunk));
+        let p0 = d.interface("p0").unwrap();
+        assert_eq!(p0.kind, IfaceKind::Afxdp { xdp_mode: XdpMode::Native, need_wakeup: true, n_rxq: 2 });
+        assert_eq!(p0.ofport_request, Some(5));
+        let p1 = d.interface("p1").unwrap();
+        assert_eq!(
+            p1.error.as_deref(),
+            Some("options:xdp-mode: \"bogus\" is not one of native, generic, best-effort, native-with-zerocopy")
+        );
+    }
+
+    #[test]
+    fn garbage_columns_are_skipped() {
+        let mut r = replica();
+        r.apply_update(&json!({"Port": {"p0": {"new": {"name": "p0", "interfaces": ["uuid", "i0"],
+            "tag": ["bogus"], "trunks": {"x": 1}}}}}))
+            .unwrap();
+        let d = Desired::from_replica(&r);
+        let b = d.bridge("br0").unwrap();
+        assert_eq!(b.ports[0].tag, None);
+        assert!(b.ports[0].trunks.is_empty());
+        assert_eq!(b.ports[0].interfaces.len(), 1);
+    }
+
+    #[test]
+    fn kinds() {
+        let o = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(iface_kind("patch", &o(&[("peer", "x")])), Ok(IfaceKind::Patch { peer: "x".into() }));
+        assert!(iface_kind("patch", &o(&[])).unwrap_err().starts_with("options:peer"));
+        assert!(iface_kind("vxlan", &o(&[])).unwrap_err().starts_with("type: \"vxlan\""));
+        assert!(iface_kind("afxdp", &o(&[("use-need-wakeup", "maybe")])).unwrap_err().starts_with("options:use-need"));
+        assert!(iface_kind("afxdp", &o(&[("n_rxq", "0")])).unwrap_err().starts_with("options:n_rxq"));
+        assert_eq!(iface_kind("", &o(&[])), Ok(IfaceKind::System));
+    }
+}
