@@ -13,6 +13,7 @@ pub mod appctl;
 pub mod commands;
 pub mod config;
 pub mod control;
+pub mod db;
 pub mod demo;
 pub mod netns;
 pub mod ofconn;
@@ -32,4 +33,13 @@ pub fn cpu_mhz() -> f64 {
                 .and_then(|v| v.trim().parse().ok())
         })
         .unwrap_or(1000.0)
+}
+
+/// A stable datapath id from a bridge name (as OVS derives one from a MAC).
+pub fn default_dpid(bridge: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bridge.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h & 0x0000_ffff_ffff_ffff
 }

@@ -62,6 +62,10 @@ enum Cmd {
         /// OpenFlow datapath id (16 hex digits; default: from the bridge name).
         #[arg(long)]
         datapath_id: Option<String>,
+        /// Take bridges, ports, controllers from ovsdb-server (unix:PATH or
+        /// tcp:IP:PORT) instead of the command line, as ovs-vswitchd does.
+        #[arg(long)]
+        db: Option<String>,
     },
     /// Bridge, ports, XDP modes, counters.
     Show(ClientArgs),
@@ -233,15 +237,6 @@ struct OfArgs {
     datapath_id: Option<String>,
 }
 
-/// A stable datapath id from the bridge name (like OVS derives one from a MAC).
-fn default_dpid(bridge: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bridge.bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
-    }
-    h & 0x0000_ffff_ffff_ffff
-}
-
 #[allow(clippy::too_many_arguments)] // reason: one parameter per command-line option
 fn run_switch(
     run_dir: PathBuf,
@@ -271,7 +266,7 @@ fn run_switch(
             .ok()
             .filter(|_| d.trim_start_matches("0x").len() <= 16)
             .with_context(|| format!("--datapath-id: '{d}' is not up to 16 hex digits"))?,
-        None => default_dpid(&bridge),
+        None => xvs::default_dpid(&bridge),
     };
     let stop = signal_flag()?;
     let sw = Switch::start(SwitchOptions {
@@ -328,6 +323,29 @@ fn main() -> ExitCode {
             controllers,
             fail_mode,
             datapath_id,
+            db: Some(remote),
+        } => {
+            if !ports.is_empty() || !controllers.is_empty() || flows.is_some() {
+                Err(anyhow::anyhow!("--db: bridges, ports, controllers and flows come from the database; drop --port/--controller/--flows"))
+            } else {
+                let _ = (bridge, pmd_threads, pmd_cpus, poll, no_local_port, mirror, fail_mode, datapath_id);
+                signal_flag().and_then(|stop| xvs::db::run(&xvs::db::DbOptions { remote, run_dir }, &stop))
+            }
+        }
+        Cmd::Switch {
+            run_dir,
+            bridge,
+            ports,
+            pmd_threads,
+            pmd_cpus,
+            poll,
+            no_local_port,
+            mirror,
+            flows,
+            controllers,
+            fail_mode,
+            datapath_id,
+            db: None,
         } => run_switch(
             run_dir,
             bridge,

@@ -1,0 +1,366 @@
+//! `xvs switch --db unix:PATH`: the switch configured from `ovsdb-server`
+//! (the Open_vSwitch schema), in place of ovs-vswitchd.
+//!
+//! One thread (the caller of [`run`]) owns the OVSDB [`ovsdb::Client`] and
+//! the running bridges. On every change of the database it rebuilds the
+//! typed desired state ([`ovsdb::Desired`]) and reconciles: bridges are
+//! started or stopped, ports added, removed or re-created when their
+//! configuration changed, OpenFlow controllers and fail modes re-applied.
+//! Then it writes back what ovs-vswitchd writes (ofport, link state, MAC,
+//! error, statistics, datapath id, cur_cfg = next_cfg so a waiting
+//! ovs-vsctl returns). A bad interface option is refused for that
+//! interface alone (its `error` column explains it); the rest of the
+//! switch is unaffected. While the database is unreachable the switch keeps
+//! forwarding with the configuration it has.
+//!
+//! Crash recovery: everything the switch needs is in the database, so a
+//! restarted xvs (after kill -9 too) rebuilds the same bridges and ports;
+//! the kernel detached the old XDP programs with the dead process (bpf_link).
+//! `other_config:flow-restore-wait=true` starts bridges with an empty flow
+//! table and no controller connections, until it is set back to false
+//! (as ovs-vswitchd does for ovs-save / flow restoration).
+
+use crate::appctl::AppctlSocket;
+use crate::config::{PollMode, PortSpec, PortType, XdpModeCfg};
+use crate::ofconn::{FailMode, OfConfig, OfManager};
+use crate::ports::PatchRegistry;
+use crate::switch::{Switch, SwitchOptions};
+use anyhow::Result;
+use ovsdb::{BridgeCfg, Desired, Event, IfaceCfg, IfaceFacts, IfaceKind, PortCfg};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// An interface as applied to a running bridge.
+struct AppliedIface {
+    spec: PortSpec,
+    ofport: Option<u32>,
+    error: Option<String>,
+}
+
+struct BridgeRt {
+    sw: Switch,
+    of: Arc<OfManager>,
+    /// (controllers, fail mode, datapath id) the OpenFlow manager runs with.
+    of_key: (Vec<String>, FailMode, u64),
+    ifaces: BTreeMap<String, AppliedIface>,
+}
+
+pub struct DbOptions {
+    pub remote: String,
+    pub run_dir: PathBuf,
+}
+
+/// Runs until `stop` is set (SIGTERM) or `ovs-appctl exit`.
+pub fn run(opts: &DbOptions, stop: &Arc<AtomicBool>) -> Result<()> {
+    let mut db = ovsdb::Client::connect(&opts.remote).map_err(|e| anyhow::anyhow!("--db {}: {e}", opts.remote))?;
+    db.lock("ovs_vswitchd");
+    let appctl = AppctlSocket::bind(&opts.run_dir)?;
+    let patches: Arc<PatchRegistry> = Default::default();
+    let mut bridges: BTreeMap<String, BridgeRt> = BTreeMap::new();
+    let mut desired: Option<Desired> = None;
+    let mut last_wb = Instant::now();
+    let mut last_hk = Instant::now();
+    let mut dirty = true;
+    eprintln!("xvs: configured from {}; ovs-appctl socket {}", opts.remote, appctl.path.display());
+    while !stop.load(Ordering::Acquire) {
+        match db.next_event(Duration::from_millis(100)) {
+            Some(Event::ReplicaChanged) | Some(Event::LockAcquired) => dirty = true,
+            Some(Event::Disconnected(why)) => {
+                eprintln!("xvs: database connection lost ({why}); keeping the running configuration")
+            }
+            Some(Event::Reset(why)) => eprintln!("xvs: database stream reset ({why})"),
+            Some(Event::TransactReply { result: Err(e), .. }) => eprintln!("xvs: database write refused: {e}"),
+            _ => {}
+        }
+        if dirty && db.session().has_lock() {
+            dirty = false;
+            let d = db.desired();
+            reconcile(&mut bridges, &d, &opts.run_dir, &patches, stop);
+            desired = Some(d);
+            last_wb = Instant::now() - Duration::from_secs(10);
+        }
+        // Write back after every change, and every second for counters and link state.
+        if let Some(d) = &desired {
+            if last_wb.elapsed() >= Duration::from_secs(1) {
+                last_wb = Instant::now();
+                let ops = ovsdb::writeback::transaction(d, db.replica(), &actual(&bridges));
+                if !ops.is_empty() {
+                    if let Err(e) = db.transact(ops) {
+                        eprintln!("xvs: database write failed: {e}");
+                    }
+                }
+            }
+        }
+        let sws: Vec<&Switch> = bridges.values().map(|b| &b.sw).collect();
+        if appctl.poll(&sws) {
+            stop.store(true, Ordering::Release);
+        }
+        if last_hk.elapsed() >= Duration::from_millis(500) {
+            last_hk = Instant::now();
+            for b in bridges.values() {
+                b.sw.housekeeping();
+            }
+        }
+    }
+    for (_, b) in std::mem::take(&mut bridges) {
+        b.of.shutdown();
+        b.sw.stop();
+    }
+    Ok(())
+}
+
+fn pmd_cpus(mask: Option<u64>) -> Vec<usize> {
+    match mask {
+        Some(m) if m != 0 => (0..64).filter(|i| m & (1 << i) != 0).take(1).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn fail_mode(f: &ovsdb::FailMode) -> FailMode {
+    match f {
+        ovsdb::FailMode::Standalone => FailMode::Standalone,
+        ovsdb::FailMode::Secure => FailMode::Secure,
+    }
+}
+
+/// The port spec an interface asks for; `Err` for what xvs cannot do.
+fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg) -> Result<PortSpec, String> {
+    let mut spec = PortSpec::new(&iface.name);
+    match &iface.kind {
+        IfaceKind::Afxdp { xdp_mode, need_wakeup, n_rxq } => {
+            spec.kind = PortType::Afxdp;
+            spec.xdp_mode = match xdp_mode {
+                ovsdb::XdpMode::Native | ovsdb::XdpMode::NativeWithZerocopy => XdpModeCfg::Native,
+                ovsdb::XdpMode::Generic => XdpModeCfg::Generic,
+                ovsdb::XdpMode::BestEffort => XdpModeCfg::BestEffort,
+            };
+            spec.need_wakeup = *need_wakeup;
+            spec.n_rxq = (*n_rxq).max(1) as usize;
+        }
+        IfaceKind::System => spec.kind = PortType::System,
+        IfaceKind::Tap => spec.kind = PortType::Tap,
+        IfaceKind::Internal => {
+            spec.kind = PortType::Internal;
+            if iface.name == br.name {
+                spec.ofport = Some(ofproto::actions::ofpp::LOCAL);
+            }
+        }
+        IfaceKind::Patch { peer } => {
+            spec.kind = PortType::Patch;
+            spec.peer = Some(peer.clone());
+        }
+        IfaceKind::Unsupported(t) => return Err(format!("type: \"{t}\" is not supported by xvs")),
+    }
+    if let Some(r) = iface.ofport_request {
+        if spec.ofport.is_none() {
+            spec.ofport = Some(r as u32);
+        }
+    }
+    spec.vlan = match (&port.vlan_mode, port.tag) {
+        (Some(ovsdb::VlanMode::Access), Some(t)) | (None, Some(t)) => ofproto::VlanMode::Access(t),
+        _ if !port.trunks.is_empty() => ofproto::VlanMode::Trunk(port.trunks.clone()),
+        _ => ofproto::VlanMode::TrunkAll,
+    };
+    Ok(spec)
+}
+
+fn start_bridge(
+    br: &BridgeCfg,
+    d: &Desired,
+    run_dir: &Path,
+    patches: &Arc<PatchRegistry>,
+    stop: &Arc<AtomicBool>,
+) -> Result<BridgeRt> {
+    let sw = Switch::start(SwitchOptions {
+        bridge: br.name.clone(),
+        n_pmd: 1,
+        pmd_cpus: pmd_cpus(d.pmd_cpu_mask),
+        // The local port comes from the database (ovs-vsctl add-br creates it).
+        local_port: false,
+        mirror: None,
+        poll_mode: PollMode::Adaptive,
+        pmd: dpif::PmdConfig::default(),
+        patches: Arc::clone(patches),
+    })?;
+    if d.flow_restore_wait {
+        let all = ofproto::parse_flow("", ofproto::Need::NoActions).expect("catch-all");
+        let _ = sw.shared.ofproto.write().expect("ofproto lock").flow_mod(ofproto::FlowModCmd::Delete, &all);
+    }
+    let key = of_key(br, d);
+    let of = start_of(&sw, &key, run_dir, stop)?;
+    Ok(BridgeRt { sw, of, of_key: key, ifaces: BTreeMap::new() })
+}
+
+fn of_key(br: &BridgeCfg, d: &Desired) -> (Vec<String>, FailMode, u64) {
+    // While flow-restore-wait is set, controllers wait too.
+    let ctrls = if d.flow_restore_wait { Vec::new() } else { br.controllers.clone() };
+    (ctrls, fail_mode(&br.fail_mode), br.datapath_id.unwrap_or_else(|| crate::default_dpid(&br.name)))
+}
+
+fn start_of(
+    sw: &Switch,
+    key: &(Vec<String>, FailMode, u64),
+    run_dir: &Path,
+    stop: &Arc<AtomicBool>,
+) -> Result<Arc<OfManager>> {
+    // Only syntactically valid controller targets are used; others are skipped with a message.
+    let controllers: Vec<String> = key
+        .0
+        .iter()
+        .filter(|c| match crate::ofconn::parse_target(c) {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("xvs: bridge {}: {e:#}", sw.shared.bridge);
+                false
+            }
+        })
+        .cloned()
+        .collect();
+    OfManager::start(
+        Arc::clone(&sw.shared),
+        OfConfig { dpid: key.2, controllers, fail_mode: key.1, run_dir: run_dir.to_path_buf() },
+        Arc::clone(stop),
+    )
+}
+
+fn reconcile(
+    bridges: &mut BTreeMap<String, BridgeRt>,
+    d: &Desired,
+    run_dir: &Path,
+    patches: &Arc<PatchRegistry>,
+    stop: &Arc<AtomicBool>,
+) {
+    // Bridges gone from the database.
+    let gone: Vec<String> = bridges.keys().filter(|n| d.bridge(n).is_none()).cloned().collect();
+    for n in gone {
+        if let Some(b) = bridges.remove(&n) {
+            b.of.shutdown();
+            b.sw.stop();
+            eprintln!("xvs: bridge {n} removed");
+        }
+    }
+    for br in &d.bridges {
+        if !bridges.contains_key(&br.name) {
+            match start_bridge(br, d, run_dir, patches, stop) {
+                Ok(rt) => {
+                    eprintln!("xvs: bridge {} started", br.name);
+                    bridges.insert(br.name.clone(), rt);
+                }
+                Err(e) => {
+                    eprintln!("xvs: bridge {}: {e:#}", br.name);
+                    continue;
+                }
+            }
+        }
+        let rt = bridges.get_mut(&br.name).expect("just ensured");
+        let key = of_key(br, d);
+        if key != rt.of_key {
+            rt.of.shutdown();
+            match start_of(&rt.sw, &key, run_dir, stop) {
+                Ok(of) => {
+                    rt.of = of;
+                    rt.of_key = key;
+                }
+                Err(e) => eprintln!("xvs: bridge {}: OpenFlow: {e:#}", br.name),
+            }
+        }
+        // Interfaces.
+        let mut want: BTreeMap<String, Result<PortSpec, String>> = BTreeMap::new();
+        for p in &br.ports {
+            for i in &p.interfaces {
+                let s = match &i.error {
+                    Some(e) => Err(e.clone()),
+                    None => spec_for(br, p, i),
+                };
+                want.insert(i.name.clone(), s);
+            }
+        }
+        let stale: Vec<String> = rt
+            .ifaces
+            .iter()
+            .filter(|(n, a)| match want.get(*n) {
+                None => true,
+                Some(Ok(s)) => *s != a.spec || a.ofport.is_none(),
+                Some(Err(_)) => true,
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in stale {
+            if let Some(a) = rt.ifaces.remove(&n) {
+                if a.ofport.is_some() {
+                    let _ = rt.sw.del_port(&n);
+                }
+            }
+        }
+        for (name, s) in want {
+            if rt.ifaces.contains_key(&name) {
+                continue;
+            }
+            let applied = match s {
+                Err(e) => AppliedIface { spec: PortSpec::new(&name), ofport: None, error: Some(e) },
+                Ok(spec) => match rt.sw.add_port(spec.clone()) {
+                    Ok(n) => AppliedIface { spec, ofport: Some(n), error: None },
+                    Err(e) => {
+                        eprintln!("xvs: bridge {}: port {name}: {e:#}", br.name);
+                        AppliedIface { spec, ofport: None, error: Some(format!("{e:#}")) }
+                    }
+                },
+            };
+            rt.ifaces.insert(name, applied);
+        }
+    }
+}
+
+fn sys(dev: &str, what: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/net/{dev}/{what}")).ok().map(|s| s.trim().to_string())
+}
+
+/// What the switch knows about its interfaces, for the write-back.
+fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
+    let mut a = ovsdb::writeback::Actual::default();
+    for (name, b) in bridges {
+        a.datapath_ids.insert(name.clone(), b.of_key.2);
+        let stats: HashMap<u32, netdev::PortStats> =
+            b.sw.shared.port_stats().into_iter().map(|(p, s)| (p.ofport, s)).collect();
+        for (iname, ai) in &b.ifaces {
+            let mut f = IfaceFacts { error: ai.error.clone(), ..Default::default() };
+            if let Some(n) = ai.ofport {
+                f.ofport = Some(if n == ofproto::actions::ofpp::LOCAL { 65534 } else { n as u16 });
+                let is_kernel = ai.spec.kind != PortType::Patch;
+                if is_kernel {
+                    f.admin_up = sys(iname, "flags")
+                        .and_then(|x| u32::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+                        .map(|x| x & 1 != 0);
+                    f.link_up = sys(iname, "carrier").map(|c| c == "1");
+                    f.mtu = sys(iname, "mtu").and_then(|m| m.parse().ok());
+                    f.link_speed = sys(iname, "speed")
+                        .and_then(|s| s.parse::<i64>().ok())
+                        .filter(|&s| s > 0)
+                        .map(|s| s as u64 * 1_000_000);
+                    f.mac_in_use = sys(iname, "address").and_then(|m| {
+                        let v: Vec<u8> = m.split(':').filter_map(|x| u8::from_str_radix(x, 16).ok()).collect();
+                        <[u8; 6]>::try_from(v).ok()
+                    });
+                } else {
+                    f.admin_up = Some(true);
+                    f.link_up = Some(true);
+                }
+                if let Some(s) = stats.get(&n) {
+                    f.statistics = vec![
+                        ("rx_packets".into(), s.rx_packets),
+                        ("rx_bytes".into(), s.rx_bytes),
+                        ("rx_dropped".into(), s.rx_dropped),
+                        ("tx_packets".into(), s.tx_packets),
+                        ("tx_bytes".into(), s.tx_bytes),
+                        ("tx_dropped".into(), s.tx_dropped),
+                    ];
+                }
+            }
+            a.interfaces.insert(iname.clone(), f);
+        }
+    }
+    a
+}
