@@ -22,7 +22,7 @@
 
 use crate::appctl::AppctlSocket;
 use crate::config::{PollMode, PortSpec, PortType, XdpModeCfg};
-use crate::ofconn::{FailMode, OfConfig, OfManager};
+use crate::ofconn::{read_carrier, read_mac, read_speed, read_sys, FailMode, OfConfig, OfManager};
 use crate::ports::PatchRegistry;
 use crate::switch::{Switch, SwitchOptions};
 use anyhow::Result;
@@ -314,10 +314,6 @@ fn reconcile(
     }
 }
 
-fn sys(dev: &str, what: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/sys/class/net/{dev}/{what}")).ok().map(|s| s.trim().to_string())
-}
-
 /// What the switch knows about its interfaces, for the write-back.
 fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
     let mut a = ovsdb::writeback::Actual::default();
@@ -331,19 +327,13 @@ fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
                 f.ofport = Some(if n == ofproto::actions::ofpp::LOCAL { 65534 } else { n as u16 });
                 let is_kernel = ai.spec.kind != PortType::Patch;
                 if is_kernel {
-                    f.admin_up = sys(iname, "flags")
+                    f.admin_up = read_sys(iname, "flags")
                         .and_then(|x| u32::from_str_radix(x.trim_start_matches("0x"), 16).ok())
                         .map(|x| x & 1 != 0);
-                    f.link_up = sys(iname, "carrier").map(|c| c == "1");
-                    f.mtu = sys(iname, "mtu").and_then(|m| m.parse().ok());
-                    f.link_speed = sys(iname, "speed")
-                        .and_then(|s| s.parse::<i64>().ok())
-                        .filter(|&s| s > 0)
-                        .map(|s| s as u64 * 1_000_000);
-                    f.mac_in_use = sys(iname, "address").and_then(|m| {
-                        let v: Vec<u8> = m.split(':').filter_map(|x| u8::from_str_radix(x, 16).ok()).collect();
-                        <[u8; 6]>::try_from(v).ok()
-                    });
+                    f.link_up = read_carrier(iname);
+                    f.mtu = read_sys(iname, "mtu").and_then(|m| m.parse().ok());
+                    f.link_speed = Some(read_speed(iname) * 1_000_000);
+                    f.mac_in_use = read_mac(iname);
                 } else {
                     f.admin_up = Some(true);
                     f.link_up = Some(true);

@@ -1359,18 +1359,18 @@ fn bind_unix(path: &std::path::Path) -> Result<UnixListener> {
     UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))
 }
 
-fn read_sys(dev: &str, what: &str) -> Option<String> {
+pub(crate) fn read_sys(dev: &str, what: &str) -> Option<String> {
     std::fs::read_to_string(format!("/sys/class/net/{dev}/{what}")).ok().map(|s| s.trim().to_string())
 }
 
-fn read_carrier(dev: &str) -> Option<bool> {
+pub(crate) fn read_carrier(dev: &str) -> Option<bool> {
     if std::fs::metadata(format!("/sys/class/net/{dev}")).is_err() {
         return None;
     }
     Some(read_sys(dev, "carrier").as_deref() == Some("1"))
 }
 
-fn read_mac(dev: &str) -> Option<[u8; 6]> {
+pub(crate) fn read_mac(dev: &str) -> Option<[u8; 6]> {
     let s = read_sys(dev, "address")?;
     let mut mac = [0u8; 6];
     for (i, p) in s.split(':').enumerate().take(6) {
@@ -1379,6 +1379,6 @@ fn read_mac(dev: &str) -> Option<[u8; 6]> {
     Some(mac)
 }
 
-fn read_speed(dev: &str) -> u64 {
+pub(crate) fn read_speed(dev: &str) -> u64 {
     read_sys(dev, "speed").and_then(|s| s.parse::<i64>().ok()).filter(|&s| s > 0).unwrap_or(10_000) as u64
 }
