@@ -135,3 +135,65 @@ fn survives_malformed_rpc_and_unexpected_schema() {
     drop(client);
     server.join().unwrap();
 }
+
+/// A server that answers the handshake and then goes silent: the client
+/// probes with echo and, with no answer, reconnects.
+#[test]
+fn silent_server_is_probed_then_dropped() {
+    let dir = TempDir::new("silent");
+    let path = dir.path("silent.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let server = std::thread::spawn(move || {
+        for round in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut c = Codec::new();
+            let req = recv(&mut s, &mut c);
+            send(&mut s, json!({"result": {"tables": {"Bridge": {}}}, "error": null, "id": req["id"]}));
+            let req = recv(&mut s, &mut c);
+            send(
+                &mut s,
+                json!({"result": {"Bridge": {"b": {"new": {"name": format!("br{round}")}}}}, "error": null, "id": req["id"]}),
+            );
+            let probe = recv(&mut s, &mut c);
+            tx.send(format!("{}", probe["method"])).unwrap();
+            if round == 1 {
+                send(&mut s, json!({"result": [], "error": null, "id": probe["id"]}));
+                return;
+            }
+            // Say nothing; the client must hang up.
+            let mut buf = [0u8; 64];
+            while s.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
+        }
+    });
+    let mut client = Client::connect(&format!("unix:{}", path.display())).unwrap();
+    client.set_probe_interval(Duration::from_millis(200));
+    let mut disconnected = false;
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) && !disconnected {
+        disconnected = matches!(client.next_event(Duration::from_millis(50)), Some(ovsdb::Event::Disconnected(_)));
+    }
+    assert!(disconnected, "silent server not dropped");
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "\"echo\"", "first connection probed");
+    // Second connection: the replica is replaced, and the answered probe
+    // keeps the connection up.
+    let t0 = std::time::Instant::now();
+    while !client.replica().table("Bridge").any(|(_, r)| r["name"] == "br1") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no second connection");
+        client.next_event(Duration::from_millis(50));
+    }
+    // The client probes only while it is driven.
+    let t0 = std::time::Instant::now();
+    let probe = loop {
+        client.next_event(Duration::from_millis(50));
+        if let Ok(m) = rx.try_recv() {
+            break m;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "second connection not probed");
+    };
+    assert_eq!(probe, "\"echo\"");
+    server.join().unwrap();
+    // The answered probe kept the connection up until the server left.
+    assert!(client.session().replica().table("Bridge").count() == 1);
+}
