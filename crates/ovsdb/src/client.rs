@@ -394,6 +394,11 @@ impl Stream {
 pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(4);
 
+/// Liveness: after this long without a byte from the server the client
+/// sends an `echo`; after twice this long it drops the connection (a peer
+/// that vanished without closing, e.g. over tcp).
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+
 /// A blocking client: one thread calls [`Client::next_event`] in a loop
 /// (and [`Client::transact_blocking`] between events).
 pub struct Client {
@@ -404,6 +409,9 @@ pub struct Client {
     next_attempt: Instant,
     /// Events taken from the session while waiting for a transaction.
     queued: VecDeque<Event>,
+    last_rx: Instant,
+    probe_sent: bool,
+    probe_interval: Duration,
 }
 
 impl Client {
@@ -418,6 +426,9 @@ impl Client {
             backoff: MIN_BACKOFF,
             next_attempt: Instant::now(),
             queued: VecDeque::new(),
+            last_rx: Instant::now(),
+            probe_sent: false,
+            probe_interval: PROBE_INTERVAL,
         };
         c.try_connect();
         Ok(c)
@@ -440,6 +451,11 @@ impl Client {
         crate::Desired::from_replica(self.session.replica())
     }
 
+    /// Changes the liveness probe interval ([`PROBE_INTERVAL`] by default).
+    pub fn set_probe_interval(&mut self, interval: Duration) {
+        self.probe_interval = interval.max(Duration::from_millis(10));
+    }
+
     /// Requests the named lock (see [`Session::lock`]).
     pub fn lock(&mut self, name: &str) {
         self.session.lock(name);
@@ -452,6 +468,8 @@ impl Client {
                 let _ = s.set_write_timeout(Duration::from_secs(5));
                 info!(remote = ?self.remote, "ovsdb: connected");
                 self.stream = Some(s);
+                self.last_rx = Instant::now();
+                self.probe_sent = false;
                 self.session.handle_connected();
                 self.flush();
             }
@@ -505,12 +523,26 @@ impl Client {
             }
             return;
         }
+        let idle = now.saturating_duration_since(self.last_rx);
+        if idle >= 2 * self.probe_interval {
+            self.drop_connection(&format!("no reply to echo for {idle:?}"));
+            return;
+        }
+        if idle >= self.probe_interval && !self.probe_sent {
+            self.probe_sent = true;
+            self.session.echo();
+            self.flush();
+        }
+        let wake =
+            if self.probe_sent { self.last_rx + 2 * self.probe_interval } else { self.last_rx + self.probe_interval };
         let Some(s) = self.stream.as_mut() else { return };
-        let _ = s.set_read_timeout(deadline.saturating_duration_since(now));
+        let _ = s.set_read_timeout(deadline.min(wake).saturating_duration_since(now));
         let mut buf = [0u8; 65536];
         match s.read(&mut buf) {
             Ok(0) => self.drop_connection("closed by the server"),
             Ok(n) => {
+                self.last_rx = Instant::now();
+                self.probe_sent = false;
                 self.session.handle_bytes(&buf[..n]);
                 self.flush();
             }
