@@ -110,6 +110,11 @@ def rule_file(flows):
     for b in range(1000):
         dst = f"10.2.{b // 250}.{b % 250 + 1}"
         lines.append(f"priority=10,udp,nw_dst={dst},tp_dst=5001,actions=output:2")
+    if flows == "setup":
+        # One rule on the UDP source port makes every megaflow exact on it
+        # (the classifier looks at tp_src to rule it out), so each new
+        # source port of the generator is a new megaflow: an upcall.
+        lines.append("priority=20,udp,tp_src=7,actions=drop")
     path = tempfile.mktemp(prefix="xb-rules-", suffix=".txt")
     open(path, "w").write("\n".join(lines) + "\n")
     return path
@@ -122,7 +127,8 @@ class Xvs:
         self.run = tempfile.mkdtemp(prefix="xb-xvs-")
         args = ["taskset", "-c", "1", XVS, "switch", "--run-dir", self.run, "--no-local-port", "--poll", "busy",
                 "--pmd-cpus", "1", "--port", GP, "--port", SP]
-        if rules:
+        ofctl = shutil.which("ovs-ofctl")
+        if rules and not ofctl:
             args += ["--flows", rules]
         self.p = subprocess.Popen(args, stderr=subprocess.DEVNULL)
         for _ in range(100):
@@ -130,6 +136,11 @@ class Xvs:
                 break
             time.sleep(0.05)
         self.pid = self.p.pid
+        if rules and ofctl:
+            # The same tool and file as for OVS, over xvs's management socket.
+            mgmt = f"unix:{self.run}/br0.mgmt"
+            sh("ovs-ofctl", "del-flows", mgmt)
+            sh("ovs-ofctl", "add-flows", mgmt, rules)
 
     def stats(self):
         j = json.loads(sh(XVS, "pmd-stats", "--run-dir", self.run, "--json"))["pmds"][0]
@@ -242,11 +253,14 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="64 and 1514 bytes, 1 and 1000 flows, NORMAL only")
     ap.add_argument("--no-ovs", action="store_true")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'")
     a = ap.parse_args()
     sizes = [64, 1514] if a.quick else [64, 256, 512, 1514]
     flowset = [1, 1000] if a.quick else [1, 100, 1000]
     have_ovs = shutil.which("ovs-vswitchd") is not None and not a.no_ovs
     rules = rule_file(1000)
+    setup_rules = rule_file("setup")
     switches = [("bare", None, None), ("afxdp-wire", Wire, None), ("linux-bridge", Bridge, None),
                 ("xvs NORMAL", Xvs, None)]
     if have_ovs:
@@ -259,6 +273,9 @@ def main():
     # Switch-bound cases: many flows through the L3/L4 rule table.
     extra = [] if a.quick else [("xvs 1000 rules", Xvs, rules, 64, 20000)] + (
         [("ovs 1000 rules", Ovs, rules, 64, 20000)] if have_ovs else [])
+    # Flow setup: a new (destination, source port) per packet, each an upcall.
+    extra += [("xvs flow setup", Xvs, setup_rules, 64, 1000000)] + (
+        [("ovs flow setup", Ovs, setup_rules, 64, 1000000)] if have_ovs else [])
     results = []
     total = len(switches) * len(cases) + len(extra)
     done = 0
@@ -268,6 +285,8 @@ def main():
         sys.stderr.flush()
 
     def measure(label, cls, rf, size, flows):
+        if a.only and not any(o in label for o in a.only):
+            return
         topo = Topo(direct=cls is None)
         sw = cls(rf) if cls else None
         try:
@@ -300,11 +319,12 @@ def main():
                 measure(label, cls, rf, size, flows)
                 done += 1
         for label, cls, rf, size, flows in extra:
-            measure(label + " (many flows)", cls, rf, size, flows)
+            measure(label if "setup" in label else label + " (many flows)", cls, rf, size, flows)
             done += 1
     finally:
         Topo.cleanup()
         os.path.exists(rules) and os.unlink(rules)
+        os.path.exists(setup_rules) and os.unlink(setup_rules)
     sys.stderr.write("\n")
     os.makedirs(a.out, exist_ok=True)
     meta = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": "),

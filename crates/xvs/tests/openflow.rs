@@ -646,3 +646,76 @@ fn groups_and_meters_with_traffic() {
     of13(&["del-groups"]);
     assert!(!of13(&["dump-groups"]).contains("group_id"));
 }
+
+/// Controller roles (OpenFlow 1.3): a new master demotes the old one to
+/// slave, a slave may not modify the switch (IS_SLAVE), a stale
+/// generation id is refused (ROLE_REQUEST_FAILED/STALE).
+#[test]
+fn controller_roles() {
+    let hs = hosts("r", 1);
+    let d = Daemon::start("r", &[&hs[0]], &[]);
+    let connect = || {
+        let mut s = std::os::unix::net::UnixStream::connect(d.mgmt()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        s.write_all(&openflow::header::hello(&[Version::Of13], 1)).unwrap();
+        (s, Framer::default())
+    };
+    fn next(s: &mut std::os::unix::net::UnixStream, f: &mut Framer) -> openflow::Message {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Ok(Some(m)) = f.poll_message() {
+                if m.header.msg_type != 0 {
+                    return m;
+                }
+                continue;
+            }
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed");
+            f.handle_bytes(&buf[..n]);
+        }
+    }
+    let role = |role: u32, gen: u64, xid: u32| {
+        let mut b = vec![4, 24, 0, 24];
+        b.extend_from_slice(&xid.to_be_bytes());
+        b.extend_from_slice(&role.to_be_bytes());
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&gen.to_be_bytes());
+        b
+    };
+    let reply_role = |m: &openflow::Message| u32::from_be_bytes([m.bytes[8], m.bytes[9], m.bytes[10], m.bytes[11]]);
+    let (mut a, mut fa) = connect();
+    let (mut b, mut fb) = connect();
+    a.write_all(&role(2, 1, 10)).unwrap();
+    let r = next(&mut a, &mut fa);
+    assert_eq!((r.header.msg_type, reply_role(&r)), (25, 2), "A is master");
+    b.write_all(&role(2, 2, 11)).unwrap();
+    let r = next(&mut b, &mut fb);
+    assert_eq!((r.header.msg_type, reply_role(&r)), (25, 2), "B is master");
+    // A was demoted: asking for "no change" reports slave.
+    a.write_all(&role(0, 0, 12)).unwrap();
+    let r = next(&mut a, &mut fa);
+    assert_eq!(reply_role(&r), 3, "A is now a slave");
+    // A slave may not modify flows.
+    let fm = msg::FlowMod {
+        cmd: ofproto::FlowModCmd::Add,
+        spec: ofproto::parse_flow("priority=5,actions=drop", ofproto::Need::Actions).unwrap(),
+        buffer_id: msg::NO_BUFFER,
+        out_port: msg::OFPP_ANY,
+        out_group: msg::OFPG_ANY,
+        flags: 0,
+        importance: 0,
+    };
+    a.write_all(&msg::encode_flow_mod(Version::Of13, 13, &fm)).unwrap();
+    let r = next(&mut a, &mut fa);
+    assert_eq!((r.header.msg_type, &r.bytes[8..12]), (1, &[0u8, 1, 0, 10][..]), "BAD_REQUEST/IS_SLAVE");
+    // A stale generation id is refused.
+    a.write_all(&role(2, 1, 14)).unwrap();
+    let r = next(&mut a, &mut fa);
+    assert_eq!((r.header.msg_type, &r.bytes[8..12]), (1, &[0u8, 11, 0, 0][..]), "ROLE_REQUEST_FAILED/STALE");
+    // The master still may.
+    b.write_all(&msg::encode_flow_mod(Version::Of13, 15, &fm)).unwrap();
+    b.write_all(&[4, 20, 0, 8, 0, 0, 0, 16]).unwrap();
+    let r = next(&mut b, &mut fb);
+    assert_eq!(r.header.msg_type, 21, "barrier reply, no error before it");
+    assert!(d.ofctl(&["dump-flows"]).contains("priority=5 actions=drop"));
+}
