@@ -53,6 +53,17 @@ impl Rule {
     }
 }
 
+/// A port mirror (OVS's Mirror table): copies of the traffic entering
+/// `src` ports (or all traffic) and leaving `dst` ports go to `output`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mirror {
+    pub name: String,
+    pub select_all: bool,
+    pub src: Vec<u32>,
+    pub dst: Vec<u32>,
+    pub output: u32,
+}
+
 /// A rule taken out of the tables by a delete or a timeout, for
 /// flow_removed messages.
 #[derive(Clone, Debug)]
@@ -166,6 +177,7 @@ pub struct Ofproto {
     /// [`Ofproto::take_removed`], for flow_removed messages.
     removed: Vec<RemovedRule>,
     pub(crate) groups: BTreeMap<u32, crate::group::Group>,
+    pub(crate) mirrors: Vec<Mirror>,
     pub(crate) meters: BTreeMap<u32, Arc<dpif::Meter>>,
 }
 
@@ -184,6 +196,7 @@ impl Ofproto {
             removed: Vec::new(),
             groups: BTreeMap::new(),
             meters: BTreeMap::new(),
+            mirrors: Vec::new(),
         }
     }
 
@@ -248,6 +261,14 @@ impl Ofproto {
                 }
                 self.bump_generation();
             }
+        }
+    }
+
+    /// Replaces the port mirrors.
+    pub fn set_mirrors(&mut self, mirrors: Vec<Mirror>) {
+        if self.mirrors != mirrors {
+            self.mirrors = mirrors;
+            self.bump_generation();
         }
     }
 

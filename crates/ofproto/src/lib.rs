@@ -29,7 +29,7 @@ pub mod parse;
 pub mod xlate;
 
 pub use actions::{Action, Instruction, OfPort};
-pub use bridge::{FlowModCmd, FlowModError, Ofproto, PortConfig, Rule, TableMiss};
+pub use bridge::{FlowModCmd, FlowModError, Mirror, Ofproto, PortConfig, Rule, TableMiss};
 pub use normal::{MacTable, VlanMode};
 pub use parse::{parse_flow, parse_flow_file, FlowSpec, Need};
 pub use xlate::Trace;

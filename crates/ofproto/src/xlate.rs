@@ -116,6 +116,7 @@ impl Ofproto {
             written: FlowKey::ZERO,
         };
         cx.do_table(0, true);
+        cx.mirror(key.in_port());
         // IP packets' megaflows always pin the fragment bits: the datapath
         // must never apply an L4 decision to a later fragment.
         if key.is_ip_any() && cx.wc.dl_type() == 0xffff {
@@ -458,6 +459,43 @@ impl Ctx<'_> {
             }
             Action::Group(g) => self.group(*g),
             Action::SetQueue(_) => {}
+        }
+    }
+
+    /// Port mirroring: a mirror selecting the input port (or everything)
+    /// gets the packet as it arrived (its output goes first, before any
+    /// rewrite); one selecting an output port gets a copy after the
+    /// pipeline. Depends only on in_port (always in the megaflow) and on
+    /// the outputs the translation chose.
+    fn mirror(&mut self, in_port: u32) {
+        if self.of.mirrors.is_empty() {
+            return;
+        }
+        let outs: Vec<u32> =
+            self.actions.iter().filter_map(|a| if let DpAction::Output(p) = a { Some(*p) } else { None }).collect();
+        let mut first = Vec::new();
+        let mut last = Vec::new();
+        for m in &self.of.mirrors {
+            if m.output == in_port || outs.contains(&m.output) || first.contains(&m.output) || last.contains(&m.output)
+            {
+                continue;
+            }
+            if m.select_all || m.src.contains(&in_port) {
+                first.push(m.output);
+            } else if !outs.is_empty() && m.dst.iter().any(|d| outs.contains(d)) {
+                last.push(m.output);
+            }
+        }
+        if first.is_empty() && last.is_empty() {
+            return;
+        }
+        self.say(|| format!("mirror to {:?}", first.iter().chain(&last).collect::<Vec<_>>()));
+        let mut acts: Vec<DpAction> = first.into_iter().map(DpAction::Output).collect();
+        acts.append(&mut self.actions);
+        self.actions = acts;
+        if !last.is_empty() {
+            self.commit();
+            self.actions.extend(last.into_iter().map(DpAction::Output));
         }
     }
 

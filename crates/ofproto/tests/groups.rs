@@ -173,3 +173,21 @@ fn meters_drop_over_rate_packets_in_the_datapath() {
     assert_eq!(m.packets_in.load(std::sync::atomic::Ordering::Relaxed), 1000);
     assert_eq!(m.band_packets[0].load(std::sync::atomic::Ordering::Relaxed) as usize, 1000 - sink.0);
 }
+
+#[test]
+fn mirrors_copy_selected_traffic() {
+    let mut of = bridge();
+    add(&mut of, "in_port=1,ip,actions=set_field:10.9.9.9->nw_dst,output:2").unwrap();
+    add(&mut of, "in_port=3,actions=output:2").unwrap();
+    of.set_mirrors(vec![ofproto::Mirror { name: "m".into(), select_all: false, src: vec![1], dst: vec![], output: 4 }]);
+    let t = of.translate_key(&udp(1), 0);
+    // The mirror gets the packet as it arrived: its output comes first.
+    assert_eq!(t.actions.first(), Some(&DpAction::Output(4)));
+    assert_eq!(outputs(&t.actions), vec![4, 2]);
+    let mut k = udp(1);
+    k.set_in_port(3);
+    assert_eq!(outputs(&of.translate_key(&k, 0).actions), vec![2], "port 3 is not selected");
+    // Selecting by output port: a copy after the pipeline.
+    of.set_mirrors(vec![ofproto::Mirror { name: "m".into(), select_all: false, src: vec![], dst: vec![2], output: 4 }]);
+    assert_eq!(outputs(&of.translate_key(&k, 0).actions), vec![2, 4]);
+}

@@ -267,6 +267,7 @@ fn reconcile(
                 Err(e) => eprintln!("xvs: bridge {}: OpenFlow: {e:#}", br.name),
             }
         }
+        apply_mirrors(rt, br);
         // Interfaces.
         let mut want: BTreeMap<String, Result<PortSpec, String>> = BTreeMap::new();
         for p in &br.ports {
@@ -311,7 +312,29 @@ fn reconcile(
             };
             rt.ifaces.insert(name, applied);
         }
+        apply_mirrors(rt, br);
     }
+}
+
+/// The bridge's Mirror rows as port mirrors (ports named by their
+/// interfaces' OpenFlow numbers; a mirror naming an unknown port is left out).
+fn apply_mirrors(rt: &BridgeRt, br: &BridgeCfg) {
+    let ofport = |port: &str| -> Option<u32> {
+        let p = br.ports.iter().find(|p| p.name == port)?;
+        p.interfaces.iter().find_map(|i| rt.ifaces.get(&i.name).and_then(|a| a.ofport))
+    };
+    let mut mirrors = Vec::new();
+    for m in &br.mirrors {
+        let Some(output) = m.output_port.as_deref().and_then(ofport) else { continue };
+        mirrors.push(ofproto::Mirror {
+            name: m.name.clone(),
+            select_all: m.select_all,
+            src: m.select_src_port.iter().filter_map(|p| ofport(p)).collect(),
+            dst: m.select_dst_port.iter().filter_map(|p| ofport(p)).collect(),
+            output,
+        });
+    }
+    rt.sw.shared.ofproto.write().expect("ofproto lock").set_mirrors(mirrors);
 }
 
 /// What the switch knows about its interfaces, for the write-back.

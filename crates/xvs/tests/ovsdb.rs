@@ -203,3 +203,53 @@ fn two_bridges_joined_by_patch_ports() {
     let fdb = env.appctl(&["fdb/show", &b2]);
     assert!(fdb.contains(&hs[0].mac), "bridge 2 learned host 1 behind the patch port: {fdb}");
 }
+
+#[test]
+fn mirror_copies_traffic_to_an_output_port() {
+    let hs = hosts("m", 3);
+    let mut env = Env::new("m");
+    env.start_xvs();
+    let br = format!("brm{}", std::process::id() % 1000);
+    env.vsctl(&["add-br", &br, "--", "set", "bridge", &br, "datapath_type=netdev"]);
+    for h in &hs {
+        env.vsctl(&["add-port", &br, &h.port, "--", "set", "interface", &h.port, "type=afxdp"]);
+    }
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2, "learned");
+    // Port 3 (h3) mirrors everything h1 sends.
+    env.vsctl(&[
+        "--",
+        "--id=@p",
+        "get",
+        "port",
+        &hs[2].port,
+        "--",
+        "--id=@s",
+        "get",
+        "port",
+        &hs[0].port,
+        "--",
+        "--id=@m",
+        "create",
+        "mirror",
+        "name=m0",
+        "select-src-port=@s",
+        "output-port=@p",
+        "--",
+        "add",
+        "bridge",
+        &br,
+        "mirrors",
+        "@m",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = hs[2].counter("rx_packets");
+    assert_eq!(hs[0].ping(&hs[1].ip, 5).unwrap(), 5);
+    let copies = hs[2].counter("rx_packets") - before;
+    assert!(copies >= 5, "h3 got copies of h1's packets: {copies}");
+    // Without the mirror h3 sees nothing of that unicast exchange.
+    env.vsctl(&["clear", "bridge", &br, "mirrors"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = hs[2].counter("rx_packets");
+    assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 3);
+    assert!(hs[2].counter("rx_packets") - before < 2, "mirror removed");
+}
