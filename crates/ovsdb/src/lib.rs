@@ -25,50 +25,44 @@
 //!   mtu, mac_in_use, error, statistics; Bridge datapath_id; Open_vSwitch
 //!   cur_cfg, datapath_types, iface_types, ovs_version, the Datapath row),
 //!   emitted only where the database differs so writes do not echo forever.
-//! * [`appctl`]: an ovs-appctl-compatible unix control socket.
 //!
 //! ## Threads
 //!
 //! Nothing is shared: a [`Client`] belongs to the one thread that calls it.
-//! The [`AppctlServer`] runs its own accept thread and one thread per
-//! connection; the handler it calls must be `Send + Sync`.
 //!
-//! ## Intended integration in the daemon (`xvs switch --db unix:PATH`)
+//! ## Integration in the daemon (`xvs switch --db unix:PATH`)
 //!
-//! One "db" thread owns the [`Client`]:
+//! `crates/xvs/src/db.rs` does this: one thread owns the [`Client`] and
+//! every bridge of the process (patch ports join them), reconciles on
+//! each [`Event::ReplicaChanged`] while it holds the `ovs_vswitchd` lock,
+//! and writes back after each change and every second (statistics, link
+//! state). The ovs-appctl socket is the daemon's (`xvs::appctl`), next to
+//! a pidfile, so a bare `ovs-appctl` finds it through `OVS_RUNDIR`.
 //!
 //! ```text
 //! let mut db = Client::connect(remote)?;         // retries until the server is up
 //! db.lock("ovs_vswitchd");                        // one switch per database
 //! loop {
-//!     match db.next_event(Duration::from_millis(500)) {
+//!     match db.next_event(Duration::from_millis(100)) {
 //!         Some(Event::ReplicaChanged) => {
 //!             let desired = db.desired();          // typed, never fails
-//!             reconciler.apply(&desired);          // diff bridges/ports/options
-//!             let ops = writeback::transaction(&desired, db.replica(), &reconciler.actual());
+//!             reconcile(&desired);                 // bridges, ports, options, controllers
+//!             let ops = writeback::transaction(&desired, db.replica(), &actual());
 //!             if !ops.is_empty() { db.transact(ops)?; }   // sets cur_cfg = next_cfg
 //!         }
 //!         Some(Event::Disconnected(_)) => {}     // keep forwarding with the last config
-//!         _ => {}                                  // also: every ~5 s, write statistics
+//!         _ => {}
 //!     }
 //! }
 //! ```
-//!
-//! The reconciler should act only while [`client::Session::has_lock`] is
-//! true, and honour `flow_restore_wait` (keep datapath flows until false).
-//! The existing `xvs` control socket commands are served on
-//! `/var/run/openvswitch/ovs-vswitchd.<pid>.ctl` through [`AppctlServer`]
-//! so `ovs-appctl` reaches them unchanged.
 #![deny(unsafe_code)]
 
-pub mod appctl;
 pub mod client;
 pub mod jsonrpc;
 pub mod model;
 pub mod replica;
 pub mod writeback;
 
-pub use appctl::AppctlServer;
 pub use client::{Client, ClientError, Event, Session};
 pub use model::{BridgeCfg, Desired, FailMode, IfaceCfg, IfaceKind, MirrorCfg, PortCfg, VlanMode, XdpMode};
 pub use replica::Replica;

@@ -10,6 +10,7 @@
 //! references and columns of the wrong shape are logged and skipped.
 
 use crate::replica::{Atom, Datum, Replica, Row};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use tracing::warn;
 
@@ -124,20 +125,36 @@ pub struct MirrorCfg {
     pub output_vlan: Option<u16>,
 }
 
-/// A column decoded once, with logging of malformed values.
+/// The replica being read and the problems found so far.
+struct Ctx<'a> {
+    r: &'a Replica,
+    notes: RefCell<Vec<String>>,
+}
+
+impl Ctx<'_> {
+    fn note(&self, msg: String) {
+        self.notes.borrow_mut().push(msg);
+    }
+}
+
+/// A row's columns, each decoded on use; malformed values are noted.
 struct Cols<'a> {
+    ctx: &'a Ctx<'a>,
     table: &'a str,
     uuid: &'a str,
     row: &'a Row,
 }
 
 impl<'a> Cols<'a> {
+    fn note(&self, msg: String) {
+        self.ctx.note(msg);
+    }
     fn datum(&self, col: &str) -> Option<Datum> {
         let v = self.row.get(col)?;
         match Datum::parse(v) {
             Ok(d) => Some(d),
             Err(e) => {
-                warn!(table = self.table, uuid = self.uuid, column = col, "skipping column: {e}");
+                self.note(format!("{} {} column {col}: {e}; skipped", self.table, self.uuid));
                 None
             }
         }
@@ -181,11 +198,11 @@ impl<'a> Cols<'a> {
     }
 }
 
-fn cols<'a>(r: &'a Replica, table: &'a str, uuid: &'a str) -> Option<Cols<'a>> {
-    match r.row(table, uuid) {
-        Some(row) => Some(Cols { table, uuid, row }),
+fn cols<'a>(ctx: &'a Ctx<'a>, table: &'a str, uuid: &'a str) -> Option<Cols<'a>> {
+    match ctx.r.row(table, uuid) {
+        Some(row) => Some(Cols { ctx, table, uuid, row }),
         None => {
-            warn!(table, uuid, "dangling reference, skipped");
+            ctx.note(format!("{table} {uuid}: dangling reference, skipped"));
             None
         }
     }
@@ -235,30 +252,48 @@ pub fn parse_mac(field: &str, value: &str) -> Result<[u8; 6], String> {
 
 impl Desired {
     /// Builds the desired state. Never fails: what cannot be understood is
-    /// logged and skipped, or reported in an interface's `error`.
+    /// logged (`tracing::warn`) and skipped, or reported in an interface's
+    /// `error`.
     pub fn from_replica(r: &Replica) -> Desired {
+        let (d, notes) = Desired::from_replica_with_notes(r);
+        for n in notes {
+            warn!("{n}");
+        }
+        d
+    }
+
+    /// As [`Desired::from_replica`], returning the problems instead of
+    /// logging them (a caller that rebuilds on every update can log only
+    /// the new ones).
+    pub fn from_replica_with_notes(r: &Replica) -> (Desired, Vec<String>) {
+        let ctx = Ctx { r, notes: RefCell::new(Vec::new()) };
+        let d = Desired::build(&ctx);
+        (d, ctx.notes.into_inner())
+    }
+
+    fn build(ctx: &Ctx) -> Desired {
         let mut d = Desired::default();
-        let Some((ovs_uuid, _)) = r.table("Open_vSwitch").next() else {
+        let Some((ovs_uuid, _)) = ctx.r.table("Open_vSwitch").next() else {
             return d;
         };
-        let Some(ovs) = cols(r, "Open_vSwitch", ovs_uuid) else { return d };
+        let Some(ovs) = cols(ctx, "Open_vSwitch", ovs_uuid) else { return d };
         d.next_cfg = ovs.int("next_cfg").unwrap_or(0);
         let oc = ovs.map("other_config");
         if let Some(v) = oc.get("pmd-cpu-mask") {
             match parse_hex("other_config:pmd-cpu-mask", v, 16) {
                 Ok(m) => d.pmd_cpu_mask = Some(m),
-                Err(e) => warn!("Open_vSwitch {e}; ignored"),
+                Err(e) => ovs.note(format!("Open_vSwitch {e}; ignored")),
             }
         }
         if let Some(v) = oc.get("flow-restore-wait") {
             match parse_bool("other_config:flow-restore-wait", v) {
                 Ok(b) => d.flow_restore_wait = b,
-                Err(e) => warn!("Open_vSwitch {e}; ignored"),
+                Err(e) => ovs.note(format!("Open_vSwitch {e}; ignored")),
             }
         }
         for bu in ovs.uuids("bridges") {
-            if let Some(b) = cols(r, "Bridge", &bu) {
-                d.bridges.push(bridge(r, &b));
+            if let Some(b) = cols(ctx, "Bridge", &bu) {
+                d.bridges.push(bridge(ctx, &b));
             }
         }
         d.bridges.sort_by(|a, b| a.name.cmp(&b.name));
@@ -279,17 +314,17 @@ impl Desired {
     }
 }
 
-fn bridge(r: &Replica, b: &Cols) -> BridgeCfg {
+fn bridge(ctx: &Ctx, b: &Cols) -> BridgeCfg {
     let name = b.string("name").unwrap_or_default();
     let datapath_type = b.string("datapath_type").unwrap_or_default();
     if !matches!(datapath_type.as_str(), "" | "netdev" | "system") {
-        warn!(bridge = name, "datapath_type {datapath_type:?}: xvs provides \"netdev\"");
+        b.note(format!("bridge {name}: datapath_type {datapath_type:?}: xvs provides \"netdev\""));
     }
     let fail_mode = match b.string("fail_mode").as_deref() {
         Some("secure") => FailMode::Secure,
         Some("standalone") | None => FailMode::Standalone,
         Some(other) => {
-            warn!(bridge = name, "fail_mode: {other:?} is not one of standalone, secure; using standalone");
+            b.note(format!("bridge {name}: fail_mode: {other:?} is not one of standalone, secure; using standalone"));
             FailMode::Standalone
         }
     };
@@ -297,40 +332,40 @@ fn bridge(r: &Replica, b: &Cols) -> BridgeCfg {
     let datapath_id = oc.get("datapath-id").and_then(|v| match parse_hex("other_config:datapath-id", v, 16) {
         Ok(id) => Some(id),
         Err(e) => {
-            warn!(bridge = name, "{e}; ignored");
+            b.note(format!("bridge {name}: {e}; ignored"));
             None
         }
     });
     let hwaddr = oc.get("hwaddr").and_then(|v| match parse_mac("other_config:hwaddr", v) {
         Ok(m) => Some(m),
         Err(e) => {
-            warn!(bridge = name, "{e}; ignored");
+            b.note(format!("bridge {name}: {e}; ignored"));
             None
         }
     });
     let controllers = b
         .uuids("controller")
         .iter()
-        .filter_map(|u| cols(r, "Controller", u))
+        .filter_map(|u| cols(ctx, "Controller", u))
         .filter_map(|c| c.string("target"))
         .collect();
     let mut ports: Vec<PortCfg> =
-        b.uuids("ports").iter().filter_map(|u| cols(r, "Port", u)).map(|p| port(r, &p)).collect();
+        b.uuids("ports").iter().filter_map(|u| cols(ctx, "Port", u)).map(|p| port(ctx, &p)).collect();
     ports.sort_by(|a, b| a.name.cmp(&b.name));
     let port_name =
-        |u: &String| r.row("Port", u).and_then(|p| p.get("name")).and_then(|v| v.as_str()).map(str::to_string);
+        |u: &String| ctx.r.row("Port", u).and_then(|p| p.get("name")).and_then(|v| v.as_str()).map(str::to_string);
     let mirrors = b
         .uuids("mirrors")
         .iter()
-        .filter_map(|u| cols(r, "Mirror", u))
+        .filter_map(|u| cols(ctx, "Mirror", u))
         .map(|m| MirrorCfg {
             name: m.string("name").unwrap_or_default(),
             select_all: m.bool("select_all").unwrap_or(false),
             select_src_port: m.uuids("select_src_port").iter().filter_map(port_name).collect(),
             select_dst_port: m.uuids("select_dst_port").iter().filter_map(port_name).collect(),
-            select_vlan: m.ints("select_vlan").into_iter().filter_map(|v| vlan(&name, v)).collect(),
+            select_vlan: m.ints("select_vlan").into_iter().filter_map(|v| vlan(ctx, &name, v)).collect(),
             output_port: m.uuids("output_port").first().and_then(port_name),
-            output_vlan: m.int("output_vlan").and_then(|v| vlan(&name, v)),
+            output_vlan: m.int("output_vlan").and_then(|v| vlan(ctx, &name, v)),
         })
         .collect();
     BridgeCfg {
@@ -347,17 +382,17 @@ fn bridge(r: &Replica, b: &Cols) -> BridgeCfg {
     }
 }
 
-fn vlan(owner: &str, v: i64) -> Option<u16> {
+fn vlan(ctx: &Ctx, owner: &str, v: i64) -> Option<u16> {
     match u16::try_from(v) {
         Ok(v) if v <= 4095 => Some(v),
         _ => {
-            warn!(owner, "VLAN {v} out of range 0..4095; skipped");
+            ctx.note(format!("{owner}: VLAN {v} out of range 0..4095; skipped"));
             None
         }
     }
 }
 
-fn port(r: &Replica, p: &Cols) -> PortCfg {
+fn port(ctx: &Ctx, p: &Cols) -> PortCfg {
     let name = p.string("name").unwrap_or_default();
     let vlan_mode = p.string("vlan_mode").and_then(|m| {
         let modes = [
@@ -367,14 +402,14 @@ fn port(r: &Replica, p: &Cols) -> PortCfg {
             ("native-untagged", VlanMode::NativeUntagged),
             ("dot1q-tunnel", VlanMode::Dot1qTunnel),
         ];
-        one_of("vlan_mode", &m, &modes).map_err(|e| warn!(port = name, "{e}; using the default")).ok()
+        one_of("vlan_mode", &m, &modes).map_err(|e| p.note(format!("port {name}: {e}; using the default"))).ok()
     });
     let mut interfaces: Vec<IfaceCfg> =
-        p.uuids("interfaces").iter().filter_map(|u| cols(r, "Interface", u)).map(|i| iface(&i)).collect();
+        p.uuids("interfaces").iter().filter_map(|u| cols(ctx, "Interface", u)).map(|i| iface(&i)).collect();
     interfaces.sort_by(|a, b| a.name.cmp(&b.name));
     PortCfg {
-        tag: p.int("tag").and_then(|v| vlan(&name, v)),
-        trunks: p.ints("trunks").into_iter().filter_map(|v| vlan(&name, v)).collect(),
+        tag: p.int("tag").and_then(|v| vlan(ctx, &name, v)),
+        trunks: p.ints("trunks").into_iter().filter_map(|v| vlan(ctx, &name, v)).collect(),
         vlan_mode,
         interfaces,
         uuid: p.uuid.to_string(),
@@ -389,14 +424,14 @@ fn iface(i: &Cols) -> IfaceCfg {
     let ofport_request = i.int("ofport_request").and_then(|v| match u16::try_from(v) {
         Ok(v) if (1..=65279).contains(&v) => Some(v),
         _ => {
-            warn!(interface = name, "ofport_request: {v} is out of range 1..65279; ignored");
+            i.note(format!("interface {name}: ofport_request: {v} is out of range 1..65279; ignored"));
             None
         }
     });
     let (kind, error) = match iface_kind(&ty, &options) {
         Ok(k) => (k, None),
         Err(e) => {
-            warn!(interface = name, "{e}");
+            i.note(format!("interface {name}: {e}"));
             (IfaceKind::Unsupported(ty), Some(e))
         }
     };
@@ -509,7 +544,10 @@ mod tests {
         r.apply_update(&json!({"Port": {"p0": {"new": {"name": "p0", "interfaces": ["uuid", "i0"],
             "tag": ["bogus"], "trunks": {"x": 1}}}}}))
             .unwrap();
-        let d = Desired::from_replica(&r);
+        let (d, notes) = Desired::from_replica_with_notes(&r);
+        assert!(notes.iter().any(|n| n.starts_with("Port p0 column tag: ")), "{notes:?}");
+        assert!(notes.iter().any(|n| n == "Port gone: dangling reference, skipped"), "{notes:?}");
+        assert!(notes.iter().any(|n| n.starts_with("interface p1: options:xdp-mode")), "{notes:?}");
         let b = d.bridge("br0").unwrap();
         assert_eq!(b.ports[0].tag, None);
         assert!(b.ports[0].trunks.is_empty());

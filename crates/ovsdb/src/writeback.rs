@@ -58,11 +58,12 @@ pub fn ovs_version() -> String {
 }
 
 /// Datapath capabilities (keys as documented for the Datapath table in
-/// vswitch.xml), honest for xvs's fast path today.
+/// vswitch.xml), honest for the dpif fast path today (masked set and
+/// recirculation actions exist; conntrack, MPLS, clone, truncation do not).
 pub fn default_capabilities() -> Vec<(String, String)> {
     [
         ("ufid", "false"),
-        ("recirc", "false"),
+        ("recirc", "true"),
         ("ct_state", "false"),
         ("ct_zone", "false"),
         ("ct_mark", "false"),
