@@ -50,6 +50,12 @@ pub struct AfxdpConfig {
     /// Detach whatever XDP program is on the device before attaching ours
     /// (e.g. one left by a process killed before it could clean up).
     pub clear_leftover_xdp: bool,
+    /// Transmit flush interval in microseconds (OVS's
+    /// `tx-flush-interval`): 0 kicks the kernel after every batch; N lets
+    /// descriptors wait up to N µs (or until 32 are queued) so that one
+    /// `sendto` carries many packets, for the poll thread to flush with
+    /// [`Netdev::flush_tx`].
+    pub tx_flush_us: u32,
 }
 
 impl Default for AfxdpConfig {
@@ -63,6 +69,7 @@ impl Default for AfxdpConfig {
             ring_size: 1024,
             bind_mode: BindMode::Auto,
             clear_leftover_xdp: true,
+            tx_flush_us: 0,
         }
     }
 }
@@ -98,6 +105,9 @@ pub struct AfxdpPort {
     c: Counters,
     /// Frame addresses, reused across calls (no per-batch allocation).
     scratch: Vec<u64>,
+    tx_flush: std::time::Duration,
+    /// When the oldest descriptor not yet kicked was queued.
+    tx_deferred: Option<std::time::Instant>,
 }
 
 /// The tail room kept free after copied packets is irrelevant; copies
@@ -144,6 +154,8 @@ impl AfxdpPort {
             mode,
             c: Counters::default(),
             scratch: Vec::with_capacity(r as usize),
+            tx_flush: std::time::Duration::from_micros(cfg.tx_flush_us as u64),
+            tx_deferred: None,
         };
         for q in 0..cfg.n_rxq {
             let xsk = Xsk::new(&port.umem, ifindex, q as u32, &xcfg)?;
@@ -352,7 +364,24 @@ impl Netdev for AfxdpPort {
         // Frames allocated for packets that were dropped after all.
         self.umem.free_batch(&self.scratch);
         self.scratch.clear();
-        self.kick_tx()
+        if self.tx_flush.is_zero() || self.xsks[0].tx.outstanding() >= 32 {
+            self.tx_deferred = None;
+            return self.kick_tx();
+        }
+        self.tx_deferred.get_or_insert_with(std::time::Instant::now);
+        Ok(())
+    }
+
+    fn flush_tx(&mut self, force: bool) -> bool {
+        match self.tx_deferred {
+            Some(t) if force || t.elapsed() >= self.tx_flush => {
+                self.tx_deferred = None;
+                let _ = self.kick_tx();
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
     }
 
     fn stats(&self) -> PortStats {

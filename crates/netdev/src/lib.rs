@@ -77,6 +77,13 @@ pub trait Netdev: Send {
         None
     }
 
+    /// Hands transmit descriptors a port deferred (see its flush interval)
+    /// to the kernel if they waited long enough, or now with `force`.
+    /// Returns whether some are still waiting.
+    fn flush_tx(&mut self, _force: bool) -> bool {
+        false
+    }
+
     /// Housekeeping the owner calls regularly (refill rings, reap
     /// completions, kick the kernel).
     fn poll_housekeeping(&mut self) {}

@@ -42,6 +42,8 @@ pub struct PortSpec {
     pub vlan: VlanMode,
     /// For patch ports: the peer port's name.
     pub peer: Option<String>,
+    /// AF_XDP transmit flush interval in µs (0: kick after every batch).
+    pub tx_flush_us: u32,
 }
 
 impl PortSpec {
@@ -56,6 +58,7 @@ impl PortSpec {
             ofport: None,
             vlan: VlanMode::TrunkAll,
             peer: None,
+            tx_flush_us: 0,
         }
     }
 
@@ -123,6 +126,9 @@ impl PortSpec {
                     }
                     p.vlan = VlanMode::Trunk(list);
                 }
+                "tx-flush-us" => {
+                    p.tx_flush_us = v.parse().ok().filter(|&n: &u32| n <= 1000).ok_or_else(|| bad("0-1000"))?
+                }
                 "peer" => {
                     if v.is_empty() || v.len() > 15 {
                         return Err(bad("a port name of 1-15 characters"));
@@ -130,7 +136,7 @@ impl PortSpec {
                     p.peer = Some(v.to_string());
                 }
                 _ => bail!(
-                    "port {name}: unknown option '{k}' (type, xdp-mode, need-wakeup, n-rxq, umem, ofport, tag, trunks, peer)"
+                    "port {name}: unknown option '{k}' (type, xdp-mode, need-wakeup, n-rxq, umem, ofport, tag, trunks, peer, tx-flush-us)"
                 ),
             }
         }

@@ -62,6 +62,11 @@ enum Cmd {
         /// OpenFlow datapath id (16 hex digits; default: from the bridge name).
         #[arg(long)]
         datapath_id: Option<String>,
+        /// AF_XDP transmit flush interval in µs for every port (as OVS's
+        /// other_config:tx-flush-interval): 0 (default) kicks the kernel
+        /// after every batch; more lets one kick carry many packets.
+        #[arg(long, default_value_t = 0)]
+        tx_flush_us: u32,
         /// Take bridges, ports, controllers from ovsdb-server (unix:PATH or
         /// tcp:IP:PORT) instead of the command line, as ovs-vswitchd does.
         #[arg(long)]
@@ -235,6 +240,7 @@ struct OfArgs {
     controllers: Vec<String>,
     fail_mode: String,
     datapath_id: Option<String>,
+    tx_flush_us: u32,
 }
 
 #[allow(clippy::too_many_arguments)] // reason: one parameter per command-line option
@@ -256,7 +262,15 @@ fn run_switch(
         _ => anyhow::bail!("--poll: '{poll}' is not busy or adaptive"),
     };
     // Refuse bad configuration before touching any device.
-    let specs = ports.iter().map(|p| PortSpec::parse(p)).collect::<Result<Vec<_>>>()?;
+    let mut specs = ports.iter().map(|p| PortSpec::parse(p)).collect::<Result<Vec<_>>>()?;
+    if of.tx_flush_us > 1000 {
+        anyhow::bail!("--tx-flush-us: {} is not in 0-1000", of.tx_flush_us);
+    }
+    for s in &mut specs {
+        if s.tx_flush_us == 0 {
+            s.tx_flush_us = of.tx_flush_us;
+        }
+    }
     let fail_mode = xvs::ofconn::FailMode::parse(&of.fail_mode)?;
     for c in &of.controllers {
         xvs::ofconn::parse_target(c)?;
@@ -323,6 +337,7 @@ fn main() -> ExitCode {
             controllers,
             fail_mode,
             datapath_id,
+            tx_flush_us: _,
             db: Some(remote),
         } => {
             if !ports.is_empty() || !controllers.is_empty() || flows.is_some() {
@@ -345,6 +360,7 @@ fn main() -> ExitCode {
             controllers,
             fail_mode,
             datapath_id,
+            tx_flush_us,
             db: None,
         } => run_switch(
             run_dir,
@@ -356,7 +372,7 @@ fn main() -> ExitCode {
             !no_local_port,
             mirror,
             flows,
-            OfArgs { controllers, fail_mode, datapath_id },
+            OfArgs { controllers, fail_mode, datapath_id, tx_flush_us },
         ),
         Cmd::Show(c) => client(&c, "show", &[]),
         Cmd::DumpFlows(c) => client(&c, "dump-flows", &[]),

@@ -35,6 +35,7 @@ fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemHandle>
         need_wakeup: spec.need_wakeup,
         n_rxq: spec.n_rxq,
         shared_umem: shared,
+        tx_flush_us: spec.tx_flush_us,
         ..AfxdpConfig::default()
     };
     AfxdpPort::open(&spec.name, cfg).with_context(|| format!("port {}: opening AF_XDP", spec.name))

@@ -127,6 +127,7 @@ impl Shared {
         let ports = self.ports.read().expect("ports lock").clone();
         let mut sink = PortSink {
             ports: &ports,
+            sent: Vec::new(),
             mirror: self.mirror.as_ref(),
             userspace_dropped: 0,
             packet_in: &self.packet_in_tx,
@@ -396,6 +397,8 @@ impl Upcall for BridgeUpcall<'_> {
 /// Where a PMD's output goes: straight to the ports' transmit queues.
 struct PortSink<'a> {
     ports: &'a BTreeMap<u32, Arc<Port>>,
+    /// Ports sent to since the sink was made (for deferred TX flushes).
+    sent: Vec<u32>,
     mirror: Option<&'a Mutex<Box<dyn Netdev>>>,
     userspace_dropped: u64,
     packet_in: &'a std::sync::mpsc::SyncSender<PacketInEvent>,
@@ -411,6 +414,9 @@ impl Sink for PortSink<'_> {
             Some(p) => {
                 let mut dev = p.dev.lock().expect("port lock");
                 let _ = dev.tx_batch(pkts);
+                if !self.sent.contains(&port) {
+                    self.sent.push(port);
+                }
             }
             None => {
                 self.ports.values().next().map(|p| p.tx_no_port.fetch_add(pkts.len() as u64, Ordering::Relaxed));
@@ -448,6 +454,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
     let mut idle_iters = 0u32;
     let mut userspace_dropped = 0u64;
     let mut stats_served = 0u64;
+    let mut tx_pending: Vec<u32> = Vec::new();
     let upcall = BridgeUpcall(&sh.ofproto);
     while !sh.stop.load(Ordering::Acquire) {
         let g = sh.ports_gen.load(Ordering::Acquire);
@@ -469,6 +476,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         let mut moved = 0usize;
         let mut sink = PortSink {
             ports: &all_ports,
+            sent: Vec::new(),
             mirror: sh.mirror.as_ref(),
             userspace_dropped: 0,
             packet_in: &sh.packet_in_tx,
@@ -492,6 +500,18 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             pkts.clear();
         }
         userspace_dropped += sink.userspace_dropped;
+        // Ports that defer transmit kicks: flush what waited long enough,
+        // everything when this iteration found nothing to do.
+        for p in sink.sent.drain(..) {
+            if !tx_pending.contains(&p) {
+                tx_pending.push(p);
+            }
+        }
+        if !tx_pending.is_empty() {
+            tx_pending.retain(|p| {
+                all_ports.get(p).is_some_and(|port| port.dev.lock().expect("port lock").flush_tx(moved == 0))
+            });
+        }
         report.iterations += 1;
         if moved > 0 {
             report.busy_ns += t0.elapsed().as_nanos() as u64;

@@ -91,6 +91,13 @@ fn native_shared_umem() {
 }
 
 #[test]
+fn native_shared_umem_deferred_tx_kicks() {
+    // Transmit kicks deferred up to 50 µs: ping (one packet at a time)
+    // must still get through promptly, TCP must still stream.
+    two_hosts_exchange("nt", ",xdp-mode=native,umem=shared,tx-flush-us=50", "native");
+}
+
+#[test]
 fn native_copy() {
     two_hosts_exchange("nc", ",xdp-mode=native,umem=copy", "native");
 }
