@@ -15,6 +15,7 @@ import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, temp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XVS = os.path.join(ROOT, "target/release/xvs")
+TX_FLUSH_US = 0
 WIRE = os.path.join(ROOT, "target/release/examples/wire")
 G, S, GP, SP = "xbgen", "xbsink", "xbg0", "xbs0"
 HZ = os.sysconf("SC_CLK_TCK")
@@ -126,7 +127,7 @@ class Xvs:
     def __init__(self, rules=None):
         self.run = tempfile.mkdtemp(prefix="xb-xvs-")
         args = ["taskset", "-c", "1", XVS, "switch", "--run-dir", self.run, "--no-local-port", "--poll", "busy",
-                "--pmd-cpus", "1", "--port", GP, "--port", SP]
+                "--pmd-cpus", "1", "--port", GP, "--port", SP, "--tx-flush-us", str(TX_FLUSH_US)]
         ofctl = shutil.which("ovs-ofctl")
         if rules and not ofctl:
             args += ["--flows", rules]
@@ -167,7 +168,8 @@ class Ovs:
         sh("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
            "--detach", f"--log-file={d}/ovsdb.log", env=env)
         sh(*self.vsctl, "--no-wait", "init", env=env)
-        sh(*self.vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2", env=env)
+        sh(*self.vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2",
+           f"other_config:tx-flush-interval={TX_FLUSH_US}", env=env)
         sh("ovs-vswitchd", db, f"--pidfile={d}/ovs-vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log", env=env)
         self.pid = int(open(f"{d}/ovs-vswitchd.pid").read())
         self.appctl = ["ovs-appctl", "-t", f"{d}/ovs-vswitchd.{self.pid}.ctl"]
@@ -253,9 +255,13 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="64 and 1514 bytes, 1 and 1000 flows, NORMAL only")
     ap.add_argument("--no-ovs", action="store_true")
+    ap.add_argument("--tx-flush-us", type=int, default=0,
+                    help="transmit flush interval for xvs and OVS (OVS: other_config:tx-flush-interval)")
     ap.add_argument("--only", action="append", default=[],
                     help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'")
     a = ap.parse_args()
+    global TX_FLUSH_US
+    TX_FLUSH_US = a.tx_flush_us
     sizes = [64, 1514] if a.quick else [64, 256, 512, 1514]
     flowset = [1, 1000] if a.quick else [1, 100, 1000]
     have_ovs = shutil.which("ovs-vswitchd") is not None and not a.no_ovs
