@@ -81,9 +81,23 @@ const LIVE: u64 = u64::MAX;
 /// Basis of the staged hashes.
 const BASIS: u64 = 0x2545_f491_4f6c_dd1d;
 
-/// Fields with prefix tries, and the Ethertype each requires.
-const TRIE_FIELDS: [Loc; 4] = [loc::NW_SRC, loc::NW_DST, loc::IPV6_SRC, loc::IPV6_DST];
-const TRIE_ETH: [u16; 4] = [ethertype::IPV4, ethertype::IPV4, ethertype::IPV6, ethertype::IPV6];
+/// Fields with prefix tries, and the Ethertype each requires (0: IPv4 or
+/// IPv6). The two L4 port tries (as Open vSwitch's ports trie) let a
+/// lookup rule out a subtable of exact-port rules by the port's leading
+/// bits, so megaflows cover port ranges instead of single ports.
+const N_TRIES: usize = 6;
+const TRIE_FIELDS: [Loc; N_TRIES] = [loc::NW_SRC, loc::NW_DST, loc::IPV6_SRC, loc::IPV6_DST, loc::TP_SRC, loc::TP_DST];
+const TRIE_ETH: [u16; N_TRIES] = [ethertype::IPV4, ethertype::IPV4, ethertype::IPV6, ethertype::IPV6, 0, 0];
+/// Which trie fields belong to the L4 stage (the others to L3).
+const TRIE_L4: [bool; N_TRIES] = [false, false, false, false, true, true];
+
+#[inline]
+fn trie_eth_ok(i: usize, dl_type: u16) -> bool {
+    match TRIE_ETH[i] {
+        0 => dl_type == ethertype::IPV4 || dl_type == ethertype::IPV6,
+        t => dl_type == t,
+    }
+}
 
 /// Hasher for keys that already are well-mixed 64-bit hashes.
 #[derive(Default)]
@@ -225,8 +239,10 @@ struct Subtable {
     /// to and including the `i`-th of them. `n_stages` of them are used.
     ends: [u8; 4],
     n_stages: u8,
-    /// Index in `ends` of the stage holding L3 (where tries apply), if any.
+    /// Index in `ends` of the stage holding L3 (where the address tries
+    /// apply) and L4 (the port tries), if any.
     l3: u8,
+    l4: u8,
     /// For each used stage but the last: rule count per hash of the stage
     /// prefix of the rule keys.
     stage_sets: [HashKeyed<u32>; 3],
@@ -236,7 +252,7 @@ struct Subtable {
     prios: BTreeMap<u32, u32>,
     /// Prefix length of the mask on each trie field, 0 if not usable (not
     /// a CIDR prefix, absent, or `dl_type` not exactly matched).
-    plen: [u8; 4],
+    plen: [u8; N_TRIES],
     has_trie: bool,
     n_rules: usize,
 }
@@ -247,6 +263,7 @@ impl Subtable {
         let mut ends = [0u8; 4];
         let mut n_stages = 0;
         let mut l3 = u8::MAX;
+        let mut l4 = u8::MAX;
         for s in 0..4 {
             let end = words.iter().filter(|&&w| (w as usize) < STAGES[s + 1]).count() as u8;
             let start = if n_stages == 0 { 0 } else { ends[n_stages - 1] };
@@ -254,24 +271,28 @@ impl Subtable {
                 if s == 2 {
                     l3 = n_stages as u8;
                 }
+                if s == 3 {
+                    l4 = n_stages as u8;
+                }
                 ends[n_stages] = end;
                 n_stages += 1;
             }
         }
-        let mut plen = [0u8; 4];
+        let mut plen = [0u8; N_TRIES];
         if mask.dl_type() == 0xffff {
             for (i, f) in TRIE_FIELDS.iter().enumerate() {
                 plen[i] = prefix_len(f.get(&mask), f.bits).unwrap_or(0) as u8;
             }
         }
         let has_trie = plen.iter().any(|&p| p > 0);
-        debug_assert!(!has_trie || l3 != u8::MAX);
+        debug_assert!(!has_trie || l3 != u8::MAX || l4 != u8::MAX);
         Subtable {
             mask,
             words,
             ends,
             n_stages: n_stages as u8,
             l3,
+            l4,
             stage_sets: Default::default(),
             groups: HashKeyed::default(),
             prios: BTreeMap::new(),
@@ -344,7 +365,7 @@ pub struct Classifier<T> {
     by_mask: HashMap<FlowKey, usize>,
     /// (max priority, subtable index) of non-empty subtables, highest first.
     order: Vec<(u32, usize)>,
-    tries: [Trie; 4],
+    tries: [Trie; N_TRIES],
     /// Ids of removed rules not purged yet.
     removed: Vec<RuleId>,
 }
@@ -364,7 +385,7 @@ impl<T> Classifier<T> {
             free_subtables: Vec::new(),
             by_mask: HashMap::new(),
             order: Vec::new(),
-            tries: [Trie::new(32), Trie::new(32), Trie::new(128), Trie::new(128)],
+            tries: [Trie::new(32), Trie::new(32), Trie::new(128), Trie::new(128), Trie::new(16), Trie::new(16)],
             removed: Vec::new(),
         }
     }
@@ -443,7 +464,7 @@ impl<T> Classifier<T> {
         st.n_rules += 1;
         if st.has_trie && m.key.dl_type() != 0 {
             for (i, f) in TRIE_FIELDS.iter().enumerate() {
-                if st.plen[i] > 0 && m.key.dl_type() == TRIE_ETH[i] {
+                if st.plen[i] > 0 && trie_eth_ok(i, m.key.dl_type()) {
                     self.tries[i].insert(f.get(&m.key), st.plen[i] as u32);
                 }
             }
@@ -507,7 +528,7 @@ impl<T> Classifier<T> {
             st.n_rules -= 1;
             if st.has_trie {
                 for (i, f) in TRIE_FIELDS.iter().enumerate() {
-                    if st.plen[i] > 0 && r.m.key.dl_type() == TRIE_ETH[i] {
+                    if st.plen[i] > 0 && trie_eth_ok(i, r.m.key.dl_type()) {
                         self.tries[i].remove(f.get(&r.m.key), st.plen[i] as u32);
                     }
                 }
@@ -576,7 +597,7 @@ impl<T> Classifier<T> {
     pub fn lookup(&self, key: &FlowKey, version: u64, wc: &mut FlowKey) -> Option<RuleId> {
         let mut best: Option<Ref> = None;
         // Trie walks, done at most once per field and only when needed.
-        let mut walks: [Option<Walk>; 4] = [None; 4];
+        let mut walks: [Option<Walk>; N_TRIES] = [None; N_TRIES];
         'subtables: for &(maxp, si) in &self.order {
             if let Some(b) = &best {
                 // Equal priority could still win with a lower id.
@@ -607,12 +628,12 @@ impl<T> Classifier<T> {
                 // trie, often with fewer bits. Ask it only if the stage's
                 // bits are not all in `wc` already.
                 if !hit
-                    && s == st.l3 as usize
+                    && (s == st.l3 as usize || s == st.l4 as usize)
                     && st.has_trie
                     && !st.words[from..to]
                         .iter()
                         .all(|&w| wc.w[w as usize] & st.mask.w[w as usize] == st.mask.w[w as usize])
-                    && self.trie_skips(st, key, &mut walks, wc)
+                    && self.trie_skips(st, s == st.l4 as usize, key, &mut walks, wc)
                 {
                     continue 'subtables;
                 }
@@ -644,11 +665,18 @@ impl<T> Classifier<T> {
     /// True if a prefix trie proves no rule of `st` matches `key`, having
     /// added to `wc` the bits that proof read.
     #[inline]
-    fn trie_skips(&self, st: &Subtable, key: &FlowKey, walks: &mut [Option<Walk>; 4], wc: &mut FlowKey) -> bool {
+    fn trie_skips(
+        &self,
+        st: &Subtable,
+        l4: bool,
+        key: &FlowKey,
+        walks: &mut [Option<Walk>; N_TRIES],
+        wc: &mut FlowKey,
+    ) -> bool {
         let dl_type = key.dl_type();
-        for i in 0..4 {
+        for i in 0..N_TRIES {
             let p = st.plen[i] as u32;
-            if p == 0 || dl_type != TRIE_ETH[i] {
+            if p == 0 || TRIE_L4[i] != l4 || !trie_eth_ok(i, dl_type) {
                 continue;
             }
             let f = TRIE_FIELDS[i];

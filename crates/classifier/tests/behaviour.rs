@@ -102,6 +102,23 @@ fn staged_lookup_stops_before_l4() {
 }
 
 #[test]
+fn port_tries_keep_megaflows_wide_on_l4_ports() {
+    let mut c: Classifier<()> = Classifier::new();
+    c.insert(m("udp,tp_src=7"), 20, (), 1);
+    c.insert(m("udp"), 10, (), 1);
+    // Source port 1000 (0x03e8) first differs from 7 in its 7th leading
+    // bit: the ports trie rules the exact-port subtable out after reading
+    // 7 bits, so the megaflow covers source ports 512-1023, not just 1000.
+    let mut wc = FlowKey::ZERO;
+    assert!(c.lookup(&key("udp,tp_src=1000"), 1, &mut wc).is_some());
+    assert_eq!(wc.tp_src(), 0xfe00, "only the leading bits that rule out port 7");
+    // Port 7 itself matches the exact rule, reading the whole port.
+    let mut wc = FlowKey::ZERO;
+    assert!(c.lookup(&key("udp,tp_src=7"), 1, &mut wc).is_some());
+    assert_eq!(wc.tp_src(), 0xffff);
+}
+
+#[test]
 fn staged_lookup_stops_at_metadata() {
     let mut c: Classifier<()> = Classifier::new();
     c.insert(m("in_port=1,tcp,nw_dst=10.0.0.0/8,tp_dst=80"), 10, (), 1);
