@@ -112,10 +112,11 @@ def rule_file(flows):
         dst = f"10.2.{b // 250}.{b % 250 + 1}"
         lines.append(f"priority=10,udp,nw_dst={dst},tp_dst=5001,actions=output:2")
     if flows == "setup":
-        # One rule on the UDP source port makes every megaflow exact on it
-        # (the classifier looks at tp_src to rule it out), so each new
-        # source port of the generator is a new megaflow: an upcall.
-        lines.append("priority=20,udp,tp_src=7,actions=drop")
+        # One rule on the low byte of the UDP source port (a mask no prefix
+        # trie can use, in either switch) puts those 8 bits in every
+        # megaflow: 256 megaflows per destination, 256,000 in all, so most
+        # packets of a 1,000,000-flow stream need a new megaflow (an upcall).
+        lines.append("priority=20,udp,tp_src=0x7/0xff,actions=drop")
     path = tempfile.mktemp(prefix="xb-rules-", suffix=".txt")
     open(path, "w").write("\n".join(lines) + "\n")
     return path

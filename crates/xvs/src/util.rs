@@ -141,15 +141,17 @@ pub fn send_raw(ifname: &str, frames_hex: &[String]) -> Result<String> {
 }
 
 /// The `i`th of `n` flows: source and destination IPv4 addresses drawn
-/// from two pools of 1,000 (as the OVS AF_XDP paper's tests do) and a UDP
-/// source port, so rule tables on L3 or L4 see `n` distinct 5-tuples.
+/// from two pools of 1,000 (as the OVS AF_XDP paper's tests do), chosen by
+/// `i mod 1000`, and a UDP source port chosen by `i / 1000`, so rule tables
+/// on L3 or L4 see `n` distinct 5-tuples (up to 50 million) and every
+/// combination of destination and source port occurs.
 pub fn flow_tuple(i: u32) -> (u32, u32, u16) {
-    let a = i.wrapping_mul(7919) % 1000;
-    let b = i.wrapping_mul(104_729) % 1000;
+    let a = (i % 1000).wrapping_mul(7919) % 1000;
+    let b = (i % 1000).wrapping_mul(104_729) % 1000;
     (
         0x0a01_0000 | (a / 250) << 8 | (a % 250 + 1),
         0x0a02_0000 | (b / 250) << 8 | (b % 250 + 1),
-        1024 + (i % 50_000) as u16,
+        1024 + ((i / 1000) % 50_000) as u16,
     )
 }
 
