@@ -62,23 +62,7 @@ impl Ofproto {
     /// Translates an action list applied to a packet with `key` outside
     /// the tables (packet-out). Resubmits and NORMAL work as in a rule.
     pub fn translate_actions(&self, key: &FlowKey, actions: &[Action]) -> Translation {
-        let mut cx = Ctx {
-            of: self,
-            version: self.version,
-            key: *key,
-            wc: FlowKey::ALL_ONES,
-            pending: FlowKey::ZERO,
-            actions: Vec::new(),
-            action_set: Vec::new(),
-            trace: None,
-            indent: 0,
-            depth: 0,
-            table: 0,
-            cookie: 0,
-            stop: false,
-            counters: Vec::new(),
-            written: FlowKey::ZERO,
-        };
+        let mut cx = Ctx::new(self, key, FlowKey::ALL_ONES, false);
         for a in actions {
             if cx.stop {
                 break;
@@ -98,23 +82,7 @@ impl Ofproto {
         let mut wc = FlowKey::ZERO;
         wc.set_in_port(u32::MAX);
         wc.set_recirc_id(u32::MAX);
-        let mut cx = Ctx {
-            of: self,
-            version: self.version,
-            key: *key,
-            wc,
-            pending: FlowKey::ZERO,
-            actions: Vec::new(),
-            action_set: Vec::new(),
-            trace: trace.then(Vec::new),
-            indent: 0,
-            depth: 0,
-            table: 0,
-            cookie: 0,
-            stop: false,
-            counters: Vec::new(),
-            written: FlowKey::ZERO,
-        };
+        let mut cx = Ctx::new(self, key, wc, trace);
         cx.do_table(0, true);
         cx.mirror(key.in_port());
         // IP packets' megaflows always pin the fragment bits: the datapath
@@ -135,6 +103,28 @@ impl Ofproto {
 impl dpif::Upcall for Ofproto {
     fn translate(&self, key: &FlowKey) -> Translation {
         self.translate_key(key, 0)
+    }
+}
+
+impl<'a> Ctx<'a> {
+    fn new(of: &'a Ofproto, key: &FlowKey, wc: FlowKey, trace: bool) -> Ctx<'a> {
+        Ctx {
+            of,
+            version: of.version,
+            key: *key,
+            wc,
+            pending: FlowKey::ZERO,
+            actions: Vec::new(),
+            action_set: Vec::new(),
+            trace: trace.then(Vec::new),
+            indent: 0,
+            depth: 0,
+            table: 0,
+            cookie: 0,
+            stop: false,
+            counters: Vec::new(),
+            written: FlowKey::ZERO,
+        }
     }
 }
 

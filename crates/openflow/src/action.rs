@@ -49,17 +49,8 @@ pub fn ofport_from_wire(p: u32) -> Result<OfPort, ErrorKind> {
     })
 }
 
-pub fn ofport_to_wire(p: OfPort) -> u32 {
-    match p {
-        OfPort::Port(n) => n,
-        OfPort::InPort => ofpp::IN_PORT,
-        OfPort::Normal => ofpp::NORMAL,
-        OfPort::Flood => ofpp::FLOOD,
-        OfPort::All => ofpp::ALL,
-        OfPort::Local => ofpp::LOCAL,
-        OfPort::Controller => ofpp::CONTROLLER,
-    }
-}
+/// Our reserved-port enum -> OpenFlow 1.0 numbering.
+pub use ofproto::actions::ofport_number as ofport_to_wire;
 
 fn output(port: u32, max_len: u16) -> Result<Action, ErrorKind> {
     let p = ofport_from_wire(port)?;

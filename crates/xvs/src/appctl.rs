@@ -171,18 +171,7 @@ pub fn run(bridges: &[&Switch], method: &str, args: &[String]) -> Result<String,
                 let now = b.shared.now_ms();
                 for r in b.collect_reports(true) {
                     for f in &r.megaflows {
-                        let used = if f.packets == 0 {
-                            "never".into()
-                        } else {
-                            format!("{:.3}s", now.saturating_sub(f.used_ms) as f64 / 1000.0)
-                        };
-                        let acts = dpif::format_actions(&f.actions);
-                        let acts = if acts.is_empty() { "drop".to_string() } else { acts };
-                        let _ = writeln!(
-                            out,
-                            "{}, packets:{}, bytes:{}, used:{used}, actions:{acts}",
-                            f.matched, f.packets, f.bytes
-                        );
+                        let _ = writeln!(out, "{}", crate::commands::format_megaflow(f, now));
                     }
                 }
             }

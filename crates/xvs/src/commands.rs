@@ -108,17 +108,24 @@ fn dump_megaflows(sw: &Switch) -> Result<(String, Value)> {
     let now = sw.shared.now_ms();
     for r in sw.collect_reports(true) {
         for f in &r.megaflows {
-            let used = if f.packets == 0 {
-                "never".into()
-            } else {
-                format!("{:.3}s", now.saturating_sub(f.used_ms) as f64 / 1000.0)
-            };
+            writeln!(out, "{}", format_megaflow(f, now))?;
             let acts = dpif::format_actions(&f.actions);
-            writeln!(out, "{}, packets:{}, bytes:{}, used:{}, actions:{}", f.matched, f.packets, f.bytes, used, acts)?;
             flows.push(json!({"pmd": r.id, "match": f.matched.to_string(), "packets": f.packets, "bytes": f.bytes, "actions": acts}));
         }
     }
     Ok((out, json!({"megaflows": flows})))
+}
+
+/// One megaflow as `dpctl/dump-flows` prints it.
+pub fn format_megaflow(f: &dpif::MegaflowInfo, now_ms: u64) -> String {
+    let used = if f.packets == 0 {
+        "never".into()
+    } else {
+        format!("{:.3}s", now_ms.saturating_sub(f.used_ms) as f64 / 1000.0)
+    };
+    let acts = dpif::format_actions(&f.actions);
+    let acts = if acts.is_empty() { "drop".to_string() } else { acts };
+    format!("{}, packets:{}, bytes:{}, used:{used}, actions:{acts}", f.matched, f.packets, f.bytes)
 }
 
 fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {

@@ -337,43 +337,26 @@ fn main() -> ExitCode {
             controllers,
             fail_mode,
             datapath_id,
-            tx_flush_us: _,
-            db: Some(remote),
-        } => {
-            if !ports.is_empty() || !controllers.is_empty() || flows.is_some() {
-                Err(anyhow::anyhow!("--db: bridges, ports, controllers and flows come from the database; drop --port/--controller/--flows"))
-            } else {
-                let _ = (bridge, pmd_threads, pmd_cpus, poll, no_local_port, mirror, fail_mode, datapath_id);
-                signal_flag().and_then(|stop| xvs::db::run(&xvs::db::DbOptions { remote, run_dir }, &stop))
-            }
-        }
-        Cmd::Switch {
-            run_dir,
-            bridge,
-            ports,
-            pmd_threads,
-            pmd_cpus,
-            poll,
-            no_local_port,
-            mirror,
-            flows,
-            controllers,
-            fail_mode,
-            datapath_id,
             tx_flush_us,
-            db: None,
-        } => run_switch(
-            run_dir,
-            bridge,
-            ports,
-            pmd_threads,
-            pmd_cpus,
-            poll,
-            !no_local_port,
-            mirror,
-            flows,
-            OfArgs { controllers, fail_mode, datapath_id, tx_flush_us },
-        ),
+            db,
+        } => match db {
+            Some(_) if !ports.is_empty() || !controllers.is_empty() || flows.is_some() => Err(anyhow::anyhow!(
+                "--db: bridges, ports, controllers and flows come from the database; drop --port/--controller/--flows"
+            )),
+            Some(remote) => signal_flag().and_then(|stop| xvs::db::run(&xvs::db::DbOptions { remote, run_dir }, &stop)),
+            None => run_switch(
+                run_dir,
+                bridge,
+                ports,
+                pmd_threads,
+                pmd_cpus,
+                poll,
+                !no_local_port,
+                mirror,
+                flows,
+                OfArgs { controllers, fail_mode, datapath_id, tx_flush_us },
+            ),
+        },
         Cmd::Show(c) => client(&c, "show", &[]),
         Cmd::DumpFlows(c) => client(&c, "dump-flows", &[]),
         Cmd::PmdStats(c) => client(&c, "pmd-stats", &[]),
