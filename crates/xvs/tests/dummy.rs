@@ -27,14 +27,29 @@ fn frame(src: u8, dst: u8, vlan: Option<u16>) -> Vec<u8> {
     f.l3(L3::ipv4(0x0a00_0000 | src as u32, 0x0a00_0000 | dst as u32)).l4(L4::Udp { src: 1, dst: 2 }).build()
 }
 
-/// Waits until every port's queue is drained and returns what each sent.
-fn settle(hs: &[DummyHandle]) -> Vec<Vec<Vec<u8>>> {
+/// Waits until every port's queue is drained and at least `expect` frames
+/// were sent in all (up to 5 s: a loaded machine may hold the poll thread
+/// back between receiving and sending), then a little longer for any
+/// unexpected extra frame, and returns what each port sent.
+fn settle(hs: &[DummyHandle], expect: usize) -> Vec<Vec<Vec<u8>>> {
     let t = Instant::now();
-    while hs.iter().any(|h| h.pending_rx() > 0) && t.elapsed() < Duration::from_secs(5) {
+    let mut sent: Vec<Vec<Vec<u8>>> = vec![Vec::new(); hs.len()];
+    loop {
+        for (i, h) in hs.iter().enumerate() {
+            sent[i].extend(h.take_sent());
+        }
+        let n: usize = sent.iter().map(Vec::len).sum();
+        let drained = hs.iter().all(|h| h.pending_rx() == 0);
+        if (drained && n >= expect) || t.elapsed() > Duration::from_secs(5) {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(2));
     }
     std::thread::sleep(Duration::from_millis(30));
-    hs.iter().map(|h| h.take_sent()).collect()
+    for (i, h) in hs.iter().enumerate() {
+        sent[i].extend(h.take_sent());
+    }
+    sent
 }
 
 #[test]
@@ -61,20 +76,20 @@ fn normal_vlans_learning_and_rule_changes_over_dummy_ports() {
     }
     // Unknown destination from port 1 (VLAN 10): port 2 untagged, trunk tagged 10, never port 3.
     hs[0].inject(&frame(1, 9, None));
-    let sent = settle(&hs);
+    let sent = settle(&hs, 2);
     assert_eq!(sent[1], vec![frame(1, 9, None)]);
     assert!(sent[2].is_empty(), "VLAN 20 port must not see VLAN 10 traffic");
     assert_eq!(sent[3], vec![frame(1, 9, Some(10))]);
     // A reply from the trunk in VLAN 10: MAC 1 is known, so only port 1 gets it, untagged.
     hs[3].inject(&frame(9, 1, Some(10)));
-    let sent = settle(&hs);
+    let sent = settle(&hs, 1);
     assert_eq!(sent[0], vec![frame(9, 1, None)]);
     assert!(sent[1].is_empty() && sent[2].is_empty() && sent[3].is_empty());
     // Now 1 -> 9 is unicast to the trunk, from the cache after the first.
     for _ in 0..50 {
         hs[0].inject(&frame(1, 9, None));
     }
-    let sent = settle(&hs);
+    let sent = settle(&hs, 50);
     assert_eq!(sent[3].len(), 50);
     assert!(sent[1].is_empty(), "no more flooding after learning");
     // A rule added at run time overrides NORMAL for the cached flow.
@@ -82,7 +97,7 @@ fn normal_vlans_learning_and_rule_changes_over_dummy_ports() {
     for _ in 0..5 {
         hs[0].inject(&frame(1, 9, None));
     }
-    let sent = settle(&hs);
+    let sent = settle(&hs, 5);
     assert_eq!(sent[2].len(), 5, "the stale megaflow was revalidated");
     assert!(sent[3].is_empty());
     let (_, j) = xvs::commands::run(&sw, "pmd-stats", &[]).unwrap();
