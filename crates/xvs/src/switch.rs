@@ -414,7 +414,8 @@ impl Sink for PortSink<'_> {
             Some(p) => {
                 let mut dev = p.dev.lock().expect("port lock");
                 let _ = dev.tx_batch(pkts);
-                if !self.sent.contains(&port) {
+                // Only ports that defer their transmit kicks need a later flush.
+                if p.spec.tx_flush_us > 0 && !self.sent.contains(&port) {
                     self.sent.push(port);
                 }
             }
