@@ -32,7 +32,7 @@ fn rx_from_namespace(tag: &str, mode: XdpMode, want: ActiveMode) {
     pinger.join().unwrap();
     assert!(port.stats().rx_packets >= 1);
     drop(port);
-    assert!(!ip_shows_xdp(&t.dev[0]), "XDP program left after drop");
+    assert!(xdp_gone(&t.dev[0]), "XDP program left after drop");
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn ping_through(tag: &str, mode: XdpMode, shared: bool) {
     }
     drop(ports);
     for d in &t.dev {
-        assert!(!ip_shows_xdp(d), "XDP left on {d}");
+        assert!(xdp_gone(d), "XDP left on {d}");
     }
     // Every frame is back in the pool once the ports are gone.
     assert_eq!(umem.free_frames(), ucfg.nframes as usize);
@@ -186,7 +186,7 @@ fn leftover_program_is_cleared_at_open() {
     let port = AfxdpPort::open(&t.dev[0], cfg(XdpMode::Native)).unwrap();
     assert_eq!(port.xdp_mode(), ActiveMode::Native);
     drop(port);
-    assert!(!ip_shows_xdp(&t.dev[0]));
+    assert!(xdp_gone(&t.dev[0]));
 }
 
 /// Two receive queues per device: the port opens a socket on each (the
@@ -215,5 +215,5 @@ fn too_many_queues_is_an_error() {
     let c = AfxdpConfig { n_rxq: 4, xdp_mode: XdpMode::Native, ..Default::default() };
     assert!(AfxdpPort::open(&t.dev[0], c).is_err());
     // And nothing is left attached after the failed open.
-    assert!(!ip_shows_xdp(&t.dev[0]));
+    assert!(xdp_gone(&t.dev[0]));
 }

@@ -130,6 +130,20 @@ pub fn ip_shows_xdp(dev: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).contains("xdp")
 }
 
+/// Whether the device is free of XDP within 2 s: the kernel releases an
+/// XDP link asynchronously after its last file descriptor closes (on a
+/// loaded machine this takes a moment).
+pub fn xdp_gone(dev: &str) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(2) {
+        if !ip_shows_xdp(dev) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    !ip_shows_xdp(dev)
+}
+
 /// A forwarder thread: everything received on port 0 goes to port 1 and
 /// back, until stopped. Returns the ports when joined.
 pub struct Forwarder {
