@@ -8,7 +8,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # One closing line over every test binary (cargo prints one per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
      END { printf "\nall tests: %d passed, %d failed\n", p, f }' "$log"
