@@ -493,6 +493,10 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             if n == 0 {
                 continue;
             }
+            // Read the rule generation after receiving: a packet that
+            // arrived after a rule change committed must be looked up with
+            // that change (the iteration-start read may predate it).
+            pmd.set_generation(sh.generation.load(Ordering::Acquire));
             moved += n;
             for p in pkts.iter_mut() {
                 p.in_port = port.ofport;
