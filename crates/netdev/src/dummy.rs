@@ -63,15 +63,7 @@ impl Netdev for DummyPort {
     }
     fn rx_batch(&mut self, _rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
         let mut q = self.handle.inner.lock().unwrap();
-        let mut n = 0;
-        while n < max {
-            let Some(f) = q.rx.pop_front() else { break };
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += f.len() as u64;
-            out.push(Packet::from_slice(&f));
-            n += 1;
-        }
-        Ok(n)
+        Ok(crate::drain_frames(&mut q.rx, out, max, &mut self.stats))
     }
     fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
         let mut q = self.handle.inner.lock().unwrap();

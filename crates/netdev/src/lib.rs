@@ -15,6 +15,25 @@ pub mod packet;
 pub mod patch;
 
 pub use packet::Packet;
+
+/// Moves up to `max` queued frames into `out` as packets, counting them
+/// as received (the receive path of the in-memory ports).
+pub(crate) fn drain_frames(
+    q: &mut std::collections::VecDeque<Vec<u8>>,
+    out: &mut Vec<Packet>,
+    max: usize,
+    stats: &mut PortStats,
+) -> usize {
+    let mut n = 0;
+    while n < max {
+        let Some(f) = q.pop_front() else { break };
+        stats.rx_packets += 1;
+        stats.rx_bytes += f.len() as u64;
+        out.push(Packet::from_slice(&f));
+        n += 1;
+    }
+    n
+}
 use std::io;
 
 /// Maximum packets moved per rx/tx call.

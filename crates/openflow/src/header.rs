@@ -28,21 +28,8 @@ impl Version {
     }
 }
 
-/// Message types shared by the versions (values of 1.3+; 1.0 differs
-/// after BARRIER and is mapped by [`Header::msg_type`]).
-pub mod msg {
-    pub const HELLO: u8 = 0;
-    pub const ERROR: u8 = 1;
-    pub const ECHO_REQUEST: u8 = 2;
-    pub const ECHO_REPLY: u8 = 3;
-    pub const EXPERIMENTER: u8 = 4;
-    pub const FEATURES_REQUEST: u8 = 5;
-    pub const FEATURES_REPLY: u8 = 6;
-    pub const BARRIER_REQUEST_10: u8 = 18;
-    pub const BARRIER_REPLY_10: u8 = 19;
-    pub const BARRIER_REQUEST: u8 = 20;
-    pub const BARRIER_REPLY: u8 = 21;
-}
+/// Message type numbers (one table for the crate, in [`crate::msg::t`]).
+pub use crate::msg::t as msg;
 
 pub const HEADER_LEN: usize = 8;
 /// Largest message the framer accepts (the length field is 16 bits).
