@@ -253,8 +253,23 @@ struct Subtable {
     /// Prefix length of the mask on each trie field, 0 if not usable (not
     /// a CIDR prefix, absent, or `dl_type` not exactly matched).
     plen: [u8; N_TRIES],
+    /// Port masks that are not prefixes (`tp_src=0x7/0xff`) get a trie of
+    /// their own, over the masked port, as Open vSwitch's ports trie does.
+    masked_ports: [Option<Box<MaskedTrie>>; 2],
     has_trie: bool,
     n_rules: usize,
+}
+
+/// A trie private to one subtable over one port field whose mask `mask` is
+/// not a prefix. It holds `key & mask` of each rule, as a prefix of length
+/// `p` (up to and including the mask's last set bit), so it is a prefix trie
+/// over masked values. A walk of the packet's masked port that proves no
+/// rule agrees on `p` bits read only `mask & top(bits)` of the packet.
+#[derive(Debug)]
+struct MaskedTrie {
+    mask: u16,
+    p: u32,
+    trie: Trie,
 }
 
 impl Subtable {
@@ -284,7 +299,15 @@ impl Subtable {
                 plen[i] = prefix_len(f.get(&mask), f.bits).unwrap_or(0) as u8;
             }
         }
-        let has_trie = plen.iter().any(|&p| p > 0);
+        let mut masked_ports: [Option<Box<MaskedTrie>>; 2] = [None, None];
+        for (j, f) in [loc::TP_SRC, loc::TP_DST].iter().enumerate() {
+            let m = f.get(&mask) as u16;
+            if m != 0 && prefix_len(m as u128, 16).is_none() {
+                let p = 16 - m.trailing_zeros();
+                masked_ports[j] = Some(Box::new(MaskedTrie { mask: m, p, trie: Trie::new(16) }));
+            }
+        }
+        let has_trie = plen.iter().any(|&p| p > 0) || masked_ports.iter().any(Option::is_some);
         debug_assert!(!has_trie || l3 != u8::MAX || l4 != u8::MAX);
         Subtable {
             mask,
@@ -297,6 +320,7 @@ impl Subtable {
             groups: HashKeyed::default(),
             prios: BTreeMap::new(),
             plen,
+            masked_ports,
             has_trie,
             n_rules: 0,
         }
@@ -469,6 +493,11 @@ impl<T> Classifier<T> {
                 }
             }
         }
+        for (t, f) in st.masked_ports.iter_mut().zip([loc::TP_SRC, loc::TP_DST]) {
+            if let Some(t) = t {
+                t.trie.insert(f.get(&m.key) & t.mask as u128, t.p);
+            }
+        }
         self.rules.insert(id, Rule { m, priority, data, added: version, removed: LIVE, subtable: si, hash: hs[last] });
         if old_max.is_none_or(|p| priority > p) {
             self.update_order(si);
@@ -531,6 +560,11 @@ impl<T> Classifier<T> {
                     if st.plen[i] > 0 && trie_eth_ok(i, r.m.key.dl_type()) {
                         self.tries[i].remove(f.get(&r.m.key), st.plen[i] as u32);
                     }
+                }
+            }
+            for (t, f) in st.masked_ports.iter_mut().zip([loc::TP_SRC, loc::TP_DST]) {
+                if let Some(t) = t {
+                    t.trie.remove(f.get(&r.m.key) & t.mask as u128, t.p);
                 }
             }
             let empty = st.n_rules == 0;
@@ -691,6 +725,19 @@ impl<T> Classifier<T> {
                 // exactly; this keeps the proof self-contained.)
                 loc::DL_TYPE.set(wc, 0xffff);
                 return true;
+            }
+        }
+        if l4 {
+            // The subtable's own tries over masked ports. All its rules share
+            // the mask, so the proof holds for any Ethertype.
+            for (t, f) in st.masked_ports.iter().zip([loc::TP_SRC, loc::TP_DST]) {
+                let Some(t) = t else { continue };
+                let walk = t.trie.lookup(f.get(key) & t.mask as u128);
+                if let Some(bits) = walk.bits_to_exclude(t.p) {
+                    let top = if bits == 0 { 0 } else { (0xffffu32 << (16 - bits)) as u16 };
+                    f.set(wc, f.get(wc) | (t.mask & top) as u128);
+                    return true;
+                }
             }
         }
         false

@@ -119,6 +119,28 @@ fn port_tries_keep_megaflows_wide_on_l4_ports() {
 }
 
 #[test]
+fn masked_port_rules_get_a_subtable_trie() {
+    let mut c: Classifier<()> = Classifier::new();
+    let low = c.insert(m("udp,tp_src=0x7/0xff"), 20, (), 1);
+    c.insert(m("udp"), 10, (), 1);
+    // Low byte 0x34 (0011 0100) first differs from 0x07 (0000 0111) in the
+    // low byte's third bit: the subtable's trie over masked ports rules it
+    // out reading only the mask bits up to there (0x00e0), so the megaflow
+    // covers every high byte and 32 low-byte values, as Open vSwitch does.
+    let mut wc = FlowKey::ZERO;
+    assert_ne!(c.lookup(&key("udp,tp_src=0x1234"), 1, &mut wc), Some(low));
+    assert_eq!(wc.tp_src(), 0x00e0);
+    // A port whose low byte is 7 matches, reading the whole low byte only.
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&key("udp,tp_src=0xab07"), 1, &mut wc), Some(low));
+    assert_eq!(wc.tp_src(), 0x00ff);
+    // After the rule goes, its trie entry goes too.
+    c.remove(low, 2);
+    let mut wc = FlowKey::ZERO;
+    assert_ne!(c.lookup(&key("udp,tp_src=0xab07"), 2, &mut wc), Some(low));
+}
+
+#[test]
 fn staged_lookup_stops_at_metadata() {
     let mut c: Classifier<()> = Classifier::new();
     c.insert(m("in_port=1,tcp,nw_dst=10.0.0.0/8,tp_dst=80"), 10, (), 1);

@@ -61,7 +61,7 @@ fn exact(k: &mut FlowKey, m: &mut FlowKey, f: Loc, v: u128) {
 
 /// A random rule match built from one of several shapes.
 fn arb_match() -> impl Strategy<Value = Match> {
-    (0u8..18, any::<u64>(), any::<u64>(), 0u32..=33, 0u32..=129).prop_map(|(shape, a, b, p4, p6)| {
+    (0u8..19, any::<u64>(), any::<u64>(), 0u32..=33, 0u32..=129).prop_map(|(shape, a, b, p4, p6)| {
         let (mut key, mut mask) = (FlowKey::ZERO, FlowKey::ZERO);
         let (k_, m_) = (&mut key, &mut mask);
         let ipv4 = |k: &mut FlowKey, m: &mut FlowKey| exact(k, m, loc::DL_TYPE, ethertype::IPV4 as u128);
@@ -140,6 +140,14 @@ fn arb_match() -> impl Strategy<Value = Match> {
                     // Group bit of dl_dst only: an arbitrary-bit L2 mask.
                     set(k_, m_, loc::DL_DST, (b >> 1) as u128, 0x0100_0000_0000);
                 }
+            }
+            17 => {
+                // Arbitrary (mostly non-prefix) port masks: per-subtable tries.
+                ipv4(k_, m_);
+                exact(k_, m_, loc::NW_PROTO, ipproto::UDP as u128);
+                let f = if b & 1 == 0 { loc::TP_SRC } else { loc::TP_DST };
+                let masks = [0x00ff, 0x0f0f, 0x00f0, 0x8001, 0x7ffe];
+                set(k_, m_, f, (a % 5) as u128, masks[(b >> 1) as usize % masks.len()]);
             }
             _ => {} // Catch-all.
         }
