@@ -74,6 +74,37 @@ def cpu_of(pid):
         return 0.0
 
 
+def thread_times(pid, tid):
+    """(user s, system s) of one thread."""
+    try:
+        f = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        return int(f[11]) / HZ, int(f[12]) / HZ
+    except (OSError, IndexError, TypeError):
+        return 0.0, 0.0
+
+
+def find_thread(pid, prefix):
+    """Id of the first thread of `pid` whose name starts with `prefix`."""
+    for _ in range(50):
+        try:
+            for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+                if open(f"/proc/{pid}/task/{tid}/comm").read().startswith(prefix):
+                    return int(tid)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return None
+
+
+def cpu_times(cpu):
+    """(user, system, softirq, idle) seconds of one CPU, from /proc/stat."""
+    for line in open("/proc/stat"):
+        if line.startswith(f"cpu{cpu} "):
+            f = [int(x) / HZ for x in line.split()[1:]]
+            return f[0] + f[1], f[2], f[6], f[3] + f[4]
+    return 0.0, 0.0, 0.0, 0.0
+
+
 def softirq():
     for line in open("/proc/stat"):
         if line.startswith("cpu "):
@@ -81,8 +112,12 @@ def softirq():
     return 0.0
 
 
-def run_once(topo, size, flows, secs, pid):
-    """One measurement: (offered pps, forwarded pps, switch cpu s, softirq s)."""
+SETUP_FLOWS = 1_000_000
+
+
+def run_once(topo, size, flows, secs, pid, first=0, tid=None):
+    """One measurement: (offered pps, forwarded pps, switch cpu s, softirq s,
+    poll thread (user s, system s), CPU 1 (user, system, softirq, idle) s)."""
     ready = tempfile.mktemp(prefix="xb-ready-")
     sink = subprocess.Popen(["ip", "netns", "exec", S, XVS, "util", "xdp-sink", "--dev", "eth0",
                              "--seconds", str(secs + 1.0), "--ready-file", ready],
@@ -91,32 +126,40 @@ def run_once(topo, size, flows, secs, pid):
     while not os.path.exists(ready) and time.time() - t0 < 5:
         time.sleep(0.02)
     c0, s0 = cpu_of(pid) if pid else 0.0, softirq()
+    t0, k0 = thread_times(pid, tid), cpu_times(1)
     gen = sh("ip", "netns", "exec", G, "taskset", "-c", "0", XVS, "util", "pktgen", "--dev", "eth0",
              "--src-mac", topo.gmac, "--dst-mac", topo.smac, "--size", str(size - 4),
-             "--flows", str(flows), "--seconds", str(secs))
+             "--flows", str(flows), "--first-flow", str(first), "--seconds", str(secs))
     c1, s1 = cpu_of(pid) if pid else 0.0, softirq()
+    t1, k1 = thread_times(pid, tid), cpu_times(1)
     out = sink.communicate(timeout=secs + 10)[0]
     os.path.exists(ready) and os.unlink(ready)
     sent = int(re.search(r"sent (\d+)", gen).group(1))
     got = int(re.search(r"received (\d+)", out).group(1))
-    return sent / secs, got / secs, c1 - c0, s1 - s0
+    return (sent / secs, got / secs, c1 - c0, s1 - s0, [b - a for a, b in zip(t0, t1)],
+            [b - a for a, b in zip(k0, k1)], got)
 
 
-def rule_file(flows):
+def rule_file(flows, reps=3):
     """1000 rules that force L3/L4 megaflows: one per destination address
     of the generator's pool, matching UDP to port 5001; ARP and the rest
-    go NORMAL."""
-    sys.path.insert(0, os.path.dirname(__file__))
+    go NORMAL.
+
+    For the flow-setup case ("setup") those rules continue in table 1,
+    which has one rule per UDP source port the generator uses (1,000 per
+    run): every megaflow then holds the exact destination and the exact
+    source port, in both switches (prefix tries cannot widen an exact hit),
+    so every new (destination, source port) pair of the generator's stream
+    is a new megaflow, set up by an upcall."""
     lines = ["priority=0,actions=NORMAL"]
+    then = "resubmit(,1)" if flows == "setup" else "output:2"
     for b in range(1000):
         dst = f"10.2.{b // 250}.{b % 250 + 1}"
-        lines.append(f"priority=10,udp,nw_dst={dst},tp_dst=5001,actions=output:2")
+        lines.append(f"priority=10,udp,nw_dst={dst},tp_dst=5001,actions={then}")
     if flows == "setup":
-        # One rule on the low byte of the UDP source port (a mask no prefix
-        # trie can use, in either switch) puts those 8 bits in every
-        # megaflow: 256 megaflows per destination, 256,000 in all, so most
-        # packets of a 1,000,000-flow stream need a new megaflow (an upcall).
-        lines.append("priority=20,udp,tp_src=0x7/0xff,actions=drop")
+        lines.append("table=1,priority=0,actions=output:2")
+        for sport in range(1024, 1024 + 1000 * reps):
+            lines.append(f"table=1,priority=10,udp,tp_src={sport},actions=output:2")
     path = tempfile.mktemp(prefix="xb-rules-", suffix=".txt")
     open(path, "w").write("\n".join(lines) + "\n")
     return path
@@ -138,6 +181,7 @@ class Xvs:
                 break
             time.sleep(0.05)
         self.pid = self.p.pid
+        self.tid = find_thread(self.pid, "pmd")
         if rules and ofctl:
             # The same tool and file as for OVS, over xvs's management socket.
             mgmt = f"unix:{self.run}/br0.mgmt"
@@ -173,6 +217,7 @@ class Ovs:
            f"other_config:tx-flush-interval={TX_FLUSH_US}", env=env)
         sh("ovs-vswitchd", db, f"--pidfile={d}/ovs-vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log", env=env)
         self.pid = int(open(f"{d}/ovs-vswitchd.pid").read())
+        self.tid = None
         self.appctl = ["ovs-appctl", "-t", f"{d}/ovs-vswitchd.{self.pid}.ctl"]
         sh(*self.vsctl, "add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev", env=env)
         self.mode = "native"
@@ -189,6 +234,7 @@ class Ovs:
             sh("ovs-ofctl", "del-flows", "br0", env=env)
             sh("ovs-ofctl", "add-flows", "br0", rules, env=env)
         sh(*self.appctl, "dpif-netdev/pmd-stats-clear", env=env)
+        self.tid = find_thread(self.pid, "pmd")
 
     def stats(self):
         out = sh(*self.appctl, "dpif-netdev/pmd-stats-show", env=self.env)
@@ -197,8 +243,17 @@ class Ovs:
             return float(m.group(1)) if m else 0.0
         return {"packets": int(num(r"packets received: (\d+)")),
                 "cycles_per_packet": num(r"avg processing cycles per packet: ([\d.]+)"),
-                "upcalls": int(num(r"miss with success upcall: (\d+)")),
-                "megaflows": None}
+                # Both count: a failed upcall is, in dpif-netdev, almost
+                # always one whose flow was not installed because the
+                # datapath held the flow limit (ENOSPC); the packet was
+                # still translated and forwarded by the slow path. xvs
+                # counts those in its upcalls too (upcall_lost_limit).
+                "upcalls": int(num(r"miss with success upcall: (\d+)")) + int(num(r"miss with failed upcall: (\d+)")),
+                "megaflows": self.megaflows()}
+
+    def megaflows(self):
+        m = re.search(r"flows: (\d+)", sh(*self.appctl, "dpctl/show", env=self.env, check=False))
+        return int(m.group(1)) if m else None
 
     def stop(self):
         for f in ("ovs-vswitchd", "ovsdb-server"):
@@ -221,6 +276,7 @@ class Bridge:
             sh("ip", "link", "set", p, "master", "xbbr")
         sh("ip", "link", "set", "xbbr", "up")
         self.pid = None
+        self.tid = None
 
     def stats(self):
         return {}
@@ -237,6 +293,7 @@ class Wire:
                                   stderr=subprocess.DEVNULL)
         time.sleep(1)
         self.pid = self.p.pid
+        self.tid = self.pid
 
     def stats(self):
         return {}
@@ -247,6 +304,53 @@ class Wire:
             self.p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.p.kill()
+
+
+def chart(plt, results, order, sizes, flowset, path):
+    """Four panels: forwarded packets/s by frame size (1 flow) and by flow
+    count (64 B); the switch-bound cases; where the switch core's time went
+    per packet."""
+    def get(lab, size, flows, key="forwarded_pps"):
+        return next((r.get(key) or 0 for r in results if r["switch"] == lab and r["size"] == size
+                     and r["flows"] == flows), 0)
+
+    fig, axs = plt.subplots(2, 2, figsize=(14, 9))
+    labels = [lab for lab in order if any(r["switch"] == lab and r["flows"] in flowset for r in results)]
+    for ax, xs, key in ((axs[0][0], sizes, "size"), (axs[0][1], flowset, "flows")):
+        w = 0.8 / max(1, len(labels))
+        for i, lab in enumerate(labels):
+            ys = [get(lab, x, 1) / 1e3 if key == "size" else get(lab, 64, x) / 1e3 for x in xs]
+            ax.bar([j + i * w for j in range(len(xs))], ys, w, label=lab)
+        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(xs))],
+                      [f"{x} B" if key == "size" else f"{x} flows" for x in xs])
+        ax.set_ylabel("forwarded kpps (median)")
+        ax.set_title("by frame size, 1 flow" if key == "size" else "by flow count, 64 B")
+    axs[0][0].legend(fontsize=7)
+    ax = axs[1][0]
+    bound = [r for r in results if "many flows" in r["switch"] or "setup" in r["switch"]]
+    if bound:
+        names = [r["switch"] for r in bound]
+        ax.barh(names, [r["forwarded_pps"] / 1e3 for r in bound], color="tab:blue", label="forwarded kpps")
+        ax.barh(names, [(r.get("upcalls_per_s") or 0) / 1e3 for r in bound], color="tab:orange", height=0.4,
+                label="new flows (upcalls) k/s")
+        ax.legend(fontsize=7)
+        ax.set_title("switch-bound: 20,000 flows through 1000 rules; flow setup")
+    ax = axs[1][1]
+    split = [r for r in results if r.get("ns_per_packet_split") and r["size"] == 64 and r["flows"] == 1]
+    if split:
+        names = [r["switch"] for r in split]
+        u = [r["ns_per_packet_split"]["pmd_user"] for r in split]
+        si = [r["ns_per_packet_split"]["cpu1_softirq"] for r in split]
+        sy = [max(0.0, r["ns_per_packet_split"]["pmd_system"] - x) for r, x in zip(split, si)]
+        ax.barh(names, u, label="poll thread, user")
+        ax.barh(names, sy, left=u, label="poll thread, kernel (syscalls)")
+        ax.barh(names, si, left=[a + b for a, b in zip(u, sy)], label="softirq on the switch core")
+        ax.set_xlabel("ns of the switch core per forwarded packet (64 B, 1 flow)")
+        ax.legend(fontsize=7)
+        ax.set_title("where the switch core's time goes")
+    fig.suptitle("xvs vs OVS 3.1 AF_XDP vs Linux bridge on veth, one run (medians)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, bbox_inches="tight")
 
 
 def main():
@@ -267,7 +371,7 @@ def main():
     flowset = [1, 1000] if a.quick else [1, 100, 1000]
     have_ovs = shutil.which("ovs-vswitchd") is not None and not a.no_ovs
     rules = rule_file(1000)
-    setup_rules = rule_file("setup")
+    setup_rules = rule_file("setup", a.reps)
     switches = [("bare", None, None), ("afxdp-wire", Wire, None), ("linux-bridge", Bridge, None),
                 ("xvs NORMAL", Xvs, None)]
     if have_ovs:
@@ -280,9 +384,11 @@ def main():
     # Switch-bound cases: many flows through the L3/L4 rule table.
     extra = [] if a.quick else [("xvs 1000 rules", Xvs, rules, 64, 20000)] + (
         [("ovs 1000 rules", Ovs, rules, 64, 20000)] if have_ovs else [])
-    # Flow setup: a new (destination, source port) per packet, each an upcall.
-    extra += [("xvs flow setup", Xvs, setup_rules, 64, 1000000)] + (
-        [("ovs flow setup", Ovs, setup_rules, 64, 1000000)] if have_ovs else [])
+    # Flow setup: a new (destination, source port) per packet, each an
+    # upcall; run r sends flows r*1,000,000.. so no run meets the previous
+    # run's megaflows.
+    extra += [("xvs flow setup", Xvs, setup_rules, 64, SETUP_FLOWS)] + (
+        [("ovs flow setup", Ovs, setup_rules, 64, SETUP_FLOWS)] if have_ovs else [])
     results = []
     total = len(switches) * len(cases) + len(extra)
     done = 0
@@ -297,10 +403,17 @@ def main():
         topo = Topo(direct=cls is None)
         sw = cls(rf) if cls else None
         try:
-            reps = []
+            reps, per_run, up0 = [], [], 0
             for r in range(a.reps):
                 progress(f"{label}: {size} B, {flows} flows, run {r + 1}/{a.reps}")
-                reps.append(run_once(topo, size, flows, a.seconds, sw.pid if sw else None))
+                first = r * SETUP_FLOWS if "setup" in label else 0
+                reps.append(run_once(topo, size, flows, a.seconds, sw.pid if sw else None, first,
+                                     sw.tid if sw else None))
+                if sw:
+                    st = sw.stats()
+                    if st.get("upcalls") is not None:
+                        per_run.append({"upcalls": st["upcalls"] - up0, "megaflows_after": st.get("megaflows")})
+                        up0 = st["upcalls"]
             st = sw.stats() if sw else {}
         finally:
             if sw:
@@ -310,12 +423,27 @@ def main():
         fwd = statistics.median(x[1] for x in reps)
         cpu = statistics.median(x[2] for x in reps) / a.seconds
         sirq = statistics.median(x[3] for x in reps) / a.seconds
+        med = lambda f: statistics.median(f(x) for x in reps)
+        # Where CPU 1 (the switch core) went, per forwarded packet: the poll
+        # thread's user and system time (the kernel's user/system split, as
+        # in Table 4 of the paper) and the CPU's softirq time (transmit work
+        # on veth runs the receiver's NAPI poll on the sending core).
         row = {"switch": label, "size": size, "flows": flows, "offered_pps": off, "forwarded_pps": fwd,
                "loss": max(0.0, 1 - fwd / off) if off else 0.0, "switch_cpu": cpu, "softirq_cpu": sirq,
-               "runs": [list(x) for x in reps]}
+               "cpu1": {k: med(lambda x, i=i: x[5][i]) / a.seconds for i, k in enumerate(("user", "system", "softirq", "idle"))},
+               "runs": [list(x[:4]) for x in reps]}
+        if sw and sw.tid:
+            row["pmd_thread"] = {"user": med(lambda x: x[4][0]) / a.seconds, "system": med(lambda x: x[4][1]) / a.seconds}
+            row["ns_per_packet_split"] = {
+                "pmd_user": med(lambda x: 1e9 * x[4][0] / max(1, x[6])),
+                "pmd_system": med(lambda x: 1e9 * x[4][1] / max(1, x[6])),
+                "cpu1_softirq": med(lambda x: 1e9 * x[5][2] / max(1, x[6])),
+            }
         row.update(st)
-        if label.startswith(("xvs", "ovs")) and st.get("upcalls"):
-            row["upcalls_per_s"] = st["upcalls"] / (a.seconds * a.reps)
+        if per_run:
+            row["per_run"] = per_run
+            # Median over runs of the upcalls each run caused.
+            row["upcalls_per_s"] = statistics.median(x["upcalls"] for x in per_run) / a.seconds
         if label.startswith("ovs") and sw is not None:
             row["xdp_mode"] = sw.mode
         results.append(row)
@@ -339,29 +467,27 @@ def main():
             "generator": "xvs util pktgen (AF_PACKET) on CPU 0", "sink": "XDP count+drop (native) in the sink ns",
             "switch_cpu": "CPU 1 (xvs and the AF_XDP wire pinned; OVS pmd-cpu-mask=0x2)"}
     json.dump({"meta": meta, "results": results}, open(os.path.join(a.out, "results.json"), "w"), indent=1)
-    hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}"
+    hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}{'mflows':>9}  ns/pkt usr/sys/sirq"
     print(hdr)
+
+    def split(r):
+        sp = r.get("ns_per_packet_split")
+        if not sp:
+            return "-"
+        return f"{sp['pmd_user']:.0f}/{sp['pmd_system']:.0f}/{sp['cpu1_softirq']:.0f}"
+
     for r in results:
         cyc = r.get("cycles_per_packet")
         ups = r.get("upcalls_per_s")
         print(f"{r['switch']:<26}{r['size']:>6}{r['flows']:>7}{r['offered_pps']:>11.0f}{r['forwarded_pps']:>11.0f}"
               f"{100 * r['loss']:>6.1f}%{100 * r['switch_cpu']:>6.0f}%{100 * r['softirq_cpu']:>6.0f}%"
-              f"{(f'{cyc:.0f}' if cyc else '-'):>9}{(f'{ups:.0f}' if ups else '-'):>9}")
+              f"{(f'{cyc:.0f}' if cyc else '-'):>9}{(f'{ups:.0f}' if ups else '-'):>9}"
+              f"{(str(r['megaflows']) if r.get('megaflows') is not None else '-'):>9}  {split(r)}")
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        labels = sorted({r["switch"] for r in results if r["flows"] == 1}, key=[s[0] for s in switches].index)
-        fig, ax = plt.subplots(figsize=(10, 5))
-        w = 0.8 / max(1, len(labels))
-        for i, lab in enumerate(labels):
-            ys = [next((r["forwarded_pps"] / 1e3 for r in results if r["switch"] == lab and r["size"] == s and r["flows"] == 1), 0) for s in sizes]
-            ax.bar([x + i * w for x in range(len(sizes))], ys, w, label=lab)
-        ax.set_xticks([x + 0.4 - w / 2 for x in range(len(sizes))], [f"{s} B" for s in sizes])
-        ax.set_ylabel("forwarded kpps (1 flow, median)")
-        ax.legend(fontsize=8)
-        ax.set_title("xvs vs OVS 3.1 AF_XDP vs Linux bridge, veth, one run")
-        fig.savefig(os.path.join(a.out, "chart.png"), dpi=100, bbox_inches="tight")
+        chart(plt, results, [s[0] for s in switches], sizes, flowset, os.path.join(a.out, "chart.png"))
         print(f"chart: {os.path.join(a.out, 'chart.png')}")
     except ImportError:
         print("chart skipped: python3-matplotlib not installed (bench.sh installs it)")

@@ -158,12 +158,16 @@ enum Found {
 
 impl Pmd {
     pub fn new(cfg: PmdConfig) -> Pmd {
+        let cap = cfg.megaflow_limit.min(1 << 20);
         Pmd {
             cfg,
             emc: Emc::default(),
             dpcls: Dpcls::default(),
-            flows: Vec::new(),
-            slot_version: Vec::new(),
+            // Reserved (address space only; pages are touched as slots are
+            // first used), so a burst of new flows never pays for moving
+            // the whole table to a bigger allocation.
+            flows: Vec::with_capacity(cap),
+            slot_version: Vec::with_capacity(cap),
             free: Vec::new(),
             n_flows: 0,
             generation: 0,

@@ -166,11 +166,19 @@ fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {
             ns_per_pkt * mhz / 1000.0,
             mhz
         )?;
+        writeln!(
+            out,
+            "  iterations: {} ({} moved packets, {:.1} packets each)",
+            r.iterations,
+            r.busy_iterations,
+            s.packets as f64 / r.busy_iterations.max(1) as f64
+        )?;
         pmds.push(json!({
             "id": r.id, "packets": s.packets, "emc_hits": s.emc_hits, "megaflow_hits": s.megaflow_hits,
             "upcalls": s.upcalls, "upcall_lost_limit": s.upcall_lost_limit, "upcall_busy": s.upcall_busy,
             "revalidated": s.revalidated, "removed_stale": s.removed_stale, "expired": s.expired, "megaflows": r.n_megaflows,
             "busy_ns": r.busy_ns, "idle_ns": r.idle_ns, "ns_per_packet": ns_per_pkt,
+            "iterations": r.iterations, "busy_iterations": r.busy_iterations,
             "cycles_per_packet": ns_per_pkt * mhz / 1000.0,
             "drops": s.drops_by_reason().into_iter().map(|(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
             "userspace_dropped": r.userspace_dropped,

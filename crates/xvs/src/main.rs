@@ -205,6 +205,10 @@ enum UtilCmd {
         size: usize,
         #[arg(long, default_value_t = 1)]
         flows: u32,
+        /// Index of the first flow (flows first..first+flows are sent), so
+        /// successive runs can offer flows the switch has not seen.
+        #[arg(long, default_value_t = 0)]
+        first_flow: u32,
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
     },
@@ -381,8 +385,8 @@ fn main() -> ExitCode {
             UtilCmd::TcpRecv { port, max_ms, ready_file } => xvs::util::tcp_recv(port, max_ms, ready_file.as_deref()),
             UtilCmd::TcpSend { dst, bytes, timeout_ms } => xvs::util::tcp_send(&dst, bytes, timeout_ms),
             UtilCmd::SendRaw { dev, frames } => xvs::util::send_raw(&dev, &frames),
-            UtilCmd::Pktgen { dev, src_mac, dst_mac, size, flows, seconds } => {
-                xvs::util::pktgen(&dev, &src_mac, &dst_mac, size, flows, seconds)
+            UtilCmd::Pktgen { dev, src_mac, dst_mac, size, flows, first_flow, seconds } => {
+                xvs::util::pktgen(&dev, &src_mac, &dst_mac, size, first_flow, flows, seconds)
             }
             UtilCmd::XdpSink { dev, seconds, ready_file } => xvs::util::xdp_sink(&dev, seconds, ready_file.as_deref()),
         }

@@ -47,6 +47,9 @@ pub struct PmdReport {
     pub busy_ns: u64,
     pub idle_ns: u64,
     pub iterations: u64,
+    /// Iterations that moved packets (packets / busy_iterations is the
+    /// average receive batch).
+    pub busy_iterations: u64,
     pub rxqs: Vec<(String, usize)>,
     pub megaflows: Vec<dpif::MegaflowInfo>,
     pub n_megaflows: usize,
@@ -520,6 +523,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         report.iterations += 1;
         if moved > 0 {
             report.busy_ns += t0.elapsed().as_nanos() as u64;
+            report.busy_iterations += 1;
             idle_iters = 0;
         } else {
             idle_iters = idle_iters.saturating_add(1);

@@ -155,9 +155,18 @@ pub fn flow_tuple(i: u32) -> (u32, u32, u16) {
     )
 }
 
-/// Sends UDP frames of `size` bytes round-robin over `flows` flows out of
-/// `dev` through an AF_PACKET socket for `seconds`. Prints what it sent.
-pub fn pktgen(dev: &str, src_mac: &str, dst_mac: &str, size: usize, flows: u32, seconds: f64) -> Result<String> {
+/// Sends UDP frames of `size` bytes round-robin over flows `first ..
+/// first + flows` (see [`flow_tuple`]) out of `dev` through an AF_PACKET
+/// socket for `seconds`. Prints what it sent.
+pub fn pktgen(
+    dev: &str,
+    src_mac: &str,
+    dst_mac: &str,
+    size: usize,
+    first: u32,
+    flows: u32,
+    seconds: f64,
+) -> Result<String> {
     use netdev::Netdev;
     let mac = |m: &str| -> Result<[u8; 6]> {
         let v = flow::matching::parse_mac(m).with_context(|| format!("bad MAC {m}"))?;
@@ -167,7 +176,7 @@ pub fn pktgen(dev: &str, src_mac: &str, dst_mac: &str, size: usize, flows: u32, 
     if !(60..=1514).contains(&size) {
         bail!("--size must be 60-1514 (frame without FCS)");
     }
-    let frames: Vec<netdev::Packet> = (0..flows.max(1))
+    let frames: Vec<netdev::Packet> = (first..first.saturating_add(flows.max(1)))
         .map(|i| {
             let (s, d, sp) = flow_tuple(i);
             let f = wire::build::Frame::new(src, dst)
