@@ -123,6 +123,10 @@ impl Host {
         host.exec(&["ethtool", "-K", "eth0", "tx", "off"])?;
         // Keep IPv6 autoconfiguration chatter out of counters.
         host.exec(&["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        // The same for the switch-side end: what its own kernel stack sends
+        // (IPv6 router solicitations, MLD reports, seconds after it comes
+        // up) goes straight into the host's eth0 and would count there.
+        sh(&["sysctl", "-qw", &format!("net.ipv6.conf.{port}.disable_ipv6=1")])?;
         sh(&["ip", "link", "set", port, "up"])?;
         sh(&["ethtool", "-K", port, "tx", "off"])?;
         host.mac = host.exec(&["cat", "/sys/class/net/eth0/address"])?.trim().to_string();

@@ -81,6 +81,9 @@ impl Topo {
                 "netns",
                 &ns,
             ]);
+            // The switch-side end stays quiet too: its own IPv6 chatter
+            // would land in the namespace's counters.
+            must(&["sysctl", "-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]);
             must(&["ip", "link", "set", &dev, "up"]);
             let addr = format!("10.9.0.{}/24", i + 1);
             t.exec(i, &["ip", "addr", "add", &addr, "dev", "eth0"]);
