@@ -48,9 +48,12 @@ class Topo:
             sh("ip", "link", "add", GP, "type", "veth", "peer", "name", "eth0", "netns", G)
             sh("ip", "link", "add", SP, "type", "veth", "peer", "name", "eth0", "netns", S)
             for p in (GP, SP):
+                quiet("sysctl", "-qw", f"net.ipv6.conf.{p}.disable_ipv6=1")
                 sh("ip", "link", "set", p, "up")
                 quiet("ethtool", "-K", p, "tx", "off")
         for n in (G, S):
+            # no IPv6 chatter through the switch or into the sink's count
+            quiet("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
             ns(n, "ip", "link", "set", "eth0", "up")
             ns(n, "ip", "link", "set", "lo", "up")
             quiet("ip", "netns", "exec", n, "ethtool", "-K", "eth0", "tx", "off")
@@ -182,6 +185,9 @@ class Xvs:
             time.sleep(0.05)
         self.pid = self.p.pid
         self.tid = find_thread(self.pid, "pmd")
+        # The XDP mode the ports ended up in (as `xvs show` reports it).
+        shown = subprocess.run([XVS, "show", "--run-dir", self.run], capture_output=True, text=True).stdout
+        self.mode = ",".join(sorted(set(re.findall(r"xdp-mode (\S+?),", shown)))) or "unknown"
         if rules and ofctl:
             # The same tool and file as for OVS, over xvs's management socket.
             mgmt = f"unix:{self.run}/br0.mgmt"
@@ -444,7 +450,7 @@ def main():
             row["per_run"] = per_run
             # Median over runs of the upcalls each run caused.
             row["upcalls_per_s"] = statistics.median(x["upcalls"] for x in per_run) / a.seconds
-        if label.startswith("ovs") and sw is not None:
+        if sw is not None and hasattr(sw, "mode"):
             row["xdp_mode"] = sw.mode
         results.append(row)
 
@@ -462,7 +468,7 @@ def main():
         os.path.exists(setup_rules) and os.unlink(setup_rules)
     sys.stderr.write("\n")
     os.makedirs(a.out, exist_ok=True)
-    meta = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": "),
+    meta = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].split(":", 1)[1].strip(),
             "ncpu": os.cpu_count(), "kernel": os.uname().release, "seconds": a.seconds, "reps": a.reps,
             "generator": "xvs util pktgen (AF_PACKET) on CPU 0", "sink": "XDP count+drop (native) in the sink ns",
             "switch_cpu": "CPU 1 (xvs and the AF_XDP wire pinned; OVS pmd-cpu-mask=0x2)"}
