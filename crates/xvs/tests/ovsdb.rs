@@ -262,13 +262,23 @@ fn mirror_copies_traffic_to_an_output_port() {
 /// (`tcpdump -e -nn icmp` on its eth0, listening before `during` starts).
 fn icmp_seen_by(h: &Host, during: impl FnOnce()) -> String {
     use std::io::{BufRead, BufReader, Read};
-    let mut td = Command::new("ip")
-        .args(["netns", "exec", &h.ns, "tcpdump", "-l", "-nn", "-e", "-i", "eth0", "icmp"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump (installed by scripts/setup.sh)");
-    let mut err = BufReader::new(td.stderr.take().unwrap());
+    /// Stops tcpdump also when `during` panics.
+    struct Capture(Child);
+    impl Drop for Capture {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut td = Capture(
+        Command::new("ip")
+            .args(["netns", "exec", &h.ns, "tcpdump", "-l", "-nn", "-e", "-i", "eth0", "icmp"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump (installed by scripts/setup.sh)"),
+    );
+    let mut err = BufReader::new(td.0.stderr.take().unwrap());
     let mut line = String::new();
     while err.read_line(&mut line).unwrap_or(0) > 0 && !line.contains("listening on") {
         line.clear();
@@ -276,9 +286,9 @@ fn icmp_seen_by(h: &Host, during: impl FnOnce()) -> String {
     assert!(line.contains("listening on"), "tcpdump did not start: {line}");
     during();
     std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    // SIGINT: tcpdump exits cleanly and closes its output.
+    let _ = Command::new("kill").args(["-INT", &td.0.id().to_string()]).status();
     let mut out = String::new();
-    let _ = td.stdout.take().unwrap().read_to_string(&mut out);
-    let _ = td.wait();
+    let _ = td.0.stdout.take().unwrap().read_to_string(&mut out);
     out
 }
