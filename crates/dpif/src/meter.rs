@@ -81,8 +81,9 @@ pub struct Meter {
 }
 
 fn capacity(flags: u16, b: &BandConfig) -> u64 {
-    // milli-packets for pktps; bits for kbps.
-    let per_unit = if flags & mf::KBPS != 0 { 1000 } else { 1000 };
+    // Tokens are milli-packets for pktps (burst in packets) and bits for
+    // kbps (burst in kilobits): 1000 per unit of burst either way.
+    let per_unit = 1000;
     let burst = if b.burst_size > 0 { b.burst_size as u64 } else { (b.rate as u64 / 10).max(1) };
     let min = if flags & mf::KBPS != 0 { 12 } else { 1 }; // at least one full-size frame
     burst.max(min) * per_unit
