@@ -81,7 +81,7 @@ def main():
 
     print("Goal ratios (xvs / OVS, same case, same run):\n")
     pairs = [("xvs NORMAL", "ovs NORMAL"), ("xvs 1000 rules", "ovs 1000 rules")]
-    cyc, pps = [], []
+    cyc, pps, offered = [], [], []
     for x, o in pairs:
         for s in sizes:
             for f in flowsets:
@@ -89,6 +89,7 @@ def main():
                 if a and b and a.get("cycles_per_packet") and b.get("cycles_per_packet"):
                     cyc.append(a["cycles_per_packet"] / b["cycles_per_packet"])
                     pps.append(a["forwarded_pps"] / b["forwarded_pps"])
+                    offered.append(a["offered_pps"] / b["offered_pps"])
     if cyc:
         print(f"* cycles per packet, xvs/OVS over {len(cyc)} matrix cases: median {statistics.median(cyc):.2f} "
               f"(min {min(cyc):.2f}, max {max(cyc):.2f}); goal <= 0.5")
@@ -96,6 +97,8 @@ def main():
               f"(min {min(pps):.2f}, max {max(pps):.2f}); goal: never below 1 where the generator is the limit")
         below = sum(1 for p in pps if p < 0.97)
         print(f"  cases where xvs forwarded less than 97% of OVS: {below} of {len(pps)}")
+        print(f"  offered packets/s (what the generator managed to send), xvs/OVS: median {statistics.median(offered):.2f} "
+              f"(min {min(offered):.2f}, max {max(offered):.2f}): where neither loses, forwarded follows offered")
     for a in bound:
         if not a["switch"].startswith("xvs"):
             continue
