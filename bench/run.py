@@ -334,7 +334,7 @@ def chart(plt, results, order, sizes, flowset, path):
     if axs[0][0].get_legend_handles_labels()[0]:
         axs[0][0].legend(fontsize=7)
     ax = axs[1][0]
-    bound = [r for r in results if "many flows" in r["switch"] or "setup" in r["switch"]]
+    bound = [r for r in results if r["flows"] not in flowset]  # as report.py: outside the matrix
     if bound:
         names = [r["switch"] for r in bound]
         ax.barh(names, [r["forwarded_pps"] / 1e3 for r in bound], color="tab:blue", label="forwarded kpps")

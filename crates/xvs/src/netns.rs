@@ -164,6 +164,47 @@ impl Host {
             .context("starting xvs util")
     }
 
+    /// What tcpdump on this host's eth0 sees while `during` runs: one line
+    /// per frame matching `filter` (a tcpdump expression, e.g. `["icmp"]`),
+    /// link-level headers included (`-e -nn`). Capture starts before
+    /// `during` (tcpdump has said it is listening) and stops 300 ms after
+    /// it; tcpdump is stopped also when `during` panics.
+    pub fn capture(&self, filter: &[&str], during: impl FnOnce()) -> Result<String> {
+        use std::io::{BufRead, BufReader, Read};
+        struct Capture(Child);
+        impl Drop for Capture {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let mut td = Capture(
+            Command::new("ip")
+                .args(["netns", "exec", &self.ns, "tcpdump", "-l", "-nn", "-e", "-i", &self.ifname])
+                .args(filter)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting tcpdump (scripts/setup.sh installs it)")?,
+        );
+        let mut err = BufReader::new(td.0.stderr.take().context("tcpdump stderr")?);
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap_or(0) > 0 && !line.contains("listening on") {
+            line.clear();
+        }
+        if !line.contains("listening on") {
+            bail!("tcpdump in {} did not start: {line}", self.ns);
+        }
+        during();
+        std::thread::sleep(Duration::from_millis(300));
+        // SIGINT: tcpdump exits cleanly and closes its output.
+        sh(&["kill", "-INT", &td.0.id().to_string()])?;
+        let mut out = String::new();
+        td.0.stdout.take().context("tcpdump stdout")?.read_to_string(&mut out)?;
+        Ok(out)
+    }
+
     /// A counter of the namespace's eth0 (e.g. "rx_packets").
     pub fn counter(&self, name: &str) -> u64 {
         self.exec(&["cat", &format!("/sys/class/net/eth0/statistics/{name}")])

@@ -219,18 +219,12 @@ fn of13_goto_set_field_and_vlan_push_pop() {
     of13(&["add-flow", "priority=10,in_port=1,actions=push_vlan:0x8100,set_field:4106->vlan_vid,output:3"]);
     of13(&["add-flow", "priority=10,in_port=3,dl_vlan=10,actions=pop_vlan,output:1"]);
     hs[0].exec(&["ip", "neigh", "replace", "10.78.0.3", "lladdr", &hs[2].mac, "dev", "eth0"]).unwrap();
-    let cap = Command::new("ip")
-        .args(["netns", "exec", &hs[2].ns, "timeout", "8", "tcpdump", "-l", "-n", "-e", "-c", "5", "-i", "eth0"])
-        .args(["vlan", "10", "and", "udp", "port", "4444"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
+    let text = hs[2]
+        .capture(&["vlan", "10", "and", "udp", "port", "4444"], || {
+            let tx = hs[0].util(&["udp-send", "--dst", "10.78.0.3:4444", "--count", "5", "--pps", "50"]).unwrap();
+            xvs::netns::finish(tx).unwrap();
+        })
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let tx = hs[0].util(&["udp-send", "--dst", "10.78.0.3:4444", "--count", "5", "--pps", "50"]).unwrap();
-    xvs::netns::finish(tx).unwrap();
-    let out = cap.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.lines().filter(|l| l.contains("vlan 10")).count(), 5, "tagged frames at h3: {text}");
 
     // VLAN pop: tagged frames from h3 reach h1 untagged (h1's UDP socket

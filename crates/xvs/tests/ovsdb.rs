@@ -242,7 +242,7 @@ fn mirror_copies_traffic_to_an_output_port() {
         "@m",
     ]);
     std::thread::sleep(Duration::from_millis(300));
-    let seen = icmp_seen_by(&hs[2], || assert_eq!(hs[0].ping(&hs[1].ip, 5).unwrap(), 5));
+    let seen = hs[2].capture(&["icmp"], || assert_eq!(hs[0].ping(&hs[1].ip, 5).unwrap(), 5)).unwrap();
     let copies = seen.lines().filter(|l| l.contains("ICMP echo request")).count();
     assert!(copies >= 5, "h3 got copies of h1's 5 echo requests: {copies}\n{seen}");
     // Without the mirror h3 sees nothing of that unicast exchange. (Only
@@ -250,45 +250,10 @@ fn mirror_copies_traffic_to_an_output_port() {
     // mirror or not.)
     env.vsctl(&["clear", "bridge", &br, "mirrors"]);
     std::thread::sleep(Duration::from_millis(300));
-    let seen = icmp_seen_by(&hs[2], || assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 3));
+    let seen = hs[2].capture(&["icmp"], || assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 3)).unwrap();
     assert!(
         !seen.contains("ICMP"),
         "mirror removed, yet h3 saw ICMP:\n{seen}\ndatapath flows:\n{}",
         env.appctl(&["dpctl/dump-flows"])
     );
-}
-
-/// The ICMP frames `h` receives while `during` runs, one tcpdump line each
-/// (`tcpdump -e -nn icmp` on its eth0, listening before `during` starts).
-fn icmp_seen_by(h: &Host, during: impl FnOnce()) -> String {
-    use std::io::{BufRead, BufReader, Read};
-    /// Stops tcpdump also when `during` panics.
-    struct Capture(Child);
-    impl Drop for Capture {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut td = Capture(
-        Command::new("ip")
-            .args(["netns", "exec", &h.ns, "tcpdump", "-l", "-nn", "-e", "-i", "eth0", "icmp"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump (installed by scripts/setup.sh)"),
-    );
-    let mut err = BufReader::new(td.0.stderr.take().unwrap());
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap_or(0) > 0 && !line.contains("listening on") {
-        line.clear();
-    }
-    assert!(line.contains("listening on"), "tcpdump did not start: {line}");
-    during();
-    std::thread::sleep(Duration::from_millis(300));
-    // SIGINT: tcpdump exits cleanly and closes its output.
-    let _ = Command::new("kill").args(["-INT", &td.0.id().to_string()]).status();
-    let mut out = String::new();
-    let _ = td.0.stdout.take().unwrap().read_to_string(&mut out);
-    out
 }
