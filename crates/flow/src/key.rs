@@ -241,6 +241,7 @@ pub const VLAN_PRESENT: u16 = 0x1000;
 pub mod ethertype {
     pub const IPV4: u16 = 0x0800;
     pub const ARP: u16 = 0x0806;
+    pub const RARP: u16 = 0x8035;
     pub const IPV6: u16 = 0x86dd;
     pub const VLAN: u16 = 0x8100;
     pub const QINQ: u16 = 0x88a8;

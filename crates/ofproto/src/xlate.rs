@@ -504,7 +504,10 @@ impl Ctx<'_> {
     }
 
     /// A hash of the flow for select groups: L2 addresses and type, VLAN,
-    /// and for IP the addresses and protocol, for TCP/UDP/SCTP the ports.
+    /// for IP the addresses and protocol, for TCP/UDP/SCTP the ports, and
+    /// for ARP/RARP the sender and target protocol addresses (which the key
+    /// holds in nw_src/nw_dst), so ARP between many hosts spreads over the
+    /// buckets instead of all landing in one.
     /// Symmetric in source and destination (both directions of a
     /// connection pick the same bucket). Every field it reads is marked
     /// consulted, so the megaflow keeps flows of different buckets apart.
@@ -538,6 +541,10 @@ impl Ctx<'_> {
                 m.set_tp_dst(0xffff);
                 h = mix(h, (k.tp_src() ^ k.tp_dst()) as u64);
             }
+        } else if matches!(k.dl_type(), ethertype::ARP | ethertype::RARP) {
+            m.set_nw_src(u32::MAX);
+            m.set_nw_dst(u32::MAX);
+            h = mix(h, (k.nw_src() ^ k.nw_dst()) as u64);
         }
         self.consult(&m);
         h ^ (h >> 31)

@@ -70,6 +70,45 @@ fn select_spreads_flows_by_weight_and_keeps_each_flow_on_one_bucket() {
     assert!((0.70..0.80).contains(&share), "weight 3 of 4 gets ~75%: {to2} / {to3}");
 }
 
+/// ARP requests from many senders for many targets (same MACs, as behind
+/// a router) must spread over a select group's buckets, and both
+/// directions of one exchange must pick the same bucket.
+#[test]
+fn select_spreads_arp_by_protocol_addresses() {
+    let mut of = bridge();
+    of.group_mod(ModCmd::Add, parse_group("group_id=2,type=select,bucket=output:2,bucket=output:3", 0).unwrap())
+        .unwrap();
+    add(&mut of, "in_port=1,actions=group:2").unwrap();
+    let arp = |spa: u32, tpa: u32| {
+        let mut k = FlowKey::ZERO;
+        k.set_in_port(1);
+        k.set_dl_src(0x0200_0000_0001);
+        k.set_dl_dst(0xffff_ffff_ffff);
+        k.set_dl_type(ethertype::ARP);
+        k.set_nw_proto(1);
+        k.set_nw_src(spa);
+        k.set_nw_dst(tpa);
+        k
+    };
+    let (mut to2, mut to3) = (0, 0);
+    for i in 0..1000u32 {
+        let t = of.translate_key(&arp(0x0a00_0000 + i, 0x0a01_0000 + 7 * i), 0);
+        match outputs(&t.actions).as_slice() {
+            [2] => to2 += 1,
+            [3] => to3 += 1,
+            o => panic!("one bucket per packet, got {o:?}"),
+        }
+        assert_eq!(
+            (t.mask.nw_src(), t.mask.nw_dst()),
+            (u32::MAX, u32::MAX),
+            "the hashed addresses are in the megaflow"
+        );
+        let back = of.translate_key(&arp(0x0a01_0000 + 7 * i, 0x0a00_0000 + i), 0);
+        assert_eq!(outputs(&back.actions), outputs(&t.actions), "symmetric");
+    }
+    assert!(to2 > 350 && to3 > 350, "ARP spreads over both buckets: {to2} / {to3}");
+}
+
 #[test]
 fn fast_failover_follows_liveness_through_the_cache() {
     let mut of = bridge();
