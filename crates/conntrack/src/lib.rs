@@ -1,0 +1,733 @@
+//! # conntrack: the connection tracker
+//!
+//! What `ct()` does in a flow: it finds the connection a packet belongs to
+//! and reports its state as `ct_state` bits (`new est rel rpl inv trk snat
+//! dnat`, the values of [`cs`]), with the connection's zone, mark, label and
+//! original tuple; `ct(commit)` creates the connection; `ct(nat)` translates
+//! the packet's addresses and ports as the connection's NAT binding says.
+//!
+//! ## Correctness property
+//! A packet is `+est` only if it belongs to a committed connection that has
+//! seen traffic in both directions and, for TCP, lies inside the sequence
+//! windows both sides have shown ([`tcp`]); `+rel` only if it is an ICMP
+//! error quoting a packet of a committed connection; `+rpl` only if it
+//! travels in the reply direction. Everything the tracker cannot parse or
+//! that fails a check is `+inv` and changes no state. A NATed connection is
+//! stored under both its original and its reply tuple, and a translation is
+//! chosen only if its reply tuple is free in the zone, so two live
+//! connections never share a tuple (NAT ports never collide).
+//!
+//! ## Structure and threads
+//! The table is split into shards, each a `Mutex<HashMap<Key, Arc<Conn>>>`,
+//! chosen by a keyed hash of the zone and tuple (so a flood of crafted
+//! tuples cannot pile into one shard). A lookup locks one shard for one
+//! hash probe and clones an `Arc`; the per-connection state (TCP windows,
+//! mark, label, counters) sits behind the connection's own mutex. Poll
+//! threads therefore only contend when they touch the same shard at the
+//! same instant or the same connection — never on one global lock, which
+//! is what serialised Open vSwitch's userspace tracker for years. Creating
+//! a connection locks the (at most two) shards of its tuples in index
+//! order, so concurrent commits of the same tuple cannot both win. Zone
+//! counters for limits are atomics per zone behind a read-mostly map.
+//!
+//! Expiry never stops the world: [`Conntrack::sweep`] visits a bounded
+//! number of shards per call (the caller's housekeeping tick), one shard
+//! lock at a time, and a lookup that meets an expired connection removes it
+//! itself. Expiry times are atomics, refreshed without the shard lock.
+//!
+//! The tracker is sans-IO: packets are byte slices, time is the caller's
+//! `now_ms`, and nothing here makes a system call.
+#![deny(unsafe_code)]
+
+pub mod format;
+pub mod nat;
+pub mod packet;
+pub mod tcp;
+
+pub use nat::{NatFlags, NatRange};
+pub use packet::{Parsed, Tuple, Untrackable};
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// `ct_state` bits, as Open vSwitch numbers them.
+pub mod cs {
+    pub const NEW: u8 = 0x01;
+    pub const EST: u8 = 0x02;
+    pub const REL: u8 = 0x04;
+    pub const RPL: u8 = 0x08;
+    pub const INV: u8 = 0x10;
+    pub const TRK: u8 = 0x20;
+    pub const SNAT: u8 = 0x40;
+    pub const DNAT: u8 = 0x80;
+}
+
+/// A connection's identity in the table: zone and tuple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub zone: u16,
+    pub tuple: Tuple,
+}
+
+/// Timeouts in milliseconds (Open vSwitch's defaults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub tcp_opening: u64,
+    pub tcp_established: u64,
+    pub tcp_closing: u64,
+    pub tcp_fin_wait: u64,
+    pub tcp_closed: u64,
+    pub udp_first: u64,
+    pub udp_bidir: u64,
+    pub icmp_first: u64,
+    pub icmp_reply: u64,
+    pub other_first: u64,
+    pub other_bidir: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        const S: u64 = 1000;
+        Timeouts {
+            tcp_opening: 30 * S,
+            tcp_established: 24 * 3600 * S,
+            tcp_closing: 15 * 60 * S,
+            tcp_fin_wait: 45 * S,
+            tcp_closed: 30 * S,
+            udp_first: 60 * S,
+            udp_bidir: 30 * S,
+            icmp_first: 60 * S,
+            icmp_reply: 30 * S,
+            other_first: 60 * S,
+            other_bidir: 30 * S,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Connections in all zones together (Open vSwitch's default: 3,000,000).
+    pub max_conns: usize,
+    /// Check TCP/UDP/ICMP checksums; a packet that fails is `+inv`.
+    pub validate_checksums: bool,
+    pub timeouts: Timeouts,
+    /// Shards of the table (rounded up to a power of two).
+    pub shards: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { max_conns: 3_000_000, validate_checksums: true, timeouts: Timeouts::default(), shards: 64 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proto {
+    Tcp(tcp::TcpState),
+    /// UDP, ICMP queries and other protocols: whether a reply was seen.
+    Simple,
+}
+
+#[derive(Debug)]
+struct ConnState {
+    proto: Proto,
+    mark: u32,
+    label: u128,
+    seen_reply: bool,
+    packets: [u64; 2],
+    bytes: [u64; 2],
+}
+
+/// One tracked connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub zone: u16,
+    /// The tuple of the first packet.
+    pub orig: Tuple,
+    /// The tuple replies carry (translated addresses if NATed).
+    pub reply: Tuple,
+    /// [`cs::SNAT`] and/or [`cs::DNAT`] if the connection is translated.
+    pub nat: u8,
+    expires: AtomicU64,
+    st: Mutex<ConnState>,
+}
+
+impl Conn {
+    fn key(&self, reply: bool) -> Key {
+        Key { zone: self.zone, tuple: if reply { self.reply } else { self.orig } }
+    }
+}
+
+/// A connection a packet was already matched to by an earlier `ct()` in
+/// the same zone (kept in the packet's metadata across recirculation), so
+/// a later `ct()` finds it even after NAT changed the packet's tuple.
+#[derive(Clone, Debug)]
+pub struct Tracked {
+    pub conn: Arc<Conn>,
+    pub reply: bool,
+}
+
+/// What `nat` in a `ct()` action asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nat {
+    /// `nat` alone: apply the connection's existing translation.
+    Existing,
+    Src(NatRange),
+    Dst(NatRange),
+}
+
+/// The parameters of one `ct()` action.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtAction {
+    pub zone: u16,
+    pub commit: bool,
+    /// `force`: a committed connection met in the reply direction is ended
+    /// and this packet starts a new one.
+    pub force: bool,
+    /// `exec(set_field:V/M->ct_mark)` (value, mask), applied on commit.
+    pub mark: Option<(u32, u32)>,
+    pub label: Option<(u128, u128)>,
+    pub nat: Option<Nat>,
+}
+
+/// What the tracker says about a packet.
+#[derive(Clone, Debug, Default)]
+pub struct CtResult {
+    pub state: u8,
+    pub zone: u16,
+    pub mark: u32,
+    pub label: u128,
+    /// The connection's original tuple (`ct_nw_src`, `ct_tp_dst`, ...).
+    pub orig: Option<Tuple>,
+    pub tracked: Option<Tracked>,
+}
+
+impl CtResult {
+    fn invalid(zone: u16) -> CtResult {
+        CtResult { state: cs::TRK | cs::INV, zone, ..CtResult::default() }
+    }
+}
+
+/// Counters, all since start.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub created: AtomicU64,
+    pub expired: AtomicU64,
+    /// Packets that could not be tracked, by [`Untrackable`] reason.
+    pub untrackable: [AtomicU64; 6],
+    /// TCP segments outside the windows or with bad flags.
+    pub tcp_invalid: AtomicU64,
+    /// Packets that cannot start a connection (ICMP replies, SYN-ACKs...).
+    pub invalid_new: AtomicU64,
+    pub full: AtomicU64,
+    pub zone_full: AtomicU64,
+    pub nat_exhausted: AtomicU64,
+    pub collisions: AtomicU64,
+}
+
+fn untrackable_index(u: Untrackable) -> usize {
+    match u {
+        Untrackable::NotIp => 0,
+        Untrackable::Truncated => 1,
+        Untrackable::Fragment => 2,
+        Untrackable::BadIcmpError => 3,
+        Untrackable::BadIcmpType => 4,
+        Untrackable::BadChecksum => 5,
+    }
+}
+
+const UNTRACKABLE: [Untrackable; 6] = [
+    Untrackable::NotIp,
+    Untrackable::Truncated,
+    Untrackable::Fragment,
+    Untrackable::BadIcmpError,
+    Untrackable::BadIcmpType,
+    Untrackable::BadChecksum,
+];
+
+/// A zone's connection count and limit.
+#[derive(Debug, Default)]
+struct ZoneCount {
+    count: AtomicUsize,
+    /// 0 = the default limit applies.
+    limit: AtomicUsize,
+}
+
+/// One zone's figures, for `ct-get-limits`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneLimit {
+    pub zone: u16,
+    pub limit: usize,
+    pub count: usize,
+}
+
+/// The connection tracker of one datapath, shared by all poll threads.
+pub struct Conntrack {
+    shards: Box<[Mutex<HashMap<Key, Arc<Conn>>>]>,
+    hasher: std::collections::hash_map::RandomState,
+    max_conns: AtomicUsize,
+    n_conns: AtomicUsize,
+    /// Default per-zone limit (0 = none).
+    default_zone_limit: AtomicUsize,
+    zones: RwLock<HashMap<u16, Arc<ZoneCount>>>,
+    validate: bool,
+    timeouts: Timeouts,
+    sweep_cursor: AtomicUsize,
+    salt: AtomicU64,
+    pub counters: Counters,
+}
+
+impl Conntrack {
+    pub fn new(cfg: Config) -> Conntrack {
+        let n = cfg.shards.max(1).next_power_of_two();
+        Conntrack {
+            shards: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: Default::default(),
+            max_conns: AtomicUsize::new(cfg.max_conns),
+            n_conns: AtomicUsize::new(0),
+            default_zone_limit: AtomicUsize::new(0),
+            zones: RwLock::new(HashMap::new()),
+            validate: cfg.validate_checksums,
+            timeouts: cfg.timeouts,
+            sweep_cursor: AtomicUsize::new(0),
+            salt: AtomicU64::new(0x5eed),
+            counters: Counters::default(),
+        }
+    }
+
+    fn shard_of(&self, k: &Key) -> usize {
+        let mut h = self.hasher.build_hasher();
+        k.hash(&mut h);
+        std::hash::Hasher::finish(&h) as usize & (self.shards.len() - 1)
+    }
+
+    fn get(&self, k: &Key) -> Option<Arc<Conn>> {
+        self.shards[self.shard_of(k)].lock().expect("ct shard").get(k).cloned()
+    }
+
+    /// Finds the live connection a tuple belongs to, and whether the tuple
+    /// is its reply direction. An expired connection met here is removed.
+    fn lookup(&self, zone: u16, t: &Tuple, now_ms: u64) -> Option<(Arc<Conn>, bool)> {
+        let c = self.get(&Key { zone, tuple: *t })?;
+        if c.expires.load(Relaxed) <= now_ms {
+            self.remove(&c, true);
+            return None;
+        }
+        let reply = c.reply == *t && c.orig != *t;
+        Some((c, reply))
+    }
+
+    fn zone(&self, zone: u16) -> Arc<ZoneCount> {
+        if let Some(z) = self.zones.read().expect("ct zones").get(&zone) {
+            return Arc::clone(z);
+        }
+        Arc::clone(self.zones.write().expect("ct zones").entry(zone).or_default())
+    }
+
+    /// Removes a connection's entries (only if they are still this
+    /// connection's). `expired` says why, for the counters.
+    fn remove(&self, c: &Arc<Conn>, expired: bool) {
+        let mut removed = false;
+        for reply in [false, true] {
+            let k = c.key(reply);
+            let mut sh = self.shards[self.shard_of(&k)].lock().expect("ct shard");
+            if sh.get(&k).is_some_and(|x| Arc::ptr_eq(x, c)) {
+                sh.remove(&k);
+                removed = true;
+            }
+        }
+        if removed {
+            self.n_conns.fetch_sub(1, Relaxed);
+            self.zone(c.zone).count.fetch_sub(1, Relaxed);
+            if expired {
+                self.counters.expired.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    fn timeout(&self, c: &Conn, st: &ConnState) -> u64 {
+        let t = &self.timeouts;
+        match st.proto {
+            Proto::Tcp(s) => match s.phase() {
+                tcp::Phase::Opening => t.tcp_opening,
+                tcp::Phase::Established => t.tcp_established,
+                tcp::Phase::Closing => t.tcp_closing,
+                tcp::Phase::FinWait => t.tcp_fin_wait,
+                tcp::Phase::Closed => t.tcp_closed,
+            },
+            Proto::Simple => match (c.orig.proto, st.seen_reply) {
+                (packet::proto::UDP, false) => t.udp_first,
+                (packet::proto::UDP, true) => t.udp_bidir,
+                (packet::proto::ICMP | packet::proto::ICMPV6, false) => t.icmp_first,
+                (packet::proto::ICMP | packet::proto::ICMPV6, true) => t.icmp_reply,
+                (_, false) => t.other_first,
+                (_, true) => t.other_bidir,
+            },
+        }
+    }
+
+    /// Runs `ct()` on one Ethernet frame, in place (NAT rewrites it).
+    /// `hint` is the connection an earlier `ct()` of this packet found.
+    pub fn execute(&self, frame: &mut [u8], act: &CtAction, now_ms: u64, hint: Option<&Tracked>) -> CtResult {
+        let p = match packet::parse(frame, self.validate) {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.untrackable[untrackable_index(e)].fetch_add(1, Relaxed);
+                return CtResult::invalid(act.zone);
+            }
+        };
+        let mut found = match hint {
+            Some(h) if h.conn.zone == act.zone && h.conn.expires.load(Relaxed) > now_ms => {
+                Some((Arc::clone(&h.conn), h.reply))
+            }
+            _ => self.lookup(act.zone, &p.tuple, now_ms),
+        };
+        if let Some((c, reply)) = &found {
+            if act.force && *reply && act.commit {
+                self.remove(c, false);
+                found = None;
+            }
+        }
+        if let Some((c, reply)) = found {
+            return self.existing(frame, &p, act, c, reply, now_ms);
+        }
+        if let Some((inner, at)) = p.inner {
+            return self.related(frame, &p, act, &inner, at, now_ms);
+        }
+        if !p.tuple.can_start() || p.tcp.is_some_and(|s| !tcp::valid_new(s.flags)) {
+            self.counters.invalid_new.fetch_add(1, Relaxed);
+            return CtResult::invalid(act.zone);
+        }
+        if !act.commit {
+            return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
+        }
+        self.create(frame, &p, act, now_ms)
+    }
+
+    fn existing(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, c: Arc<Conn>, reply: bool, now: u64) -> CtResult {
+        let mut st = c.st.lock().expect("ct conn");
+        if let (Proto::Tcp(t), Some(seg)) = (&mut st.proto, p.tcp) {
+            match t.update(reply as usize, &seg) {
+                tcp::Update::Valid => {}
+                tcp::Update::Invalid => {
+                    self.counters.tcp_invalid.fetch_add(1, Relaxed);
+                    return CtResult::invalid(act.zone);
+                }
+                tcp::Update::Reopen => {
+                    drop(st);
+                    self.remove(&c, false);
+                    if !act.commit {
+                        return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
+                    }
+                    return self.create(frame, p, act, now);
+                }
+            }
+        }
+        st.seen_reply |= reply;
+        let d = reply as usize;
+        st.packets[d] += 1;
+        st.bytes[d] += (p.end - p.l3) as u64;
+        if act.commit {
+            if let Some((v, m)) = act.mark {
+                st.mark = (st.mark & !m) | (v & m);
+            }
+            if let Some((v, m)) = act.label {
+                st.label = (st.label & !m) | (v & m);
+            }
+        }
+        let mut state = cs::TRK | if st.seen_reply { cs::EST } else { cs::NEW };
+        if reply {
+            state |= cs::RPL;
+        }
+        c.expires.store(now + self.timeout(&c, &st), Relaxed);
+        let (mark, label) = (st.mark, st.label);
+        drop(st);
+        if act.nat.is_some() && c.nat != 0 {
+            let to = if reply { c.orig.reverse() } else { c.reply.reverse() };
+            nat::rewrite(frame, p.l3, p.l4, p.end, &p.tuple, &to, false);
+            state |= c.nat;
+        }
+        CtResult { state, zone: act.zone, mark, label, orig: Some(c.orig), tracked: Some(Tracked { conn: c, reply }) }
+    }
+
+    /// An ICMP error: related to the connection of the packet it quotes.
+    fn related(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, inner: &Tuple, at: usize, now: u64) -> CtResult {
+        // The quoted packet went the other way; it may be quoted as it left
+        // its sender (untranslated) or as translated.
+        let mut hit = None;
+        if let Some((c, _)) = self.lookup(act.zone, inner, now) {
+            // Quoted as sent: it belongs to direction `quoted_reply`.
+            let quoted_reply = c.reply == *inner && c.orig != *inner;
+            hit = Some((c, quoted_reply));
+        } else if let Some((c, _)) = self.lookup(act.zone, &inner.reverse(), now) {
+            // Quoted as translated: `inner` is the reverse of the other
+            // direction's tuple.
+            let quoted_reply = c.orig == inner.reverse();
+            hit = Some((c, quoted_reply));
+        }
+        let Some((c, quoted_reply)) = hit else {
+            self.counters.invalid_new.fetch_add(1, Relaxed);
+            return CtResult::invalid(act.zone);
+        };
+        // The error travels opposite to the quoted packet.
+        let reply = !quoted_reply;
+        let mut state = cs::TRK | cs::REL;
+        if reply {
+            state |= cs::RPL;
+        }
+        if act.nat.is_some() && c.nat != 0 {
+            let to = if quoted_reply { c.reply } else { c.orig };
+            nat::rewrite_icmp_error(frame, p, at, inner, &to);
+            state |= c.nat;
+        }
+        let st = c.st.lock().expect("ct conn");
+        let (mark, label) = (st.mark, st.label);
+        drop(st);
+        CtResult { state, zone: act.zone, mark, label, orig: Some(c.orig), tracked: Some(Tracked { conn: c, reply }) }
+    }
+
+    fn create(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, now: u64) -> CtResult {
+        let zone = self.zone(act.zone);
+        let zlimit = match zone.limit.load(Relaxed) {
+            0 => self.default_zone_limit.load(Relaxed),
+            l => l,
+        };
+        if self.n_conns.load(Relaxed) >= self.max_conns.load(Relaxed) {
+            self.counters.full.fetch_add(1, Relaxed);
+            return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
+        }
+        if zlimit > 0 && zone.count.load(Relaxed) >= zlimit {
+            self.counters.zone_full.fetch_add(1, Relaxed);
+            return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
+        }
+        let orig = p.tuple;
+        let (cands, nat_bits): (Vec<Tuple>, u8) = match act.nat {
+            Some(Nat::Src(r)) if r.v6 == orig.v6 => {
+                let salt = self.salt.fetch_add(0x9e37_79b9, Relaxed);
+                (nat::candidates(&orig, &r, true, salt, 4096), cs::SNAT)
+            }
+            Some(Nat::Dst(r)) if r.v6 == orig.v6 => {
+                let salt = self.salt.fetch_add(0x9e37_79b9, Relaxed);
+                (nat::candidates(&orig, &r, false, salt, 4096), cs::DNAT)
+            }
+            _ => (vec![orig], 0),
+        };
+        let mut st = ConnState {
+            proto: match p.tcp {
+                Some(seg) => Proto::Tcp(tcp::TcpState::new(&seg)),
+                None => Proto::Simple,
+            },
+            mark: 0,
+            label: 0,
+            seen_reply: false,
+            packets: [1, 0],
+            bytes: [(p.end - p.l3) as u64, 0],
+        };
+        if let Some((v, m)) = act.mark {
+            st.mark = v & m;
+        }
+        if let Some((v, m)) = act.label {
+            st.label = v & m;
+        }
+        let mut state_tpl = Some(st);
+        for translated in cands {
+            let reply = translated.reverse();
+            let nat = if translated == orig { 0 } else { nat_bits };
+            let st = state_tpl.take().expect("state");
+            let conn =
+                Arc::new(Conn { zone: act.zone, orig, reply, nat, expires: AtomicU64::new(0), st: Mutex::new(st) });
+            {
+                let s = conn.st.lock().expect("ct conn");
+                conn.expires.store(now + self.timeout(&conn, &s), Relaxed);
+            }
+            // A stale entry on the reply tuple goes first (lookup removes
+            // expired connections it meets).
+            let _ = self.lookup(act.zone, &reply, now);
+            if self.insert(&conn) {
+                self.n_conns.fetch_add(1, Relaxed);
+                zone.count.fetch_add(1, Relaxed);
+                self.counters.created.fetch_add(1, Relaxed);
+                let mut state = cs::TRK | cs::NEW;
+                if nat != 0 {
+                    nat::rewrite(frame, p.l3, p.l4, p.end, &orig, &translated, false);
+                    state |= nat;
+                }
+                let s = conn.st.lock().expect("ct conn");
+                let (mark, label) = (s.mark, s.label);
+                drop(s);
+                return CtResult {
+                    state,
+                    zone: act.zone,
+                    mark,
+                    label,
+                    orig: Some(orig),
+                    tracked: Some(Tracked { conn, reply: false }),
+                };
+            }
+            // Taken: keep the state for the next candidate.
+            let c = Arc::try_unwrap(conn).expect("a connection that was not inserted is not shared");
+            state_tpl = Some(c.st.into_inner().expect("ct conn"));
+        }
+        if nat_bits != 0 {
+            self.counters.nat_exhausted.fetch_add(1, Relaxed);
+        } else {
+            self.counters.collisions.fetch_add(1, Relaxed);
+        }
+        CtResult::invalid(act.zone)
+    }
+
+    /// Inserts both keys of a new connection, or neither if one is taken.
+    /// The (at most two) shards are locked in index order.
+    fn insert(&self, c: &Arc<Conn>) -> bool {
+        let (ko, kr) = (c.key(false), c.key(true));
+        let (so, sr) = (self.shard_of(&ko), self.shard_of(&kr));
+        if so == sr {
+            let mut m = self.shards[so].lock().expect("ct shard");
+            if m.contains_key(&ko) || m.contains_key(&kr) {
+                return false;
+            }
+            m.insert(ko, Arc::clone(c));
+            m.insert(kr, Arc::clone(c));
+            return true;
+        }
+        let mut lo = self.shards[so.min(sr)].lock().expect("ct shard");
+        let mut hi = self.shards[so.max(sr)].lock().expect("ct shard");
+        let (mo, mr) = if so < sr { (&mut *lo, &mut *hi) } else { (&mut *hi, &mut *lo) };
+        if mo.contains_key(&ko) || mr.contains_key(&kr) {
+            return false;
+        }
+        mo.insert(ko, Arc::clone(c));
+        mr.insert(kr, Arc::clone(c));
+        true
+    }
+
+    /// Removes expired connections from up to `shards` shards, starting
+    /// where the previous call stopped. Returns how many were removed.
+    pub fn sweep(&self, now_ms: u64, shards: usize) -> usize {
+        let mut dead = Vec::new();
+        for _ in 0..shards.min(self.shards.len()) {
+            let i = self.sweep_cursor.fetch_add(1, Relaxed) & (self.shards.len() - 1);
+            let sh = self.shards[i].lock().expect("ct shard");
+            dead.extend(sh.values().filter(|c| c.expires.load(Relaxed) <= now_ms).cloned());
+        }
+        dead.sort_by_key(|c| Arc::as_ptr(c) as usize);
+        dead.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        let n = dead.len();
+        for c in &dead {
+            self.remove(c, true);
+        }
+        n
+    }
+
+    /// Every live connection (each once), for dumps.
+    pub fn connections(&self, zone: Option<u16>) -> Vec<ConnInfo> {
+        let mut out = Vec::new();
+        for sh in self.shards.iter() {
+            let sh = sh.lock().expect("ct shard");
+            for (k, c) in sh.iter() {
+                if k.tuple == c.orig && zone.is_none_or(|z| z == c.zone) {
+                    out.push(c.info());
+                }
+            }
+        }
+        out.sort_by(|a, b| (a.zone, a.orig).cmp(&(b.zone, b.orig)));
+        out
+    }
+
+    /// Removes the connections `pred` selects; returns how many.
+    pub fn flush(&self, pred: impl Fn(&ConnInfo) -> bool) -> usize {
+        let mut victims = Vec::new();
+        for sh in self.shards.iter() {
+            let sh = sh.lock().expect("ct shard");
+            for (k, c) in sh.iter() {
+                if k.tuple == c.orig && pred(&c.info()) {
+                    victims.push(Arc::clone(c));
+                }
+            }
+        }
+        for c in &victims {
+            self.remove(c, false);
+        }
+        victims.len()
+    }
+
+    pub fn n_conns(&self) -> usize {
+        self.n_conns.load(Relaxed)
+    }
+    pub fn max_conns(&self) -> usize {
+        self.max_conns.load(Relaxed)
+    }
+    pub fn set_max_conns(&self, n: usize) {
+        self.max_conns.store(n, Relaxed);
+    }
+
+    /// Sets a zone's limit (`None` = the default zone limit, 0 = unlimited).
+    pub fn set_zone_limit(&self, zone: Option<u16>, limit: usize) {
+        match zone {
+            None => self.default_zone_limit.store(limit, Relaxed),
+            Some(z) => self.zone(z).limit.store(limit, Relaxed),
+        }
+    }
+
+    /// The default limit and every zone with a limit or connections.
+    pub fn zone_limits(&self) -> (usize, Vec<ZoneLimit>) {
+        let def = self.default_zone_limit.load(Relaxed);
+        let zones = self.zones.read().expect("ct zones");
+        let mut v: Vec<ZoneLimit> = zones
+            .iter()
+            .map(|(&zone, z)| {
+                let l = z.limit.load(Relaxed);
+                ZoneLimit { zone, limit: if l == 0 { def } else { l }, count: z.count.load(Relaxed) }
+            })
+            .filter(|z| z.limit != 0 || z.count != 0)
+            .collect();
+        v.sort_by_key(|z| z.zone);
+        (def, v)
+    }
+
+    /// Packets that could not be tracked, by reason name.
+    pub fn untrackable_counts(&self) -> Vec<(&'static str, u64)> {
+        UNTRACKABLE.iter().map(|u| (u.name(), self.counters.untrackable[untrackable_index(*u)].load(Relaxed))).collect()
+    }
+}
+
+/// A snapshot of one connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub zone: u16,
+    pub orig: Tuple,
+    pub reply: Tuple,
+    pub mark: u32,
+    pub label: u128,
+    pub nat: u8,
+    /// TCP states of the originator and the replier.
+    pub tcp: Option<(u8, u8)>,
+    pub seen_reply: bool,
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+    pub expires_ms: u64,
+}
+
+impl Conn {
+    fn info(&self) -> ConnInfo {
+        let st = self.st.lock().expect("ct conn");
+        ConnInfo {
+            zone: self.zone,
+            orig: self.orig,
+            reply: self.reply,
+            mark: st.mark,
+            label: st.label,
+            nat: self.nat,
+            tcp: match st.proto {
+                Proto::Tcp(t) => Some(t.states()),
+                Proto::Simple => None,
+            },
+            seen_reply: st.seen_reply,
+            packets: st.packets,
+            bytes: st.bytes,
+            expires_ms: self.expires.load(Relaxed),
+        }
+    }
+}

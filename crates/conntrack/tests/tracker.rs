@@ -1,0 +1,374 @@
+//! The tracker on crafted frames: the states a firewall pipeline sees,
+//! NAT in both directions with valid checksums, related ICMP errors,
+//! zones, limits, expiry, and packets it must refuse.
+//!
+//! Plan: frames come from `wire::build` (valid checksums), TCP segments are
+//! patched with real sequence numbers; each test drives one `Conntrack`
+//! with an explicit clock and checks `ct_state` bits, the rewritten bytes
+//! and the dump.
+
+use conntrack::packet::{self, Tuple};
+use conntrack::{cs, format, Config, Conntrack, CtAction, Nat, NatFlags, NatRange};
+use wire::build::Frame;
+use wire::checksum::{checksum, l4_checksum_v4, l4_checksum_v6};
+
+const A: u32 = 0x0a00_0001; // 10.0.0.1
+const B: u32 = 0x0a00_0002; // 10.0.0.2
+const X: u32 = 0xc0a8_0064; // 192.168.0.100
+const MA: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const MB: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+fn udp(src: u32, dst: u32, sp: u16, dp: u16) -> Vec<u8> {
+    Frame::new(MA, MB).ipv4(src, dst).udp(sp, dp).payload(b"hello").build()
+}
+
+fn icmp_echo(src: u32, dst: u32, id: u16, reply: bool) -> Vec<u8> {
+    let mut f = Frame::new(MA, MB).ipv4(src, dst).icmp_echo(id, 1).payload(b"ping").build();
+    if reply {
+        f[34] = 0;
+        f[36..38].copy_from_slice(&[0, 0]);
+        let c = checksum(&f[34..]);
+        f[36..38].copy_from_slice(&c.to_be_bytes());
+    }
+    f
+}
+
+/// A TCP segment with real sequence numbers and window.
+fn tcp(src: u32, dst: u32, sp: u16, dp: u16, flags: u16, seq: u32, ack: u32, data: usize) -> Vec<u8> {
+    let mut f = Frame::new(MA, MB).ipv4(src, dst).tcp(sp, dp, flags).payload(&vec![7u8; data]).build();
+    f[38..42].copy_from_slice(&seq.to_be_bytes());
+    f[42..46].copy_from_slice(&ack.to_be_bytes());
+    f[48..50].copy_from_slice(&64000u16.to_be_bytes());
+    fix_l4(&mut f);
+    f
+}
+
+/// Recomputes the IPv4 TCP/UDP checksum of a frame.
+fn fix_l4(f: &mut [u8]) {
+    let off = if f[23] == 6 { 34 + 16 } else { 34 + 6 };
+    f[off..off + 2].copy_from_slice(&[0, 0]);
+    let (s, d) = (u32::from_be_bytes(f[26..30].try_into().unwrap()), u32::from_be_bytes(f[30..34].try_into().unwrap()));
+    let c = l4_checksum_v4(s, d, f[23], &f[34..]);
+    f[off..off + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Checks every checksum of an IPv4 frame.
+fn valid(f: &[u8]) -> bool {
+    let ihl = (f[14] & 0xf) as usize * 4;
+    let (s, d) = (u32::from_be_bytes(f[26..30].try_into().unwrap()), u32::from_be_bytes(f[30..34].try_into().unwrap()));
+    let l4 = &f[14 + ihl..];
+    let l4_ok = match f[23] {
+        1 => checksum(l4) == 0,
+        _ => l4_checksum_v4(s, d, f[23], l4) == 0,
+    };
+    checksum(&f[14..14 + ihl]) == 0 && l4_ok
+}
+
+fn ip_src(f: &[u8]) -> u32 {
+    u32::from_be_bytes(f[26..30].try_into().unwrap())
+}
+fn ip_dst(f: &[u8]) -> u32 {
+    u32::from_be_bytes(f[30..34].try_into().unwrap())
+}
+fn sport(f: &[u8]) -> u16 {
+    u16::from_be_bytes([f[34], f[35]])
+}
+fn dport(f: &[u8]) -> u16 {
+    u16::from_be_bytes([f[36], f[37]])
+}
+
+fn ct(zone: u16) -> CtAction {
+    CtAction { zone, ..CtAction::default() }
+}
+fn commit(zone: u16) -> CtAction {
+    CtAction { zone, commit: true, ..CtAction::default() }
+}
+
+fn snat(lo: u32, hi: u32, plo: u16, phi: u16) -> Nat {
+    Nat::Src(NatRange {
+        addr_min: lo as u128,
+        addr_max: hi as u128,
+        port_min: plo,
+        port_max: phi,
+        v6: false,
+        flags: NatFlags::default(),
+    })
+}
+
+#[test]
+fn udp_firewall_states() {
+    let t = Conntrack::new(Config::default());
+    // Not committed: +new every time, nothing stored.
+    let r = t.execute(&mut udp(B, A, 53, 4000), &ct(0), 0, None);
+    assert_eq!(r.state, cs::TRK | cs::NEW);
+    assert_eq!(t.n_conns(), 0);
+    // Committed from A: the reply is +est+rpl, A's next packet +est.
+    assert_eq!(t.execute(&mut udp(A, B, 4000, 53), &commit(0), 0, None).state, cs::TRK | cs::NEW);
+    assert_eq!(t.execute(&mut udp(A, B, 4000, 53), &ct(0), 1, None).state, cs::TRK | cs::NEW, "no reply yet");
+    assert_eq!(t.execute(&mut udp(B, A, 53, 4000), &ct(0), 2, None).state, cs::TRK | cs::EST | cs::RPL);
+    assert_eq!(t.execute(&mut udp(A, B, 4000, 53), &ct(0), 3, None).state, cs::TRK | cs::EST);
+    let d = t.connections(None);
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        format::entry(&d[0], false, 0),
+        "udp,orig=(src=10.0.0.1,dst=10.0.0.2,sport=4000,dport=53),reply=(src=10.0.0.2,dst=10.0.0.1,sport=53,dport=4000)"
+    );
+}
+
+#[test]
+fn icmp_echo_and_unsolicited_reply() {
+    let t = Conntrack::new(Config::default());
+    assert_eq!(
+        t.execute(&mut icmp_echo(B, A, 9, true), &commit(0), 0, None).state,
+        cs::TRK | cs::INV,
+        "a reply cannot start"
+    );
+    assert_eq!(t.execute(&mut icmp_echo(A, B, 9, false), &commit(0), 0, None).state, cs::TRK | cs::NEW);
+    assert_eq!(t.execute(&mut icmp_echo(B, A, 9, true), &ct(0), 1, None).state, cs::TRK | cs::EST | cs::RPL);
+    // A request from B with the same id is another connection.
+    assert_eq!(t.execute(&mut icmp_echo(B, A, 9, false), &ct(0), 1, None).state, cs::TRK | cs::NEW);
+    let line = format::entry(&t.connections(None)[0], false, 0);
+    assert_eq!(
+        line,
+        "icmp,orig=(src=10.0.0.1,dst=10.0.0.2,id=9,type=8,code=0),reply=(src=10.0.0.2,dst=10.0.0.1,id=9,type=0,code=0)"
+    );
+}
+
+#[test]
+fn tcp_handshake_data_close_and_window_violation() {
+    use packet::tcp_flags::*;
+    let t = Conntrack::new(Config::default());
+    let z = ct(3);
+    assert_eq!(t.execute(&mut tcp(A, B, 40000, 80, SYN | ACK, 1, 1, 0), &commit(3), 0, None).state, cs::TRK | cs::INV);
+    assert_eq!(t.execute(&mut tcp(A, B, 40000, 80, SYN, 1000, 0, 0), &commit(3), 0, None).state, cs::TRK | cs::NEW);
+    assert_eq!(
+        t.execute(&mut tcp(B, A, 80, 40000, SYN | ACK, 9000, 1001, 0), &z, 1, None).state,
+        cs::TRK | cs::EST | cs::RPL
+    );
+    assert_eq!(t.execute(&mut tcp(A, B, 40000, 80, ACK, 1001, 9001, 0), &z, 2, None).state, cs::TRK | cs::EST);
+    assert_eq!(t.execute(&mut tcp(A, B, 40000, 80, ACK, 1001, 9001, 100), &z, 3, None).state, cs::TRK | cs::EST);
+    let line = format::entry(&t.connections(Some(3))[0], false, 0);
+    assert!(line.ends_with(",zone=3,protoinfo=(state=ESTABLISHED)"), "{line}");
+    // Out of window (far ahead) and bad flags: +inv, counted, state kept.
+    assert_eq!(
+        t.execute(&mut tcp(A, B, 40000, 80, ACK, 1001 + 5_000_000, 9001, 10), &z, 4, None).state,
+        cs::TRK | cs::INV
+    );
+    assert_eq!(t.execute(&mut tcp(A, B, 40000, 80, SYN | FIN, 1101, 9001, 0), &z, 4, None).state, cs::TRK | cs::INV);
+    assert_eq!(t.counters.tcp_invalid.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(
+        t.execute(&mut tcp(B, A, 80, 40000, ACK, 9001, 1101, 50), &z, 5, None).state,
+        cs::TRK | cs::EST | cs::RPL
+    );
+    // Close.
+    assert_eq!(t.execute(&mut tcp(A, B, 40000, 80, FIN | ACK, 1101, 9051, 0), &z, 6, None).state, cs::TRK | cs::EST);
+    assert_eq!(
+        t.execute(&mut tcp(B, A, 80, 40000, FIN | ACK, 9051, 1102, 0), &z, 7, None).state,
+        cs::TRK | cs::EST | cs::RPL
+    );
+    assert_eq!(t.execute(&mut tcp(A, B, 40000, 80, ACK, 1102, 9052, 0), &z, 8, None).state, cs::TRK | cs::EST);
+    let line = format::entry(&t.connections(None)[0], true, 8);
+    assert!(line.contains("protoinfo=(state=FIN_WAIT_2)") && line.contains("timeout=30"), "{line}");
+    // After the close timeout it is gone; a new SYN starts again.
+    assert_eq!(t.sweep(8 + 30_001, 64), 1);
+    assert_eq!(t.n_conns(), 0);
+}
+
+#[test]
+fn bad_checksum_and_garbage_are_invalid() {
+    let t = Conntrack::new(Config::default());
+    let mut f = udp(A, B, 1, 2);
+    let n = f.len();
+    f[n - 1] ^= 0xff;
+    assert_eq!(t.execute(&mut f, &commit(0), 0, None).state, cs::TRK | cs::INV);
+    assert_eq!(t.untrackable_counts().iter().find(|x| x.0 == "bad_checksum").unwrap().1, 1);
+    let mut arp = Frame::new(MA, MB).arp(1, MA, A, [0; 6], B).build();
+    assert_eq!(t.execute(&mut arp, &commit(0), 0, None).state, cs::TRK | cs::INV);
+    for cut in [10, 20, 30, 40] {
+        let mut f = udp(A, B, 1, 2);
+        f.truncate(cut);
+        assert_eq!(t.execute(&mut f, &commit(0), 0, None).state, cs::TRK | cs::INV);
+    }
+    assert_eq!(t.n_conns(), 0);
+    // With validation off (frames from a stack that leaves checksums to
+    // offload), the same corrupted frame is tracked.
+    let t = Conntrack::new(Config { validate_checksums: false, ..Config::default() });
+    let mut f = udp(A, B, 1, 2);
+    f[n - 1] ^= 0xff;
+    assert_eq!(t.execute(&mut f, &commit(0), 0, None).state, cs::TRK | cs::NEW);
+}
+
+#[test]
+fn zones_are_separate_and_limits_refuse_only_new_connections() {
+    let t = Conntrack::new(Config { max_conns: 3, ..Config::default() });
+    assert_eq!(t.execute(&mut udp(A, B, 1, 2), &commit(1), 0, None).state, cs::TRK | cs::NEW);
+    assert_eq!(t.execute(&mut udp(A, B, 1, 2), &commit(2), 0, None).state, cs::TRK | cs::NEW, "zone 2 has its own");
+    assert_eq!(t.execute(&mut udp(B, A, 2, 1), &ct(1), 0, None).state, cs::TRK | cs::EST | cs::RPL);
+    assert_eq!(t.n_conns(), 2);
+    t.set_zone_limit(Some(1), 1);
+    assert_eq!(t.execute(&mut udp(A, B, 5, 6), &commit(1), 0, None).state, cs::TRK | cs::NEW);
+    assert_eq!(t.n_conns(), 2, "zone 1 is at its limit");
+    assert_eq!(t.execute(&mut udp(A, B, 5, 6), &commit(3), 0, None).state, cs::TRK | cs::NEW);
+    assert_eq!(t.execute(&mut udp(A, B, 7, 8), &commit(3), 0, None).state, cs::TRK | cs::NEW);
+    assert_eq!(t.n_conns(), 3, "global limit");
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!((t.counters.zone_full.load(Relaxed), t.counters.full.load(Relaxed)), (1, 1));
+    // Existing connections keep working.
+    assert_eq!(t.execute(&mut udp(B, A, 2, 1), &ct(2), 1, None).state, cs::TRK | cs::EST | cs::RPL);
+    let (_, zones) = t.zone_limits();
+    assert!(zones.iter().any(|z| z.zone == 1 && z.limit == 1 && z.count == 1), "{zones:?}");
+    assert_eq!(t.flush(|c| c.zone == 3), 1);
+    assert_eq!(t.n_conns(), 2);
+}
+
+#[test]
+fn udp_expires_and_lookup_removes_it() {
+    let t = Conntrack::new(Config::default());
+    t.execute(&mut udp(A, B, 1, 2), &commit(0), 0, None);
+    t.execute(&mut udp(B, A, 2, 1), &ct(0), 1000, None);
+    // Bidirectional UDP times out 30 s after the last packet.
+    assert_eq!(t.execute(&mut udp(B, A, 2, 1), &ct(0), 30_999, None).state, cs::TRK | cs::EST | cs::RPL);
+    assert_eq!(t.execute(&mut udp(B, A, 2, 1), &ct(0), 61_000, None).state, cs::TRK | cs::NEW);
+    assert_eq!(t.n_conns(), 0);
+}
+
+#[test]
+fn snat_translates_both_ways_and_never_reuses_a_live_port() {
+    let t = Conntrack::new(Config::default());
+    let act = CtAction { zone: 0, commit: true, nat: Some(snat(X, X, 5000, 5001)), ..CtAction::default() };
+    let mut f = udp(A, B, 4000, 53);
+    let r = t.execute(&mut f, &act, 0, None);
+    assert_eq!(r.state, cs::TRK | cs::NEW | cs::SNAT);
+    let p1 = sport(&f);
+    assert_eq!(ip_src(&f), X);
+    assert!(p1 == 5000 || p1 == 5001, "{p1}");
+    assert!(valid(&f), "checksums after SNAT");
+    // The reply comes to X:p1 and goes back to A:4000.
+    let mut back = udp(B, X, 53, p1);
+    let nat = CtAction { nat: Some(Nat::Existing), ..ct(0) };
+    let r = t.execute(&mut back, &nat, 1, None);
+    assert_eq!(r.state, cs::TRK | cs::EST | cs::RPL | cs::SNAT);
+    assert_eq!((ip_dst(&back), dport(&back)), (A, 4000));
+    assert!(valid(&back));
+    assert_eq!(r.orig.unwrap().src, A as u128, "ct_nw_src is the original source");
+    // Another client with the same source port gets the other port.
+    let c2 = 0x0a00_0003;
+    let mut f2 = udp(c2, B, 4000, 53);
+    assert_eq!(t.execute(&mut f2, &act, 2, None).state, cs::TRK | cs::NEW | cs::SNAT);
+    assert_eq!((ip_src(&f2), sport(&f2)), (X, 10001 - p1), "the other port");
+    // A third finds the range exhausted: refused, counted.
+    let mut f3 = udp(0x0a00_0004, B, 4000, 53);
+    assert_eq!(t.execute(&mut f3, &act, 3, None).state, cs::TRK | cs::INV);
+    assert_eq!(t.counters.nat_exhausted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let lines: Vec<String> = t.connections(None).iter().map(|c| format::entry(c, false, 0)).collect();
+    let want = format!("udp,orig=(src=10.0.0.1,dst=10.0.0.2,sport=4000,dport=53),reply=(src=10.0.0.2,dst=192.168.0.100,sport=53,dport={p1})");
+    assert!(lines.contains(&want), "{lines:?}");
+}
+
+#[test]
+fn dnat_to_a_backend_and_related_icmp_error_translated() {
+    let vip = 0x0a00_00fe;
+    let backend = 0x0a00_0002;
+    let t = Conntrack::new(Config::default());
+    let range = NatRange {
+        addr_min: backend as u128,
+        addr_max: backend as u128,
+        port_min: 8080,
+        port_max: 8080,
+        v6: false,
+        flags: NatFlags::default(),
+    };
+    let act = CtAction { zone: 7, commit: true, nat: Some(Nat::Dst(range)), ..CtAction::default() };
+    let mut f = udp(A, vip, 4000, 80);
+    assert_eq!(t.execute(&mut f, &act, 0, None).state, cs::TRK | cs::NEW | cs::DNAT);
+    assert_eq!((ip_dst(&f), dport(&f)), (backend, 8080));
+    assert!(valid(&f));
+    // The backend's port is closed: it answers with ICMP port unreachable
+    // quoting the translated datagram. It must reach A as coming from the
+    // VIP and quoting A's original datagram.
+    let quoted = &f[14..14 + 28];
+    let mut body = vec![3, 3, 0, 0, 0, 0, 0, 0];
+    body.extend_from_slice(quoted);
+    let mut err = Frame::new(MB, MA).ipv4(backend, A).l4_raw(1).payload(&body).build();
+    let c = checksum(&err[34..]);
+    err[36..38].copy_from_slice(&c.to_be_bytes());
+    let r = t.execute(&mut err, &CtAction { nat: Some(Nat::Existing), ..ct(7) }, 1, None);
+    assert_eq!(r.state, cs::TRK | cs::REL | cs::RPL | cs::DNAT);
+    assert_eq!(ip_src(&err), vip, "outer source is the VIP");
+    let inner = &err[42..];
+    assert_eq!(u32::from_be_bytes(inner[16..20].try_into().unwrap()), vip, "quoted destination is the VIP");
+    assert_eq!(u16::from_be_bytes([inner[22], inner[23]]), 80, "quoted port is the original");
+    assert!(valid(&err), "ICMP and IP checksums after translation");
+    assert_eq!(checksum(&inner[..20]), 0, "quoted IP header checksum");
+    // Without a connection the same error is invalid.
+    let t2 = Conntrack::new(Config::default());
+    assert_eq!(t2.execute(&mut err.clone(), &ct(7), 1, None).state, cs::TRK | cs::INV);
+}
+
+#[test]
+fn ipv6_tcp_and_icmpv6() {
+    use packet::tcp_flags::*;
+    let a6: u128 = 0xfd00_0000_0000_0000_0000_0000_0000_0001;
+    let b6: u128 = 0xfd00_0000_0000_0000_0000_0000_0000_0002;
+    let t = Conntrack::new(Config::default());
+    let mut syn = Frame::new(MA, MB).ipv6(a6, b6).tcp(1234, 22, SYN).build();
+    assert_eq!(t.execute(&mut syn, &commit(0), 0, None).state, cs::TRK | cs::NEW);
+    let mut ping = Frame::new(MA, MB).ipv6(a6, b6).icmpv6_echo(5, 1).build();
+    assert_eq!(t.execute(&mut ping, &commit(0), 0, None).state, cs::TRK | cs::NEW);
+    let mut pong = Frame::new(MB, MA).ipv6(b6, a6).icmpv6_echo(5, 1).build();
+    pong[54] = 129;
+    pong[56..58].copy_from_slice(&[0, 0]);
+    let c = l4_checksum_v6(b6, a6, 58, &pong[54..]);
+    pong[56..58].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(t.execute(&mut pong, &ct(0), 1, None).state, cs::TRK | cs::EST | cs::RPL);
+    assert_eq!(t.n_conns(), 2);
+    let lines: Vec<String> = t.connections(None).iter().map(|c| format::entry(c, false, 0)).collect();
+    assert!(lines.iter().any(|l| l.starts_with("tcp,orig=(src=fd00::1,dst=fd00::2,sport=1234,dport=22)")), "{lines:?}");
+}
+
+#[test]
+fn force_commit_restarts_a_reply_direction_connection() {
+    let t = Conntrack::new(Config::default());
+    t.execute(&mut udp(A, B, 1, 2), &commit(0), 0, None);
+    let force = CtAction { force: true, ..commit(0) };
+    assert_eq!(t.execute(&mut udp(B, A, 2, 1), &force, 1, None).state, cs::TRK | cs::NEW);
+    let c = &t.connections(None)[0];
+    assert_eq!(c.orig, Tuple { src: B as u128, dst: A as u128, sport: 2, dport: 1, proto: 17, v6: false });
+}
+
+#[test]
+fn mark_and_label_on_commit() {
+    let t = Conntrack::new(Config::default());
+    let act = CtAction { mark: Some((0x12, 0xff)), label: Some((1 << 100, 1 << 100)), ..commit(0) };
+    let r = t.execute(&mut udp(A, B, 1, 2), &act, 0, None);
+    assert_eq!((r.mark, r.label), (0x12, 1 << 100));
+    let r = t.execute(&mut udp(B, A, 2, 1), &ct(0), 1, None);
+    assert_eq!((r.mark, r.label), (0x12, 1 << 100), "the reply sees them");
+    let line = format::entry(&t.connections(None)[0], false, 0);
+    assert!(line.ends_with(",mark=18,labels=0x10000000000000000000000000"), "{line}");
+}
+
+#[test]
+fn threads_commit_and_look_up_concurrently() {
+    let t = std::sync::Arc::new(Conntrack::new(Config::default()));
+    let hs: Vec<_> = (0..4u32)
+        .map(|th| {
+            let t = std::sync::Arc::clone(&t);
+            std::thread::spawn(move || {
+                for i in 0..2000u16 {
+                    let mut f = udp(A + th, B, 1000 + i, 53);
+                    assert_eq!(t.execute(&mut f, &commit(0), 0, None).state, cs::TRK | cs::NEW);
+                    let mut r = udp(B, A + th, 53, 1000 + i);
+                    assert_eq!(t.execute(&mut r, &ct(0), 1, None).state, cs::TRK | cs::EST | cs::RPL);
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(t.n_conns(), 8000);
+    assert_eq!(t.connections(None).len(), 8000);
+    assert_eq!(t.sweep(1_000_000, usize::MAX), 8000);
+    assert_eq!(t.n_conns(), 0);
+}
