@@ -5,6 +5,15 @@
 //! registered in its `XSKMAP` for the frame's receive queue, and passes the
 //! frame to the kernel stack when that queue has no socket.
 //!
+//! In front of that redirect sits an optional **kernel fast path**
+//! ([`fastpath`]): exact-match entries that userspace offloads for hot
+//! flows, forwarded with `bpf_redirect_map` through a device map without
+//! any AF_XDP socket, skb or `sendto`. It is off (generation 0) until
+//! userspace enables it, and then costs a parse and one hash lookup per
+//! frame; the soundness argument is at the top of the C program.
+//! [`TestProgram`] runs frames through the program with
+//! `BPF_PROG_TEST_RUN`, unattached.
+//!
 //! [`XdpProgram::attach`] loads a fresh copy of the program (so every device
 //! has its own map) with aya and attaches it to a device. [`Attached`]
 //! manages the map entries and detaches the program when dropped.
@@ -27,6 +36,7 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod fastpath;
 mod netlink;
 
 use aya::maps::{MapData, XskMap};
@@ -37,6 +47,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 
+pub use fastpath::{FastAction, FastKey, FastPath, FastStats};
 pub use netlink::XdpHooks;
 
 /// Maximum queue index + 1 the map can hold (`XVS_MAX_QUEUES` in the C).
@@ -227,7 +238,9 @@ impl XdpProgram {
         };
         let map = ebpf.take_map(MAP).ok_or_else(|| Error::Io(io::Error::other("xsks_map missing from object")))?;
         let map = XskMap::try_from(map)?;
-        Ok(Attached { ebpf: Some(ebpf), map, ifindex, ifname, mode: active, frags })
+        // The fast path runs in the single-buffer program only.
+        let fast = if frags { None } else { Some(FastPath::from_ebpf(&mut ebpf)?) };
+        Ok(Attached { ebpf: Some(ebpf), map, ifindex, ifname, mode: active, frags, fast })
     }
 }
 
@@ -288,9 +301,16 @@ pub struct Attached {
     ifname: String,
     mode: ActiveMode,
     frags: bool,
+    fast: Option<FastPath>,
 }
 
 impl Attached {
+    /// The kernel fast path of this device's program (`None` for the
+    /// multi-buffer variant, which always hands frames to the socket).
+    pub fn fast_path(&mut self) -> Option<&mut FastPath> {
+        self.fast.as_mut()
+    }
+
     /// Registers AF_XDP socket `fd` for receive queue `queue`.
     pub fn insert_socket(&mut self, queue: u32, fd: RawFd) -> Result<(), Error> {
         if queue >= MAX_QUEUES {
@@ -372,4 +392,60 @@ pub fn detach_any_xdp(ifname: &str) -> Result<XdpHooks, Error> {
         netlink::detach(idx, netlink::XDP_FLAGS_HW_MODE)?;
     }
     Ok(before)
+}
+
+/// The redirect program loaded but not attached, to run frames through it
+/// with `BPF_PROG_TEST_RUN` (the differential tests of the fast path).
+pub struct TestProgram {
+    ebpf: Ebpf,
+    pub fast: FastPath,
+}
+
+/// `struct xdp_md` as `BPF_PROG_TEST_RUN` takes it for the context.
+#[repr(C)]
+#[derive(Default)]
+struct XdpMd {
+    data: u32,
+    data_end: u32,
+    data_meta: u32,
+    ingress_ifindex: u32,
+    rx_queue_index: u32,
+    egress_ifindex: u32,
+}
+
+impl TestProgram {
+    pub fn load() -> Result<TestProgram, Error> {
+        let mut ebpf = EbpfLoader::new().load(&OBJECT.bytes)?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROG)
+            .ok_or_else(|| Error::Io(io::Error::other(format!("program {PROG} missing from object"))))?
+            .try_into()?;
+        prog.load()?;
+        let fast = FastPath::from_ebpf(&mut ebpf)?;
+        Ok(TestProgram { ebpf, fast })
+    }
+
+    /// Runs one frame as if received on `ingress_ifindex` (a real device,
+    /// queue 0); returns the XDP verdict and the frame as the program left
+    /// it.
+    pub fn run(&mut self, frame: &[u8], ingress_ifindex: u32) -> Result<(u32, Vec<u8>), Error> {
+        use aya::programs::{TestRun, TestRunOptions};
+        let prog: &Xdp =
+            self.ebpf.program(PROG).ok_or_else(|| Error::Io(io::Error::other("program missing")))?.try_into()?;
+        let md = XdpMd { data_end: frame.len() as u32, ingress_ifindex, ..XdpMd::default() };
+        let ctx: Vec<u8> =
+            [md.data, md.data_end, md.data_meta, md.ingress_ifindex, md.rx_queue_index, md.egress_ifindex]
+                .iter()
+                .flat_map(|v| v.to_ne_bytes())
+                .collect();
+        let mut out = vec![0u8; frame.len() + 256];
+        let r = prog.test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ctx_in: Some(&ctx),
+            ..TestRunOptions::default()
+        })?;
+        out.truncate(r.data_size_out as usize);
+        Ok((r.return_value, out))
+    }
 }

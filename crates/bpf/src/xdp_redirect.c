@@ -19,9 +19,302 @@ struct {
 	__type(value, __u32);
 } xsks_map SEC(".maps");
 
+/*
+ * The kernel fast path: exact-match entries that userspace offloads for
+ * hot megaflows whose actions the kernel can do. A frame whose parsed
+ * fields equal an entry's key, and whose entry carries the current
+ * generation, is rewritten and redirected through xvs_tx to its output
+ * device without reaching the AF_XDP socket. Everything else (no entry, a
+ * stale generation, a frame the parser does not fully understand) goes to
+ * the socket exactly as before.
+ *
+ * Soundness: the key is exact on every field the parser reads, so an entry
+ * matches only frames identical in all of them; userspace offers an entry
+ * only for a megaflow whose mask lies within those fields, so every frame
+ * the entry matches also matches the megaflow and gets its actions. When
+ * the OpenFlow tables, ports, groups, meters or MAC table change, userspace
+ * bumps xvs_gen[0] before it acknowledges the change; from then on no old
+ * entry matches (its gen differs) until userspace revalidates and rewrites
+ * it with the new generation.
+ */
+
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_endian.h>
+
+#define XVS_FLOWS 16384
+
+struct xvs_fkey {
+	__u32 ifindex;
+	__u16 vlan_tci;		/* host order, 0x1000 set when tagged */
+	__u16 dl_type;		/* host order */
+	__u8 dl_dst[6];
+	__u8 dl_src[6];
+	__u8 nw_proto;
+	__u8 nw_tos;
+	__u8 nw_ttl;
+	__u8 pad;
+	__u16 tp_src;		/* host order; ICMP type */
+	__u16 tp_dst;		/* host order; ICMP code */
+	__u8 nw_src[16];	/* as on the wire; IPv4 in the first 4 bytes */
+	__u8 nw_dst[16];
+	__u32 ipv6_label;	/* host order */
+};
+
+#define XVS_POP_VLAN 1
+#define XVS_PUSH_VLAN 2
+#define XVS_SET_DL_SRC 4
+#define XVS_SET_DL_DST 8
+#define XVS_SET_TTL 16
+
+struct xvs_fact {
+	__u32 out_ifindex;
+	__u32 slot;		/* index of the entry's counters */
+	__u64 gen;
+	__u16 flags;
+	__u16 vlan_tci;		/* host order, pushed without the 0x1000 bit */
+	__u8 dl_src[6];
+	__u8 dl_dst[6];
+	__u8 ttl;
+	__u8 pad[7];
+};
+
+struct xvs_fcount {
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XVS_FLOWS);
+	__type(key, struct xvs_fkey);
+	__type(value, struct xvs_fact);
+} xvs_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XVS_FLOWS);
+	__type(key, __u32);
+	__type(value, struct xvs_fcount);
+} xvs_fcounts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} xvs_gen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} xvs_tx SEC(".maps");
+
+/* Fast-path outcomes, per CPU: 0 hit, 1 miss, 2 stale generation,
+ * 3 not parsed (left to userspace), 4 dropped (a rewrite failed). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 5);
+	__type(key, __u32);
+	__type(value, __u64);
+} xvs_fstats SEC(".maps");
+
+static __always_inline void fstat(__u32 i)
+{
+	__u64 *n = bpf_map_lookup_elem(&xvs_fstats, &i);
+	if (n)
+		*n += 1;
+}
+
+/* Fills the key; returns 0 if the frame is one the fast path may serve. */
+static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	int off = sizeof(*eth);
+	__u16 type;
+
+	if ((void *)(eth + 1) > end)
+		return -1;
+	__builtin_memcpy(k->dl_dst, eth->h_dest, 6);
+	__builtin_memcpy(k->dl_src, eth->h_source, 6);
+	type = bpf_ntohs(eth->h_proto);
+	if (type == ETH_P_8021Q) {
+		__u16 *tag = data + off;
+		if ((void *)(tag + 2) > end)
+			return -1;
+		k->vlan_tci = bpf_ntohs(tag[0]) | 0x1000;
+		type = bpf_ntohs(tag[1]);
+		off += 4;
+	}
+	if (type == ETH_P_8021Q || type == ETH_P_8021AD || type == ETH_P_ARP || type < 0x600)
+		return -1;
+	k->dl_type = type;
+	*l3 = off;
+	if (type == ETH_P_IP) {
+		struct iphdr *ip = data + off;
+		int ihl;
+		if ((void *)(ip + 1) > end || ip->version != 4)
+			return -1;
+		ihl = ip->ihl * 4;
+		if (ihl < 20 || (ip->frag_off & bpf_htons(0x3fff)))
+			return -1;
+		k->nw_proto = ip->protocol;
+		k->nw_tos = ip->tos;
+		k->nw_ttl = ip->ttl;
+		__builtin_memcpy(k->nw_src, &ip->saddr, 4);
+		__builtin_memcpy(k->nw_dst, &ip->daddr, 4);
+		off += ihl;
+	} else if (type == ETH_P_IPV6) {
+		struct ipv6hdr *ip6 = data + off;
+		if ((void *)(ip6 + 1) > end || ip6->version != 6)
+			return -1;
+		k->nw_proto = ip6->nexthdr;
+		k->nw_tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+		k->nw_ttl = ip6->hop_limit;
+		k->ipv6_label = ((__u32)(ip6->flow_lbl[0] & 0xf) << 16) | ((__u32)ip6->flow_lbl[1] << 8) | ip6->flow_lbl[2];
+		__builtin_memcpy(k->nw_src, &ip6->saddr, 16);
+		__builtin_memcpy(k->nw_dst, &ip6->daddr, 16);
+		off += sizeof(*ip6);
+	} else {
+		return 0;
+	}
+	switch (k->nw_proto) {
+	case 6: case 17: case 132: {
+		__u16 *p = data + off;
+		if ((void *)(p + 2) > end)
+			return -1;
+		k->tp_src = bpf_ntohs(p[0]);
+		k->tp_dst = bpf_ntohs(p[1]);
+		return 0;
+	}
+	case 1: case 58: {
+		__u8 *t = data + off;
+		if ((void *)(t + 2) > end)
+			return -1;
+		if (k->nw_proto == 58 && t[0] >= 133 && t[0] <= 137)
+			return -1;	/* neighbour discovery: more fields */
+		k->tp_src = t[0];
+		k->tp_dst = t[1];
+		return 0;
+	}
+	case 0: case 43: case 44: case 50: case 51: case 60: case 135: case 139: case 140:
+		return -1;	/* IPv6 extension headers: not parsed here */
+	default:
+		return 0;
+	}
+}
+
+static __always_inline int fast_path(struct xdp_md *ctx)
+{
+	struct xvs_fkey k = {};
+	struct xvs_fact *a;
+	struct xvs_fcount *c;
+	__u64 *gen;
+	__u32 zero = 0;
+	int l3 = 0;
+
+	/* Generation 0 means offload is off: no parse, no lookup, so the
+	 * AF_XDP path costs what it did before the fast path existed. */
+	gen = bpf_map_lookup_elem(&xvs_gen, &zero);
+	if (!gen || *gen == 0)
+		return -1;
+	k.ifindex = ctx->ingress_ifindex;
+	if (parse(ctx, &k, &l3) < 0) {
+		fstat(3);
+		return -1;
+	}
+	a = bpf_map_lookup_elem(&xvs_flows, &k);
+	if (!a) {
+		fstat(1);
+		return -1;
+	}
+	if (a->gen != *gen) {
+		fstat(2);
+		return -1;
+	}
+	c = bpf_map_lookup_elem(&xvs_fcounts, &a->slot);
+	if (c) {
+		c->packets += 1;
+		c->bytes += ctx->data_end - ctx->data;
+	}
+	if (a->flags & XVS_POP_VLAN) {
+		void *data = (void *)(long)ctx->data;
+		void *end = (void *)(long)ctx->data_end;
+		if (data + 16 > end)
+			goto fail;
+		__builtin_memmove(data + 4, data, 12);
+		if (bpf_xdp_adjust_head(ctx, 4))
+			goto fail;
+		l3 -= 4;
+	}
+	if (a->flags & XVS_PUSH_VLAN) {
+		void *data, *end;
+		__u16 *tag;
+		if (bpf_xdp_adjust_head(ctx, -4))
+			goto fail;
+		data = (void *)(long)ctx->data;
+		end = (void *)(long)ctx->data_end;
+		if (data + 18 > end)
+			goto fail;
+		__builtin_memmove(data, data + 4, 12);
+		tag = data + 12;
+		tag[0] = bpf_htons(ETH_P_8021Q);
+		tag[1] = bpf_htons(a->vlan_tci & ~0x1000);
+		l3 += 4;
+	}
+	{
+		void *data = (void *)(long)ctx->data;
+		void *end = (void *)(long)ctx->data_end;
+		struct ethhdr *eth = data;
+		if ((void *)(eth + 1) > end)
+			goto fail;
+		if (a->flags & XVS_SET_DL_SRC)
+			__builtin_memcpy(eth->h_source, a->dl_src, 6);
+		if (a->flags & XVS_SET_DL_DST)
+			__builtin_memcpy(eth->h_dest, a->dl_dst, 6);
+		if (a->flags & XVS_SET_TTL) {
+			if (l3 < 14 || l3 > 22)
+				goto fail;
+			if (k.dl_type == ETH_P_IP) {
+				struct iphdr *ip = data + l3;
+				if ((void *)(ip + 1) > end)
+					goto fail;
+				/* RFC 1624: the TTL shares a 16-bit word with the protocol. */
+				__u32 old = bpf_ntohs(*(__u16 *)&ip->ttl);
+				ip->ttl = a->ttl;
+				__u32 new = bpf_ntohs(*(__u16 *)&ip->ttl);
+				__u32 sum = (__u16)~bpf_ntohs(ip->check) + (__u16)~old + new;
+				sum = (sum & 0xffff) + (sum >> 16);
+				sum = (sum & 0xffff) + (sum >> 16);
+				ip->check = bpf_htons(~sum & 0xffff);
+			} else {
+				struct ipv6hdr *ip6 = data + l3;
+				if ((void *)(ip6 + 1) > end)
+					goto fail;
+				ip6->hop_limit = a->ttl;
+			}
+		}
+	}
+	fstat(0);
+	return bpf_redirect_map(&xvs_tx, a->out_ifindex, XDP_DROP);
+fail:
+	/* Committed to the fast path and the frame may be half rewritten:
+	 * drop it rather than hand a damaged frame to userspace. */
+	fstat(4);
+	return XDP_DROP;
+}
+
 SEC("xdp")
 int xvs_xsk_redirect(struct xdp_md *ctx)
 {
+	int r = fast_path(ctx);
+	if (r >= 0)
+		return r;
 	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
 }
 

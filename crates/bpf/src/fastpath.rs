@@ -1,0 +1,202 @@
+//! The kernel fast path's maps, as userspace sees them.
+//!
+//! The XDP program (`fast_path` in `xdp_redirect.c`) looks each frame up in
+//! `xvs_flows` by an exact key of every field it parses ([`FastKey`]); a hit
+//! whose generation equals `xvs_gen[0]` is rewritten as [`FastAction`] says
+//! and redirected through the `xvs_tx` device map. This module writes those
+//! entries, the generation and the device map, and reads the per-entry and
+//! per-outcome counters. The layouts here mirror the C structs field for
+//! field (`#[repr(C)]`, checked by size assertions).
+
+use crate::Error;
+use aya::maps::{Array, DevMapHash, HashMap, MapData, PerCpuArray};
+use aya::Pod;
+
+/// Capacity of the flow map (`XVS_FLOWS` in the C).
+pub const FLOWS: u32 = 16384;
+
+/// `struct xvs_fkey`. Integers in host order except the addresses, which
+/// are as on the wire (IPv4 in the first four bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FastKey {
+    pub ifindex: u32,
+    /// The outer VLAN TCI with 0x1000 set when tagged, 0 when not.
+    pub vlan_tci: u16,
+    pub dl_type: u16,
+    pub dl_dst: [u8; 6],
+    pub dl_src: [u8; 6],
+    pub nw_proto: u8,
+    pub nw_tos: u8,
+    pub nw_ttl: u8,
+    pub pad: u8,
+    pub tp_src: u16,
+    pub tp_dst: u16,
+    pub nw_src: [u8; 16],
+    pub nw_dst: [u8; 16],
+    pub ipv6_label: u32,
+}
+
+/// Action flags of [`FastAction`].
+pub mod act {
+    pub const POP_VLAN: u16 = 1;
+    pub const PUSH_VLAN: u16 = 2;
+    pub const SET_DL_SRC: u16 = 4;
+    pub const SET_DL_DST: u16 = 8;
+    pub const SET_TTL: u16 = 16;
+}
+
+/// `struct xvs_fact`: applied in the order pop VLAN, push VLAN, Ethernet
+/// addresses, TTL; then the frame goes to `out_ifindex`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastAction {
+    pub out_ifindex: u32,
+    /// Index of this entry's counters in `xvs_fcounts`.
+    pub slot: u32,
+    pub gen: u64,
+    pub flags: u16,
+    pub vlan_tci: u16,
+    pub dl_src: [u8; 6],
+    pub dl_dst: [u8; 6],
+    pub ttl: u8,
+    pub pad: [u8; 7],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct FastCount {
+    packets: u64,
+    bytes: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<FastKey>() == 64);
+const _: () = assert!(std::mem::size_of::<FastAction>() == 40);
+const _: () = assert!(std::mem::size_of::<FastCount>() == 16);
+
+// SAFETY: plain-old-data with no padding the kernel could leak: every byte
+// of these repr(C) structs is a declared field (explicit `pad` fields), and
+// any bit pattern is a valid value.
+unsafe impl Pod for FastKey {}
+// SAFETY: as above.
+unsafe impl Pod for FastAction {}
+// SAFETY: as above.
+unsafe impl Pod for FastCount {}
+
+/// What happened to frames at the fast path, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastStats {
+    /// Forwarded by the kernel.
+    pub hit: u64,
+    /// No entry: to userspace.
+    pub miss: u64,
+    /// An entry of an older generation: to userspace.
+    pub stale: u64,
+    /// Not a frame the fast path parses (ARP, ND, fragments, QinQ, IPv6
+    /// extension headers): to userspace.
+    pub unparsed: u64,
+    /// Dropped because a rewrite failed.
+    pub error: u64,
+}
+
+/// The fast-path maps of one attached program (one ingress device).
+pub struct FastPath {
+    flows: HashMap<MapData, FastKey, FastAction>,
+    counts: PerCpuArray<MapData, FastCount>,
+    gen: Array<MapData, u64>,
+    tx: DevMapHash<MapData>,
+    stats: PerCpuArray<MapData, u64>,
+}
+
+impl FastPath {
+    pub(crate) fn from_ebpf(ebpf: &mut aya::Ebpf) -> Result<FastPath, Error> {
+        let mut take = |name: &str| {
+            ebpf.take_map(name).ok_or_else(|| Error::Io(std::io::Error::other(format!("{name} missing from object"))))
+        };
+        Ok(FastPath {
+            flows: HashMap::try_from(take("xvs_flows")?)?,
+            counts: PerCpuArray::try_from(take("xvs_fcounts")?)?,
+            gen: Array::try_from(take("xvs_gen")?)?,
+            tx: DevMapHash::try_from(take("xvs_tx")?)?,
+            stats: PerCpuArray::try_from(take("xvs_fstats")?)?,
+        })
+    }
+
+    /// Makes every entry written with another generation stale at once.
+    /// Generation 0 turns the fast path off (frames skip it entirely).
+    pub fn set_generation(&mut self, gen: u64) -> Result<(), Error> {
+        self.gen.set(0, gen, 0)?;
+        Ok(())
+    }
+
+    pub fn generation(&self) -> Result<u64, Error> {
+        Ok(self.gen.get(&0, 0)?)
+    }
+
+    /// Allows redirects to device `ifindex`.
+    pub fn add_output(&mut self, ifindex: u32) -> Result<(), Error> {
+        self.tx
+            .insert(ifindex, ifindex, None, 0)
+            .map_err(|e| Error::Io(std::io::Error::other(format!("xvs_tx: {e}"))))?;
+        Ok(())
+    }
+
+    pub fn remove_output(&mut self, ifindex: u32) -> Result<(), Error> {
+        match self.tx.remove(ifindex) {
+            Ok(()) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Installs an entry; its counters (slot `a.slot`) start from zero.
+    pub fn insert(&mut self, k: &FastKey, a: &FastAction) -> Result<(), Error> {
+        if a.slot >= FLOWS {
+            return Err(Error::Io(std::io::Error::other(format!("slot {} out of range", a.slot))));
+        }
+        let zero = aya::maps::PerCpuValues::try_from(vec![
+            FastCount::default();
+            aya::util::nr_cpus().map_err(|(_, e)| Error::Io(e))?
+        ])?;
+        self.counts.set(a.slot, zero, 0)?;
+        self.flows.insert(k, a, 0)?;
+        Ok(())
+    }
+
+    pub fn remove(&mut self, k: &FastKey) -> Result<(), Error> {
+        match self.flows.remove(k) {
+            Ok(()) => Ok(()),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Removes every entry.
+    pub fn clear(&mut self) -> Result<usize, Error> {
+        let keys: Vec<FastKey> = self.flows.keys().filter_map(|k| k.ok()).collect();
+        for k in &keys {
+            self.remove(k)?;
+        }
+        Ok(keys.len())
+    }
+
+    pub fn len(&self) -> usize {
+        self.flows.keys().filter(|k| k.is_ok()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// (packets, bytes) the kernel forwarded for the entry in `slot`.
+    pub fn counts(&self, slot: u32) -> Result<(u64, u64), Error> {
+        let v = self.counts.get(&slot, 0)?;
+        Ok(v.iter().fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes)))
+    }
+
+    pub fn stats(&self) -> Result<FastStats, Error> {
+        let s = |i: u32| -> Result<u64, Error> { Ok(self.stats.get(&i, 0)?.iter().sum()) };
+        Ok(FastStats { hit: s(0)?, miss: s(1)?, stale: s(2)?, unparsed: s(3)?, error: s(4)? })
+    }
+}
