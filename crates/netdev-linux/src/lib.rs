@@ -77,6 +77,7 @@ pub mod afpacket;
 pub mod afxdp;
 pub mod hash;
 pub mod ring;
+pub mod rtnl;
 pub mod sys;
 pub mod tap;
 pub mod umem;

@@ -181,6 +181,39 @@ pub fn bind<T: Copy>(fd: RawFd, addr: &T) -> io::Result<()> {
     Ok(())
 }
 
+/// Creates a socket inside the network namespace at `netns_path` (e.g.
+/// `/run/netns/NAME`). A socket belongs to the namespace it was created in
+/// for its whole life, so the calling thread's namespace is switched only
+/// on a short-lived helper thread that creates the socket and exits.
+pub fn socket_in_netns(
+    netns_path: &str,
+    domain: libc::c_int,
+    ty: libc::c_int,
+    proto: libc::c_int,
+) -> io::Result<OwnedFd> {
+    let ns = std::fs::File::open(netns_path)?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: plain syscall on a namespace file we hold open; it
+            // changes only this (scoped, short-lived) thread's namespace.
+            cvt(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })?;
+            socket(domain, ty, proto)
+        })
+        .join()
+        .map_err(|_| io::Error::other("netns helper thread panicked"))?
+    })
+}
+
+/// A netlink socket address for the kernel, with multicast `groups`.
+pub fn sockaddr_nl(groups: u32) -> libc::sockaddr_nl {
+    // SAFETY: all-zero is a valid sockaddr_nl (its padding field included).
+    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    sa.nl_family = libc::AF_NETLINK as u16;
+    sa.nl_groups = groups;
+    sa
+}
+
 /// Wake the kernel's TX path of an AF_XDP socket (`sendto` with no data).
 pub fn sendto_kick(fd: RawFd) -> io::Result<()> {
     // SAFETY: a NULL buffer of length 0 and a NULL address are allowed.
