@@ -70,3 +70,62 @@ pub fn entry(c: &ConnInfo, stats: bool, now_ms: u64) -> String {
     }
     s
 }
+
+/// A `ct()` datapath action as Open vSwitch prints it in `dpctl/dump-flows`
+/// (`ct(commit,zone=5,mark=0x1/0xff,nat(src=10.0.0.1-10.0.0.2:1024-2048))`).
+pub fn action(a: &crate::CtAction) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if a.commit {
+        parts.push("commit".into());
+    }
+    if a.force {
+        parts.push("force".into());
+    }
+    if a.zone != 0 {
+        parts.push(format!("zone={}", a.zone));
+    }
+    if let Some((v, m)) = a.mark {
+        parts.push(format!("mark={v:#x}/{m:#x}"));
+    }
+    if let Some((v, m)) = a.label {
+        parts.push(format!("label={v:#x}/{m:#x}"));
+    }
+    match a.nat {
+        None => {}
+        Some(crate::Nat::Existing) => parts.push("nat".into()),
+        Some(crate::Nat::Src(r)) => parts.push(format!("nat(src={})", nat_range(&r))),
+        Some(crate::Nat::Dst(r)) => parts.push(format!("nat(dst={})", nat_range(&r))),
+    }
+    if parts.is_empty() {
+        "ct".into()
+    } else {
+        format!("ct({})", parts.join(","))
+    }
+}
+
+/// `A[-B][:P[-Q]]` plus flags, as `nat(...)` prints its range.
+pub fn nat_range(r: &crate::NatRange) -> String {
+    let a = |x: u128| {
+        if r.v6 {
+            format!("[{}]", addr(x, true))
+        } else {
+            addr(x, false)
+        }
+    };
+    let mut s = a(r.addr_min);
+    if r.addr_max != r.addr_min {
+        let _ = write!(s, "-{}", a(r.addr_max));
+    }
+    if r.port_min != 0 || r.port_max != 0 {
+        let _ = write!(s, ":{}", r.port_min);
+        if r.port_max != r.port_min {
+            let _ = write!(s, "-{}", r.port_max);
+        }
+    }
+    for (on, name) in [(r.flags.random, "random"), (r.flags.hash, "hash"), (r.flags.persistent, "persistent")] {
+        if on {
+            let _ = write!(s, ",{name}");
+        }
+    }
+    s
+}

@@ -170,7 +170,7 @@ pub struct Tracked {
 }
 
 /// What `nat` in a `ct()` action asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Nat {
     /// `nat` alone: apply the connection's existing translation.
     Existing,
@@ -179,7 +179,7 @@ pub enum Nat {
 }
 
 /// The parameters of one `ct()` action.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CtAction {
     pub zone: u16,
     pub commit: bool,

@@ -158,7 +158,7 @@ fn inner_l4_offset(b: &[u8], l3: usize, v6: bool) -> usize {
 }
 
 /// How a NAT range picks its address and port.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NatFlags {
     pub random: bool,
     pub hash: bool,
@@ -166,7 +166,7 @@ pub struct NatFlags {
 }
 
 /// `nat(src=A[-B][:P[-Q]])` or `nat(dst=...)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NatRange {
     pub addr_min: u128,
     pub addr_max: u128,

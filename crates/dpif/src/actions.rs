@@ -41,6 +41,13 @@ pub enum DpAction {
     /// Run the packet through an OpenFlow meter: it may be dropped (the
     /// remaining actions do not run) or have its DSCP remarked.
     Meter(crate::meter::MeterRef),
+    /// Connection tracking: look the packet up in (and with `commit`, add
+    /// it to) the datapath's tracker, translate it if `nat` says so, and
+    /// set `ct_state`, `ct_zone` and `ct_mark` in its key. Like a meter,
+    /// the action carries the tracker itself.
+    Ct(crate::CtRef, conntrack::CtAction),
+    /// Forget the packet's tracking state (`ct_clear`).
+    CtClear,
 }
 
 /// Printable field groups for `set(...)`, as OVS names them.
@@ -86,6 +93,8 @@ impl fmt::Display for DpAction {
             }
             DpAction::Recirc(id) => write!(f, "recirc({id:#x})"),
             DpAction::Meter(m) => write!(f, "meter({})", m.0.id),
+            DpAction::Ct(_, a) => write!(f, "{}", conntrack::format::action(a)),
+            DpAction::CtClear => write!(f, "ct_clear"),
             DpAction::SetMasked { key, mask } => {
                 let is_v6 = key.is_ipv6();
                 let is_arp = key.dl_type() == flow::key::ethertype::ARP;

@@ -115,6 +115,12 @@ pub fn execute(
                 key.set_recirc_id(*id);
                 return Exec::Recirc(pkt, *id);
             }
+            DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, now_ms),
+            DpAction::CtClear => {
+                key.set_ct_state(0);
+                key.set_ct_zone(0);
+                key.set_ct_mark(0);
+            }
             DpAction::Meter(m) => match m.0.admit(pkt.len(), now_ms) {
                 crate::meter::Verdict::Pass => {}
                 crate::meter::Verdict::Drop => return Exec::Done,
@@ -134,6 +140,33 @@ pub fn execute(
         }
     }
     Exec::Done
+}
+
+/// Runs the tracker on the packet and records its verdict in the key. If
+/// the tracker translated the packet (NAT), the key's addresses and ports
+/// follow the bytes, so later actions and a recirculated lookup see the
+/// translated packet.
+fn run_ct(ct: &conntrack::Conntrack, params: &conntrack::CtAction, pkt: &mut Packet, key: &mut FlowKey, now_ms: u64) {
+    let r = ct.execute(pkt.data_mut(), params, now_ms, None);
+    key.set_ct_state(r.state);
+    key.set_ct_zone(r.zone);
+    key.set_ct_mark(r.mark);
+    if r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0 {
+        if let Ok(p) = conntrack::packet::parse(pkt.data(), false) {
+            let t = p.tuple;
+            if t.v6 {
+                key.set_ipv6_src(t.src);
+                key.set_ipv6_dst(t.dst);
+            } else {
+                key.set_nw_src(t.src as u32);
+                key.set_nw_dst(t.dst as u32);
+            }
+            if t.has_ports() {
+                key.set_tp_src(t.sport);
+                key.set_tp_dst(t.dport);
+            }
+        }
+    }
 }
 
 fn shift(l: Layout, by: i32) -> Layout {

@@ -48,4 +48,26 @@ pub mod meter;
 pub use actions::{format_actions, CounterRef, DpAction, FlowCounters, Translation, Upcall, UserspaceReason};
 pub use execute::{OutQueues, Sink};
 pub use meter::{Meter, MeterRef};
+
+/// A shared handle on the datapath's connection tracker; equal when it is
+/// the same tracker (so megaflow actions compare and hash cheaply).
+#[derive(Clone)]
+pub struct CtRef(pub std::sync::Arc<conntrack::Conntrack>);
+
+impl PartialEq for CtRef {
+    fn eq(&self, o: &CtRef) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &o.0)
+    }
+}
+impl Eq for CtRef {}
+impl std::hash::Hash for CtRef {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (std::sync::Arc::as_ptr(&self.0) as usize).hash(h)
+    }
+}
+impl std::fmt::Debug for CtRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "conntrack")
+    }
+}
 pub use pmd::{MegaflowInfo, Pmd, PmdConfig, PmdStats};

@@ -294,6 +294,9 @@ accessors! {
     tp_src set_tp_src TP_SRC u16;
     tp_dst set_tp_dst TP_DST u16;
     tcp_flags set_tcp_flags TCP_FLAGS u16;
+    ct_state set_ct_state CT_STATE u8;
+    ct_zone set_ct_zone CT_ZONE u16;
+    ct_mark set_ct_mark CT_MARK u32;
 }
 
 impl FlowKey {
