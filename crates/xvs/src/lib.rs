@@ -17,6 +17,7 @@ pub mod db;
 pub mod demo;
 pub mod netns;
 pub mod ofconn;
+pub mod offload;
 pub mod ports;
 pub mod switch;
 pub mod trace;

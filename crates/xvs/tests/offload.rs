@@ -1,0 +1,224 @@
+//! The kernel fast path against userspace, differentially.
+//!
+//! Plan: a bridge (ofproto) with four ports whose kernel devices are veth
+//! ends this test creates; random OpenFlow rules from a pool (outputs, MAC
+//! rewrites, dec_ttl, VLAN push/pop, and actions that must stay in
+//! userspace); random frames (UDP/TCP/ICMP over IPv4 and IPv6, tagged,
+//! ARP). Every frame is run through the XDP program with
+//! BPF_PROG_TEST_RUN and through userspace translation + execution.
+//! Whenever the program redirects a frame, the entry that served it (found
+//! by its counter) must output to the device of the one port userspace
+//! outputs to, with the same bytes. Each frame's own entry is then
+//! offloaded if `offload::entry` allows it. Rules change every few frames;
+//! the generation is bumped as the switch does before acknowledging a
+//! change, and no entry of an older generation may serve a frame after
+//! it. Needs root (BPF, veth).
+
+use bpf::{FastAction, FastKey, TestProgram};
+use dpif::execute::{execute, OutQueues, Sink};
+use dpif::DpAction;
+use netdev::Packet;
+use ofproto::{parse_flow, FlowModCmd, Need, Ofproto, PortConfig};
+use proptest::prelude::*;
+use std::process::Command;
+use wire::build::Frame;
+use xvs::offload;
+
+const XDP_REDIRECT: u32 = 4;
+
+struct Veths(Vec<String>);
+impl Drop for Veths {
+    fn drop(&mut self) {
+        for v in &self.0 {
+            let _ = Command::new("ip").args(["link", "del", v]).status();
+        }
+    }
+}
+
+fn ifindex(name: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex")).unwrap().trim().parse().unwrap()
+}
+
+#[derive(Default)]
+struct Rec(Vec<(u32, Vec<u8>)>);
+impl Sink for Rec {
+    fn output(&mut self, port: u32, pkts: &mut Vec<Packet>) {
+        for p in pkts.drain(..) {
+            self.0.push((port, p.data().to_vec()));
+        }
+    }
+    fn userspace(&mut self, _: Packet, _: &DpAction) {}
+}
+
+const RULES: &[&str] = &[
+    "priority=10,in_port=1,udp,nw_dst=10.0.0.0/24,actions=output:2",
+    "priority=20,in_port=1,udp,nw_dst=10.0.0.2,actions=mod_dl_src:02:aa:00:00:00:01,mod_dl_dst:02:bb:00:00:00:02,output:3",
+    "priority=15,in_port=1,ip,actions=dec_ttl,output:2",
+    "priority=12,in_port=2,ip,actions=mod_vlan_vid:10,output:4",
+    "priority=30,in_port=1,dl_vlan=5,actions=strip_vlan,output:2",
+    "priority=25,in_port=2,tcp,tp_dst=80,actions=output:1",
+    "priority=26,in_port=2,tcp,tcp_flags=+syn,actions=output:3",
+    "priority=18,in_port=1,ipv6,actions=output:4",
+    "priority=40,in_port=1,udp,tp_src=7,actions=mod_nw_dst:10.9.9.9,output:2",
+    "priority=35,in_port=2,icmp,actions=output:1,output:3",
+    "priority=5,in_port=2,actions=drop",
+    "priority=1,actions=NORMAL",
+];
+
+fn frame(kind: u8, a: u8, b: u8, port: u16) -> Vec<u8> {
+    let (s, d) = ([2, 0, 0, 0, 0, a], [2, 0, 0, 0, 0, b]);
+    let f = Frame::new(s, d);
+    match kind % 7 {
+        0 => f.ipv4(0x0a00_0000 | a as u32, 0x0a00_0000 | b as u32).udp(port, 53).payload(b"x").build(),
+        1 => f.ipv4(0x0a00_0000 | a as u32, 0x0a00_0100 | b as u32).tcp(port, 80, 0x10).build(),
+        2 => f.ipv4(0x0a00_0000 | a as u32, 0x0a00_0000 | b as u32).icmp_echo(port, 1).build(),
+        3 => f.ipv6(0xfd00 << 112 | a as u128, 0xfd00 << 112 | b as u128).udp(port, 53).build(),
+        4 => f.vlan(0x8100, 5).ipv4(0x0a00_0000 | a as u32, 0x0a00_0000 | b as u32).udp(port, 9).build(),
+        5 => f.arp(1, s, 0x0a00_0000 | a as u32, [0; 6], 0x0a00_0000 | b as u32).build(),
+        _ => f.ipv4(0x0a00_0000 | a as u32, 0x0a00_0002).ip_ttl(9).tcp(port, 22, 0x02).build(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn xdp_fast_path_agrees_with_userspace(
+        steps in proptest::collection::vec((0u8..7, 1u8..3, 1u8..3, prop_oneof![Just(7u16), Just(1000u16)], 1u32..3, 0u8..12, any::<bool>()), 60..120),
+    ) {
+        let id = std::process::id() % 10_000;
+        let names: Vec<String> = (0..4).map(|i| format!("xof{id}{i}")).collect();
+        let _g = Veths(vec![names[0].clone(), names[2].clone()]);
+        for i in [0, 2] {
+            let _ = Command::new("ip").args(["link", "del", &names[i]]).stderr(std::process::Stdio::null()).status();
+            assert!(Command::new("ip").args(["link", "add", &names[i], "type", "veth", "peer", "name", &names[i + 1]]).status().unwrap().success());
+        }
+        let ifx: Vec<u32> = names.iter().map(|n| ifindex(n)).collect();
+        let dev = |p: u32| -> Option<u32> { (1..=4).contains(&p).then(|| ifx[p as usize - 1]) };
+        let mut prog = TestProgram::load().unwrap();
+        for &i in &ifx {
+            prog.fast.add_output(i).unwrap();
+        }
+        let mut of = Ofproto::new("xof");
+        for p in 1..=4 {
+            of.add_port(PortConfig::new(p, &format!("p{p}")));
+        }
+        let mut installed: Vec<(FastKey, FastAction)> = Vec::new();
+        // The frame and in_port each entry was made from (for revalidation).
+        let mut origin: Vec<(Vec<u8>, u32)> = Vec::new();
+        let mut gen = of.generation();
+        prog.fast.set_generation(gen).unwrap();
+        let mut redirected = 0;
+        let mut offloaded = 0;
+        for (kind, a, b, port, in_port, rule, add) in steps {
+            // Change a rule now and then; bump the generation as the
+            // switch does before acknowledging the change.
+            if rule < 2 || installed.is_empty() {
+                let spec = parse_flow(RULES[(rule as usize + kind as usize) % RULES.len()], Need::Actions).unwrap();
+                let cmd = if add { FlowModCmd::Add } else { FlowModCmd::DeleteStrict };
+                let _ = of.flow_mod(cmd, &spec);
+                if of.generation() != gen {
+                    gen = of.generation();
+                    prog.fast.set_generation(gen).unwrap();
+                    // Every entry so far is stale now: none may serve its frame.
+                    for (i, (f, p)) in origin.iter().enumerate() {
+                        let (v, _) = prog.run(f, dev(*p).unwrap()).unwrap();
+                        prop_assert_ne!(v, XDP_REDIRECT, "entry {} served a frame after the generation bump", i);
+                    }
+                    // Revalidate as the switch does: re-translate each
+                    // entry's flow; rewrite it for the new generation if it
+                    // is still offloadable, remove it otherwise.
+                    for (i, (f, p)) in origin.iter().enumerate() {
+                        let (mut k, _, _) = flow::extract(f, *p);
+                        let t = of.translate_key(&k, 0);
+                        k.set_in_port(*p);
+                        match offload::entry(&k, &t.mask, &t.actions, &dev) {
+                            Ok((fk, mut fa)) => {
+                                prop_assert_eq!(fk, installed[i].0);
+                                fa.gen = gen;
+                                fa.slot = i as u32;
+                                prog.fast.insert(&fk, &fa).unwrap();
+                                installed[i].1 = fa;
+                            }
+                            Err(_) => {
+                                prog.fast.remove(&installed[i].0).unwrap();
+                                installed[i].1.gen = 0;
+                            }
+                        }
+                    }
+                }
+            }
+            let f = frame(kind, a, b, port);
+            let (mut key, layout, err) = flow::extract(&f, in_port);
+            prop_assume!(err.is_none());
+            let t = of.translate_key(&key, f.len() as u64);
+            let mut user = Rec::default();
+            let mut q = OutQueues::default();
+            let mut pkt = Packet::from_slice(&f);
+            pkt.in_port = in_port;
+            let mut k2 = key;
+            execute(&t.actions, pkt, &mut k2, layout, &mut q, &mut user, 0);
+            q.flush(&mut user);
+            // The XDP program first.
+            let before: Vec<(u64, u64)> = (0..installed.len() as u32).map(|s| prog.fast.counts(s).unwrap()).collect();
+            let (v, out) = prog.run(&f, dev(in_port).unwrap()).unwrap();
+            let hit: Vec<usize> = (0..installed.len()).filter(|&s| prog.fast.counts(s as u32).unwrap() != before[s]).collect();
+            if v == XDP_REDIRECT {
+                redirected += 1;
+                prop_assert_eq!(hit.len(), 1, "exactly one entry served the frame");
+                let e = &installed[hit[0]].1;
+                prop_assert_eq!(e.gen, gen, "only current-generation entries serve frames");
+                prop_assert_eq!(user.0.len(), 1, "userspace also outputs it once: {:?}", t.actions);
+                prop_assert_eq!(dev(user.0[0].0), Some(e.out_ifindex), "same output port");
+                prop_assert_eq!(&out, &user.0[0].1, "same bytes");
+            } else {
+                prop_assert!(hit.is_empty(), "a frame not redirected credited no entry");
+            }
+            // Offload this frame's flow if the fast path can serve it.
+            key.set_in_port(in_port);
+            if let Ok((fk, mut fa)) = offload::entry(&key, &t.mask, &t.actions, &dev) {
+                prop_assert_eq!(user.0.len(), 1);
+                fa.gen = gen;
+                fa.slot = installed.iter().position(|(k, _)| *k == fk).unwrap_or(installed.len()) as u32;
+                prog.fast.insert(&fk, &fa).unwrap();
+                if fa.slot as usize == installed.len() {
+                    installed.push((fk, fa));
+                    origin.push((f.clone(), in_port));
+                } else {
+                    installed[fa.slot as usize] = (fk, fa);
+                }
+                offloaded += 1;
+                let (v, out) = prog.run(&f, dev(in_port).unwrap()).unwrap();
+                prop_assert_eq!(v, XDP_REDIRECT, "the entry just made serves its own frame");
+                prop_assert_eq!(&out, &user.0[0].1);
+            }
+        }
+        // Frames repeat (a small pool), so earlier entries serve later
+        // frames, across generations; each run offloads something.
+        eprintln!("offloaded {offloaded}, redirected from earlier entries {redirected}");
+        prop_assert!(offloaded > 0, "the run exercised the fast path ({offloaded} offloaded, {redirected} redirected)");
+    }
+}
+
+#[test]
+fn reasons_for_staying_in_userspace_are_named() {
+    let mut of = Ofproto::new("r");
+    for p in 1..=2 {
+        of.add_port(PortConfig::new(p, &format!("p{p}")));
+    }
+    let dev = |p: u32| Some(100 + p);
+    let add = |of: &mut Ofproto, r: &str| of.flow_mod(FlowModCmd::Add, &parse_flow(r, Need::Actions).unwrap()).unwrap();
+    add(&mut of, "priority=5,in_port=1,tcp,tcp_flags=+syn,actions=output:2");
+    add(&mut of, "priority=4,in_port=1,udp,actions=mod_nw_dst:10.1.1.1,output:2");
+    add(&mut of, "priority=3,in_port=1,icmp,actions=output:2,output:2");
+    let key = |f: &[u8]| flow::extract(f, 1).0;
+    let t = |k| of.translate_key(&k, 0);
+    let syn = key(&Frame::new([2; 6], [4; 6]).ipv4(1, 2).tcp(1, 2, 0x02).build());
+    let e = offload::entry(&syn, &t(syn).mask, &t(syn).actions, &dev).unwrap_err();
+    assert_eq!(e.to_string(), "matches tcp_flags, which the XDP program does not parse");
+    let udp = key(&Frame::new([2; 6], [4; 6]).ipv4(1, 2).udp(1, 2).build());
+    let e = offload::entry(&udp, &t(udp).mask, &t(udp).actions, &dev).unwrap_err();
+    assert_eq!(e.to_string(), "action set_field:nw_dst must run in userspace");
+    let arp = key(&Frame::new([2; 6], [4; 6]).arp(1, [2; 6], 1, [0; 6], 2).build());
+    assert_eq!(offload::packet_ok(&arp).unwrap_err().to_string(), "ARP frames are not parsed by the XDP program");
+}
