@@ -379,6 +379,26 @@ impl Subtable {
     }
 }
 
+/// Whether a map of `len` entries in `cap` slots should give memory back
+/// (hash maps never shrink by themselves: after deleting 200,000 rules the
+/// tables would keep their size forever).
+#[inline]
+fn sparse(len: usize, cap: usize) -> bool {
+    cap > 64 && len < cap / 4
+}
+
+/// Shrinks a subtable's maps once they are mostly empty.
+fn st_shrink(st: &mut Subtable) {
+    if sparse(st.groups.len(), st.groups.capacity()) {
+        st.groups.shrink_to_fit();
+    }
+    for s in &mut st.stage_sets {
+        if sparse(s.len(), s.capacity()) {
+            s.shrink_to_fit();
+        }
+    }
+}
+
 /// An OpenFlow flow table: prioritized wildcarded rules carrying a `T`.
 pub struct Classifier<T> {
     rules: HashMap<RuleId, Rule<T>, BuildHasherDefault<Mix>>,
@@ -523,8 +543,17 @@ impl<T> Classifier<T> {
     /// Frees the removed rules that are invisible at every version from
     /// `oldest_live_version` on, i.e. that no reader can still see.
     pub fn purge(&mut self, oldest_live_version: u64) {
+        self.purge_some(oldest_live_version, usize::MAX);
+    }
+
+    /// Like [`Classifier::purge`], but frees at most `max` rules (so an
+    /// owner can free a large delete in short steps); returns how many it
+    /// freed. Maps that emptied out give their memory back.
+    pub fn purge_some(&mut self, oldest_live_version: u64, max: usize) -> usize {
         let mut keep = Vec::new();
-        for id in std::mem::take(&mut self.removed) {
+        let mut freed = 0;
+        let mut pending = std::mem::take(&mut self.removed).into_iter();
+        for id in pending.by_ref() {
             match self.rules.get(&id) {
                 Some(r) if r.removed <= oldest_live_version => {}
                 Some(_) => {
@@ -533,6 +562,7 @@ impl<T> Classifier<T> {
                 }
                 None => continue,
             }
+            freed += 1;
             let r = self.rules.remove(&id).expect("checked above");
             let si = r.subtable;
             let st = self.subtables[si].as_mut().expect("live subtable");
@@ -575,9 +605,27 @@ impl<T> Classifier<T> {
                 let st = self.subtables[si].take().expect("live subtable");
                 self.by_mask.remove(&st.mask);
                 self.free_subtables.push(si);
+            } else {
+                st_shrink(self.subtables[si].as_mut().expect("live subtable"));
+            }
+            if freed == max {
+                break;
             }
         }
+        keep.extend(pending);
         self.removed = keep;
+        if self.removed.is_empty() {
+            self.removed = Vec::new();
+        }
+        if freed > 0 && sparse(self.rules.len(), self.rules.capacity()) {
+            self.rules.shrink_to_fit();
+        }
+        freed
+    }
+
+    /// Removed rules not freed yet.
+    pub fn n_unpurged(&self) -> usize {
+        self.removed.len()
     }
 
     /// Takes rule `id` out of its group, dropping the group if it empties.

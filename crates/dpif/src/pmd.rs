@@ -20,11 +20,15 @@ pub struct PmdConfig {
     pub megaflow_limit: usize,
     /// Megaflows unused this long are removed by [`Pmd::sweep`].
     pub max_idle_ms: u64,
+    /// Most packets parked while the slow path is busy (see
+    /// [`Pmd::poll_deferred`]); beyond it a packet that needs the slow
+    /// path is dropped and counted in `upcall_busy`.
+    pub deferred_limit: usize,
 }
 
 impl Default for PmdConfig {
     fn default() -> Self {
-        PmdConfig { emc_insert_inv_prob: 100, megaflow_limit: 200_000, max_idle_ms: 10_000 }
+        PmdConfig { emc_insert_inv_prob: 100, megaflow_limit: 200_000, max_idle_ms: 10_000, deferred_limit: 2048 }
     }
 }
 
@@ -39,8 +43,12 @@ pub struct PmdStats {
     pub upcalls: u64,
     /// Misses not cached because the megaflow limit was reached.
     pub upcall_lost_limit: u64,
-    /// Misses dropped because the slow path was busy (a rule change held
-    /// it): the poll thread never waits for it.
+    /// Packets that needed the slow path while it was busy (a rule change
+    /// held it) and were parked, to be looked up again on a later
+    /// iteration: the poll thread never waits for the slow path.
+    pub upcall_deferred: u64,
+    /// Packets dropped because the slow path was busy and the parking
+    /// queue was full ([`PmdConfig::deferred_limit`]).
     pub upcall_busy: u64,
     /// Stale megaflows checked against the current rules and kept.
     pub revalidated: u64,
@@ -133,6 +141,13 @@ pub struct Pmd {
     out: OutQueues,
     rng: u64,
     last_rank_ms: u64,
+    /// Packets that needed the slow path while it was busy, oldest first,
+    /// with the key they were being looked up with and their recirculation
+    /// depth. See [`Pmd::poll_deferred`].
+    deferred: std::collections::VecDeque<(Packet, FlowKey, u32)>,
+    /// Set while [`Pmd::poll_deferred`] replays the queue: only then may
+    /// a packet use the slow path while others are parked.
+    draining: bool,
 }
 
 /// The outcome of [`Pmd::validate`].
@@ -152,7 +167,8 @@ enum Found {
     Flow(u32),
     /// Translated but not cached (megaflow limit).
     Uncached(Translation),
-    /// The slow path was busy: drop the packet.
+    /// The slow path was busy (or packets are parked before this one):
+    /// park the packet.
     Busy,
 }
 
@@ -175,6 +191,8 @@ impl Pmd {
             out: OutQueues::default(),
             rng: 0x2545_f491_4f6c_dd1d,
             last_rank_ms: 0,
+            deferred: std::collections::VecDeque::new(),
+            draining: false,
         }
     }
 
@@ -193,11 +211,71 @@ impl Pmd {
         self.n_flows
     }
 
+    /// Packets parked, waiting for the slow path.
+    pub fn n_deferred(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// Looks the parked packets up again, oldest first, until one finds
+    /// the slow path still busy (it and those after it stay parked, in
+    /// order). The owner calls this once per iteration, before receiving;
+    /// a thread with parked packets must not sleep. Returns how many
+    /// packets left the queue.
+    ///
+    /// Why parking keeps every guarantee and the order of each flow:
+    /// * Nothing stale is served. A parked packet is looked up from
+    ///   scratch when replayed, at the generation current then, through
+    ///   the same [`Pmd::lookup`] (a megaflow is used only once valid at
+    ///   the current generation).
+    /// * No packet overtakes an earlier one of its flow. While the queue
+    ///   is not empty, a newly received packet may use only megaflows that
+    ///   are valid already; any that needs the slow path (a miss, or a
+    ///   stale megaflow) is parked behind the others without asking it
+    ///   (`slow_path_open`). A megaflow becomes valid only through the slow
+    ///   path, so the megaflows a new packet can use were valid when every
+    ///   parked packet was looked up, and none covered them (else they
+    ///   would not be parked): a new packet that is forwarded at once is of
+    ///   another flow than every parked one.
+    /// * Nothing waits: the thread goes on with its other queues; a parked
+    ///   packet costs a slot in a bounded queue (`deferred_limit`), and
+    ///   only a full queue drops (counted in `upcall_busy`).
+    pub fn poll_deferred(&mut self, upcall: &dyn Upcall, now_ms: u64, sink: &mut dyn Sink) -> usize {
+        let before = self.deferred.len();
+        if before == 0 {
+            return 0;
+        }
+        self.draining = true;
+        let mut queue = std::mem::take(&mut self.deferred);
+        while let Some((pkt, mut key, depth)) = queue.pop_front() {
+            let (_, layout, _) = flow::extract(pkt.data(), pkt.in_port);
+            self.handle(pkt, &mut key, layout, upcall, now_ms, sink, depth);
+            if !self.deferred.is_empty() {
+                // Still busy: what was just parked again goes first.
+                self.deferred.append(&mut queue);
+                break;
+            }
+        }
+        self.draining = false;
+        self.out.flush(sink);
+        before.saturating_sub(self.deferred.len())
+    }
+
+    /// Whether a lookup may ask the slow path now: not while packets are
+    /// parked, except when replaying them (see [`Pmd::poll_deferred`]).
+    #[inline]
+    fn slow_path_open(&self) -> bool {
+        self.deferred.is_empty() || self.draining
+    }
+
     /// Processes a batch received on one port (each packet's `in_port`
     /// set): every packet is extracted, looked up (EMC, megaflows, upcall),
     /// and executed; outputs are grouped per port and handed to `sink` at
-    /// the end. Drains `pkts`.
+    /// the end. Drains `pkts`. Packets parked earlier are replayed first;
+    /// packets that find the slow path busy are parked
+    /// ([`Pmd::poll_deferred`]).
     pub fn process_batch(&mut self, pkts: &mut Vec<Packet>, upcall: &dyn Upcall, now_ms: u64, sink: &mut dyn Sink) {
+        // Parked packets go first (they arrived earlier).
+        self.poll_deferred(upcall, now_ms, sink);
         // One key buffer for the batch: extraction writes into it and
         // execution rewrites it in place, so it is never copied around.
         let mut key = FlowKey::ZERO;
@@ -265,7 +343,17 @@ impl Pmd {
                 }
                 execute(&t.actions, pkt, key, layout, &mut self.out, sink, now_ms)
             }
-            Found::Busy => return,
+            Found::Busy => {
+                if self.deferred.len() < self.cfg.deferred_limit {
+                    if !self.draining {
+                        self.stats.upcall_deferred += 1;
+                    }
+                    self.deferred.push_back((pkt, *key, depth));
+                } else {
+                    self.stats.upcall_busy += 1;
+                }
+                return;
+            }
         };
         if let Exec::Recirc(p, _) = res {
             let (_, layout, _) = flow::extract(p.data(), p.in_port);
@@ -330,9 +418,11 @@ impl Pmd {
                 Validity::Unknown => break,
             }
         }
-        // Miss: ask the slow path.
+        // Miss: ask the slow path (if no packet is parked before this one).
+        if !self.slow_path_open() {
+            return Found::Busy;
+        }
         let Some(t) = upcall.try_translate(key) else {
-            self.stats.upcall_busy += 1;
             return Found::Busy;
         };
         self.stats.upcalls += 1;
@@ -425,8 +515,12 @@ impl Pmd {
         if f.generation == self.generation {
             return Validity::Valid;
         }
-        // If the slow path is busy the megaflow cannot be confirmed: it is
-        // not used (the lookup falls through to an upcall, which counts).
+        // If the slow path is busy (or closed while packets are parked) the
+        // megaflow cannot be confirmed: it is not used (the lookup falls
+        // through to an upcall, which parks the packet).
+        if !self.slow_path_open() {
+            return Validity::Unknown;
+        }
         let Some(t) = upcall.revalidate(&f.orig) else { return Validity::Unknown };
         if t.actions == f.actions && t.mask.is_subset_of(&f.m.mask) {
             let f = self.flows[slot as usize].as_mut().expect("exists");

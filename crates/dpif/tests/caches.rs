@@ -214,7 +214,7 @@ fn revalidation_keeps_unaffected_and_drops_changed_megaflows() {
 }
 
 #[test]
-fn busy_slow_path_drops_misses_and_never_serves_unconfirmed_megaflows() {
+fn busy_slow_path_parks_packets_in_order_and_never_serves_unconfirmed_megaflows() {
     let mut m = Model::new();
     m.add(1, "in_port=1", out(2));
     let mut p = pmd(1);
@@ -227,10 +227,35 @@ fn busy_slow_path_drops_misses_and_never_serves_unconfirmed_megaflows() {
     m.busy.set(true);
     p.process_batch(&mut vec![pkt(&f, 1), pkt(&f, 1)], &m, 1, &mut rec);
     assert_eq!(rec.out.len(), 1, "the stale megaflow was not used");
-    assert_eq!(p.stats().upcall_busy, 2);
+    assert_eq!((p.stats().upcall_deferred, p.stats().upcall_busy, p.n_deferred()), (2, 0, 2));
+    // Still busy: replaying changes nothing, and a packet of another flow
+    // that needs the slow path queues behind them without asking it.
+    assert_eq!(p.poll_deferred(&m, 2, &mut rec), 0);
+    let g = udp_frame(7, 8, 9);
+    p.process_batch(&mut vec![pkt(&g, 1)], &m, 2, &mut rec);
+    assert_eq!(p.n_deferred(), 3);
     m.busy.set(false);
-    p.process_batch(&mut vec![pkt(&f, 1)], &m, 2, &mut rec);
-    assert_eq!(rec.out.iter().map(|o| o.0).collect::<Vec<_>>(), vec![2, 5]);
+    // The parked packets leave first, in arrival order, with the new rules.
+    p.process_batch(&mut vec![pkt(&f, 1)], &m, 3, &mut rec);
+    assert_eq!(rec.out.iter().map(|o| o.0).collect::<Vec<_>>(), vec![2, 5, 5, 5, 5]);
+    assert_eq!(rec.out[3].1, g, "the other flow's packet kept its place");
+    assert_eq!((p.n_deferred(), p.stats().upcall_busy), (0, 0));
+}
+
+#[test]
+fn a_full_parking_queue_drops_and_counts() {
+    let mut m = Model::new();
+    m.add(1, "in_port=1", out(2));
+    let mut p = Pmd::new(PmdConfig { deferred_limit: 3, ..PmdConfig::default() });
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    let f = udp_frame(1, 2, 3);
+    m.busy.set(true);
+    p.process_batch(&mut (0..5).map(|_| pkt(&f, 1)).collect(), &m, 0, &mut rec);
+    assert_eq!((p.stats().upcall_deferred, p.stats().upcall_busy, p.n_deferred()), (3, 2, 3));
+    m.busy.set(false);
+    assert_eq!(p.poll_deferred(&m, 1, &mut rec), 3);
+    assert_eq!(rec.out.len(), 3);
 }
 
 #[test]

@@ -23,6 +23,10 @@ use std::sync::{Arc, Mutex};
 /// Number of OpenFlow tables.
 pub const N_TABLES: usize = 255;
 
+/// Deleted rules a commit frees at once; more wait for
+/// [`Ofproto::purge_some`].
+pub const COMMIT_PURGE: usize = 4096;
+
 /// One OpenFlow rule's payload in the classifier.
 #[derive(Debug)]
 pub struct Rule {
@@ -360,13 +364,36 @@ impl Ofproto {
         Ok(n)
     }
 
+    /// Publishes the staged changes (readers move to the new version),
+    /// then frees up to [`COMMIT_PURGE`] of the rules it made invisible.
+    /// Freeing the rest of a large delete is left to
+    /// [`Ofproto::purge_some`], so that the owner can do it in short
+    /// steps instead of one long write section.
     fn commit(&mut self) {
         self.version += 1;
-        let v = self.version;
-        for t in &mut self.tables {
-            t.purge(v);
-        }
         self.bump_generation();
+        self.purge_some(COMMIT_PURGE);
+    }
+
+    /// Frees up to `max` deleted rules that no reader can see any more
+    /// (every reader looks up at [`Ofproto::version`]); returns how many.
+    pub fn purge_some(&mut self, max: usize) -> usize {
+        let v = self.version;
+        let mut freed = 0;
+        for t in &mut self.tables {
+            if freed >= max {
+                break;
+            }
+            if t.n_unpurged() > 0 {
+                freed += t.purge_some(v, max - freed);
+            }
+        }
+        freed
+    }
+
+    /// Deleted rules not freed yet (see [`Ofproto::purge_some`]).
+    pub fn n_unpurged(&self) -> usize {
+        self.tables.iter().map(|t| t.n_unpurged()).sum()
     }
 
     fn new_rule(&self, spec: &FlowSpec) -> Rule {

@@ -18,6 +18,7 @@ pub mod demo;
 pub mod netns;
 pub mod ofconn;
 pub mod offload;
+pub mod oflock;
 pub mod ports;
 pub mod switch;
 pub mod trace;

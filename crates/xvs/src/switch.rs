@@ -11,6 +11,7 @@
 //! Shared state lives in [`Shared`]; every field says who writes it.
 
 use crate::config::{PollMode, PortSpec};
+use crate::oflock::OfprotoLock;
 use crate::ports;
 use anyhow::{bail, Result};
 use dpif::{DpAction, Pmd, PmdConfig, Sink, Translation, Upcall};
@@ -60,8 +61,8 @@ pub struct PmdReport {
 pub struct Shared {
     pub bridge: String,
     /// The OpenFlow bridge. Written by the control thread; read by PMDs on
-    /// cache misses.
-    pub ofproto: RwLock<Ofproto>,
+    /// cache misses, never waiting for a writer (see [`OfprotoLock`]).
+    pub ofproto: OfprotoLock,
     /// Copy of the bridge's generation counter, readable without the lock.
     pub generation: Arc<AtomicU64>,
     /// Ports by OpenFlow number. Written by the control thread.
@@ -137,7 +138,8 @@ impl Shared {
         };
         let mut pkt = Packet::from_slice(data);
         pkt.in_port = in_port;
-        let upcall = BridgeUpcall(&self.ofproto);
+        // No poll loop replays this one's parked packets: it waits instead.
+        let upcall = BlockingUpcall(&self.ofproto);
         self.slow_pmd.lock().expect("slow pmd").execute(pkt, &t.actions, &upcall, self.now_ms(), &mut sink);
     }
 
@@ -199,7 +201,7 @@ impl Switch {
             slow_pmd: Mutex::new(Pmd::new(opts.pmd.clone())),
             patches: Arc::clone(&opts.patches),
             bridge: opts.bridge.clone(),
-            ofproto: RwLock::new(of),
+            ofproto: OfprotoLock::new(of, opts.n_pmd),
             generation,
             ports: RwLock::new(BTreeMap::new()),
             ports_gen: AtomicU64::new(1),
@@ -319,8 +321,11 @@ impl Switch {
     /// Runs control-plane housekeeping once (MAC aging, rule timeouts).
     pub fn housekeeping(&self) {
         let now = self.shared.now_ms();
-        let of = self.shared.ofproto.read().expect("ofproto lock");
-        of.run(now);
+        self.shared.ofproto.read().expect("ofproto lock").run(now);
+        // What large deletes left to free, in short write sections.
+        if self.shared.ofproto.read().expect("ofproto lock").n_unpurged() > 0 {
+            self.shared.ofproto.purge_in_chunks();
+        }
     }
 
     /// Asks the PMDs for fresh megaflow dumps and waits (up to 1 s).
@@ -380,8 +385,18 @@ impl Drop for Switch {
     }
 }
 
-/// The bridge as a PMD's upcall target: a read lock per miss.
-struct BridgeUpcall<'a>(&'a RwLock<Ofproto>);
+/// The bridge as a PMD's upcall target: a read lock per miss, tried
+/// (the PMD parks the packet when a writer holds it).
+struct BridgeUpcall<'a>(&'a OfprotoLock);
+
+/// The same for a caller without a poll loop (packet-out): waits.
+struct BlockingUpcall<'a>(&'a OfprotoLock);
+
+impl Upcall for BlockingUpcall<'_> {
+    fn translate(&self, key: &FlowKey) -> Translation {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).translate_key(key, 0)
+    }
+}
 
 impl Upcall for BridgeUpcall<'_> {
     fn translate(&self, key: &FlowKey) -> Translation {
@@ -485,6 +500,10 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             userspace_dropped: 0,
             packet_in: &sh.packet_in_tx,
         };
+        // Packets parked while a rule change held the bridge go first.
+        if pmd.n_deferred() > 0 {
+            moved += pmd.poll_deferred(&upcall, now_ms, &mut sink);
+        }
         for (port, q) in &rxqs {
             let n = {
                 let mut dev = port.dev.lock().expect("port lock");
@@ -508,6 +527,9 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             pkts.clear();
         }
         userspace_dropped += sink.userspace_dropped;
+        // Writers wait (briefly) for parked packets: say how many there are.
+        let parked = pmd.n_deferred();
+        sh.ofproto.set_parked(id, parked);
         // Ports that defer transmit kicks: flush what waited long enough,
         // everything when this iteration found nothing to do.
         for p in sink.sent.drain(..) {
@@ -527,7 +549,9 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             idle_iters = 0;
         } else {
             idle_iters = idle_iters.saturating_add(1);
-            if sh.poll_mode == PollMode::Adaptive && idle_iters > 2000 {
+            if parked > 0 {
+                // Parked packets are retried at once, never slept on.
+            } else if sh.poll_mode == PollMode::Adaptive && idle_iters > 2000 {
                 wait_for_packets(&rxqs);
             } else if rxqs.is_empty() {
                 std::thread::sleep(Duration::from_millis(1));
