@@ -144,8 +144,8 @@ fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {
         writeln!(out, "  megaflow hits: {}", s.megaflow_hits)?;
         writeln!(
             out,
-            "  upcalls: {} (not cached, megaflow limit: {}; dropped, slow path busy: {})",
-            s.upcalls, s.upcall_lost_limit, s.upcall_busy
+            "  upcalls: {} (not cached, megaflow limit: {}; parked while a rule change held the slow path: {}; dropped, parking queue full: {})",
+            s.upcalls, s.upcall_lost_limit, s.upcall_deferred, s.upcall_busy
         )?;
         writeln!(
             out,
@@ -176,6 +176,7 @@ fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {
         pmds.push(json!({
             "id": r.id, "packets": s.packets, "emc_hits": s.emc_hits, "megaflow_hits": s.megaflow_hits,
             "upcalls": s.upcalls, "upcall_lost_limit": s.upcall_lost_limit, "upcall_busy": s.upcall_busy,
+            "upcall_deferred": s.upcall_deferred,
             "revalidated": s.revalidated, "removed_stale": s.removed_stale, "expired": s.expired, "megaflows": r.n_megaflows,
             "busy_ns": r.busy_ns, "idle_ns": r.idle_ns, "ns_per_packet": ns_per_pkt,
             "iterations": r.iterations, "busy_iterations": r.busy_iterations,
