@@ -151,6 +151,10 @@ pub struct Translation {
     /// translation went through: every packet the resulting megaflow
     /// forwards is credited to each of them (see [`FlowCounters`]).
     pub counters: Vec<CounterRef>,
+    /// The walk through the tables was cut short by the resubmit/goto
+    /// depth limit (a loop): the datapath counts the packets this
+    /// translation serves (`drop_resubmit_depth` in pmd-stats).
+    pub too_deep: bool,
 }
 
 /// Packet and byte counters of a slow-path object (an OpenFlow rule, a

@@ -58,6 +58,9 @@ pub struct PmdStats {
     pub expired: u64,
     /// Packets dropped by recirculating too deep.
     pub drop_recirc_depth: u64,
+    /// Packets whose translation hit the resubmit/goto depth limit (a
+    /// rule loop): the actions up to the limit ran, the rest did not.
+    pub drop_resubmit_depth: u64,
     /// Malformed packets dropped, by reason (counter name, count).
     pub drops: Vec<(&'static str, u64)>,
 }
@@ -70,6 +73,7 @@ impl PmdStats {
             .map(|e| (e.name(), self.drops.iter().find(|(n, _)| *n == e.name()).map(|x| x.1).unwrap_or(0)))
             .collect();
         v.push(("drop_recirc_depth", self.drop_recirc_depth));
+        v.push(("drop_resubmit_depth", self.drop_resubmit_depth));
         v
     }
 
@@ -98,6 +102,8 @@ struct Megaflow {
     orig: FlowKey,
     /// Rule generation this megaflow was last known valid at.
     generation: u64,
+    /// Its translation hit the resubmit depth limit.
+    too_deep: bool,
     subtable: usize,
     packets: u64,
     bytes: u64,
@@ -335,9 +341,11 @@ impl Pmd {
                 f.packets += 1;
                 f.bytes += len;
                 f.used_ms = now_ms;
+                self.stats.drop_resubmit_depth += f.too_deep as u64;
                 execute(&f.actions, pkt, key, layout, &mut self.out, sink, now_ms)
             }
             Found::Uncached(t) => {
+                self.stats.drop_resubmit_depth += t.too_deep as u64;
                 for c in &t.counters {
                     c.0.credit(1, len, now_ms);
                 }
@@ -461,6 +469,7 @@ impl Pmd {
             m,
             actions: t.actions,
             counters: t.counters,
+            too_deep: t.too_deep,
             pushed_packets: 0,
             pushed_bytes: 0,
             orig: *key,
@@ -525,6 +534,7 @@ impl Pmd {
         if t.actions == f.actions && t.mask.is_subset_of(&f.m.mask) {
             let f = self.flows[slot as usize].as_mut().expect("exists");
             f.generation = self.generation;
+            f.too_deep = t.too_deep;
             // The rules behind it may have been replaced (same actions):
             // credit the old ones up to now, the new ones from now on.
             if f.counters != t.counters {

@@ -439,6 +439,7 @@ impl Upcall for Counted {
             actions: vec![DpAction::Output(2)],
             mask,
             counters: vec![dpif::CounterRef(std::sync::Arc::clone(&self.0))],
+            too_deep: false,
         }
     }
 }

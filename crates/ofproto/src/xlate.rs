@@ -46,6 +46,8 @@ struct Ctx<'a> {
     cookie: u64,
     /// Set once the pipeline must stop (e.g. TTL exceeded).
     stop: bool,
+    /// Set when the resubmit/goto depth limit stopped the walk.
+    too_deep: bool,
     /// Counters of every rule the walk matched.
     counters: Vec<dpif::CounterRef>,
     /// Every key bit a committed set action wrote (group buckets undo theirs).
@@ -70,7 +72,7 @@ impl Ofproto {
             cx.do_action(a);
         }
         cx.commit();
-        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters: Vec::new() }
+        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters: Vec::new(), too_deep: cx.too_deep }
     }
 
     /// Like [`Ofproto::translate_key`], with the walk through the tables.
@@ -93,7 +95,7 @@ impl Ofproto {
         let final_key = cx.key;
         let mask = cx.wc;
         Trace {
-            translation: Translation { actions: cx.actions, mask, counters: cx.counters },
+            translation: Translation { actions: cx.actions, mask, counters: cx.counters, too_deep: cx.too_deep },
             lines: cx.trace.unwrap_or_default(),
             final_key,
         }
@@ -122,6 +124,7 @@ impl<'a> Ctx<'a> {
             table: 0,
             cookie: 0,
             stop: false,
+            too_deep: false,
             counters: Vec::new(),
             written: FlowKey::ZERO,
         }
@@ -158,6 +161,7 @@ impl Ctx<'_> {
         if self.depth >= MAX_DEPTH {
             self.say(|| "resubmit/goto depth exceeded; dropping");
             self.stop = true;
+            self.too_deep = true;
             return;
         }
         self.depth += 1;
@@ -558,6 +562,7 @@ impl Ctx<'_> {
         };
         if self.depth >= MAX_DEPTH {
             self.stop = true;
+            self.too_deep = true;
             return;
         }
         let of = self.of;

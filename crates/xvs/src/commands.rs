@@ -1,80 +1,237 @@
-//! Control commands: each returns human-readable text and the same facts
-//! as JSON (for `--json`).
+//! Control commands: one table ([`COMMANDS`]) serves both control sockets,
+//! `xvs.ctl` (the `xvs` CLI) and the ovs-appctl socket. Each command
+//! returns human-readable text and the same facts as JSON (for `--json`);
+//! commands that mirror an Open vSwitch one (`fdb/show`, `ofproto/trace`,
+//! `dpctl/dump-flows`...) answer in its layout under both names.
 
 use crate::config::PortSpec;
 use crate::switch::Switch;
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use flow::Match;
 use ofproto::{FlowModCmd, Need};
 use serde_json::{json, Value};
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-pub fn run(sw: &Switch, cmd: &str, args: &[String]) -> Result<(String, Value)> {
-    match cmd {
-        "show" => show(sw),
-        "dump-flows" => dump_megaflows(sw),
-        "pmd-stats" => pmd_stats(sw),
-        "add-port" => {
-            let spec = PortSpec::parse(args.first().map(String::as_str).unwrap_or(""))?;
-            let n = sw.add_port(spec.clone())?;
-            Ok((format!("added {} as port {n}\n", spec.name), json!({"name": spec.name, "ofport": n})))
+/// What a command runs against: the bridges of the process.
+pub struct Ctx<'a> {
+    pub bridges: &'a [&'a Switch],
+    /// Configured from a database: ports and bridges come from there.
+    pub db: bool,
+}
+
+impl<'a> Ctx<'a> {
+    /// The bridge named `name`, or the first one.
+    pub fn bridge_named(&self, name: Option<&String>) -> Result<&'a Switch> {
+        match name {
+            Some(n) => self
+                .bridges
+                .iter()
+                .find(|b| &b.shared.bridge == n)
+                .copied()
+                .ok_or_else(|| anyhow!("no such bridge ({n})")),
+            None => self.bridges.first().copied().ok_or_else(|| anyhow!("no bridges")),
         }
-        "del-port" => {
-            let name = args.first().ok_or_else(|| anyhow::anyhow!("del-port needs a port name"))?;
-            sw.del_port(name)?;
-            Ok((format!("removed {name}\n"), json!({"name": name})))
+    }
+
+    /// Commands that change ports or rules from the CLI act on one bridge:
+    /// the only one, or the one named by a leading `--bridge=NAME`.
+    fn target(&self, args: &[String]) -> Result<(&'a Switch, Vec<String>)> {
+        match args.first().and_then(|a| a.strip_prefix("--bridge=")) {
+            Some(n) => Ok((self.bridge_named(Some(&n.to_string()))?, args[1..].to_vec())),
+            None if self.bridges.len() > 1 => bail!("several bridges: name one with --bridge=NAME"),
+            None => Ok((self.bridge_named(None)?, args.to_vec())),
         }
-        "add-flow" | "add-flows" => {
-            let mut mods = Vec::new();
-            for a in args {
-                for line in a.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-                    let spec = ofproto::parse_flow(line, Need::Actions)
-                        .map_err(|e| anyhow::anyhow!("syntax error at {e}"))?;
-                    mods.push((FlowModCmd::Add, spec));
-                }
-            }
-            // Like ovs-ofctl add-flows without --bundle, flows are committed
-            // in chunks, so the write lock is held for a few milliseconds
-            // at a time and poll threads keep translating in between.
-            let mut n = 0;
-            for (c, chunk) in mods.chunks(1000).enumerate() {
-                n += sw
-                    .shared
-                    .ofproto
-                    .write()
-                    .expect("ofproto lock")
-                    .flow_mod_batch(chunk)
-                    .map_err(|(i, e)| anyhow::anyhow!("flow {}: {e}", c * 1000 + i + 1))?;
-            }
-            Ok((format!("{n} flows added\n"), json!({"added": n})))
-        }
-        "del-flows" => {
-            let s = args.first().map(String::as_str).unwrap_or("");
-            let spec = ofproto::parse_flow(s, Need::NoActions).map_err(|e| anyhow::anyhow!("syntax error at {e}"))?;
-            let n = sw.shared.ofproto.write().expect("ofproto lock").flow_mod(FlowModCmd::Delete, &spec)?;
-            Ok((format!("{n} flows deleted\n"), json!({"deleted": n})))
-        }
-        "dump-of-flows" => dump_of_flows(sw),
-        "fdb-show" => fdb_show(sw),
-        "trace" => {
-            let s = args.first().map(String::as_str).unwrap_or("");
-            let m = Match::parse(s).map_err(|e| anyhow::anyhow!("syntax error at '{}': {}", e.token, e.reason))?;
-            let of = sw.shared.ofproto.read().expect("ofproto lock");
-            let t = of.trace(&m.key);
-            let mut out = String::new();
-            for l in &t.lines {
-                writeln!(out, " {l}")?;
-            }
-            writeln!(out, "Megaflow: {}", Match::new(m.key, t.translation.mask))?;
-            writeln!(out, "Datapath actions: {}", dpif::format_actions(&t.translation.actions))?;
-            Ok((out, json!({})))
-        }
-        _ => bail!("unknown command '{cmd}' (show, dump-flows, pmd-stats, add-port, del-port, add-flow, del-flows, dump-of-flows, fdb-show, trace, exit)"),
     }
 }
 
-fn show(sw: &Switch) -> Result<(String, Value)> {
+type Handler = fn(&Ctx, &[String]) -> Result<(String, Value)>;
+
+/// One command: its names (the first is the `xvs` CLI's; OVS's name, if
+/// it has one, is among them), a usage string and its handler.
+pub struct Command {
+    pub names: &'static [&'static str],
+    pub usage: &'static str,
+    pub run: Handler,
+}
+
+/// Every command both sockets answer (`exit` is the servers' own).
+pub const COMMANDS: &[Command] = &[
+    Command { names: &["list-commands"], usage: "", run: list_commands },
+    Command { names: &["version"], usage: "", run: version },
+    Command { names: &["show"], usage: "", run: show },
+    Command { names: &["dpctl/show"], usage: "[DP]", run: dpctl_show },
+    Command { names: &["dump-flows", "dpctl/dump-flows"], usage: "[DP] [--more]", run: dump_megaflows },
+    Command { names: &["pmd-stats"], usage: "", run: pmd_stats },
+    Command { names: &["dpif-netdev/pmd-stats-show"], usage: "", run: crate::appctl::pmd_stats_show },
+    Command { names: &["dpif-netdev/pmd-rxq-show"], usage: "", run: crate::appctl::pmd_rxq_show },
+    Command { names: &["coverage/show"], usage: "", run: crate::appctl::coverage_show },
+    Command { names: &["dump-of-flows"], usage: "", run: dump_of_flows },
+    Command { names: &["bridge/dump-flows"], usage: "BRIDGE", run: crate::appctl::bridge_dump_flows },
+    Command { names: &["fdb-show", "fdb/show"], usage: "[BRIDGE]", run: fdb_show },
+    Command { names: &["trace", "ofproto/trace"], usage: "[BRIDGE] FLOW", run: trace },
+    Command { names: &["add-port"], usage: "[--bridge=NAME] SPEC", run: add_port },
+    Command { names: &["del-port"], usage: "[--bridge=NAME] PORT", run: del_port },
+    Command { names: &["add-flow", "add-flows"], usage: "[--bridge=NAME] FLOW...", run: add_flows },
+    Command { names: &["del-flows"], usage: "[--bridge=NAME] [FLOW]", run: del_flows },
+    Command { names: &["vlog/set"], usage: "[SPEC]", run: crate::appctl::vlog },
+    Command { names: &["vlog/list"], usage: "", run: crate::appctl::vlog },
+];
+
+/// Runs command `cmd` (any of its names) on a single bridge.
+pub fn run(sw: &Switch, cmd: &str, args: &[String]) -> Result<(String, Value)> {
+    run_in(&Ctx { bridges: &[sw], db: false }, cmd, args)
+}
+
+/// Runs command `cmd` (any of its names).
+pub fn run_in(ctx: &Ctx, cmd: &str, args: &[String]) -> Result<(String, Value)> {
+    match COMMANDS.iter().find(|c| c.names.contains(&cmd)) {
+        Some(c) => (c.run)(ctx, args),
+        None => bail!("\"{cmd}\" is not a valid command (use list-commands to see a list)"),
+    }
+}
+
+fn list_commands(_: &Ctx, _: &[String]) -> Result<(String, Value)> {
+    let mut out = String::from("The available commands are:\n");
+    let mut names = Vec::new();
+    for c in COMMANDS {
+        for n in c.names {
+            writeln!(out, "  {n:<28}{}", c.usage)?;
+            names.push(*n);
+        }
+    }
+    writeln!(out, "  {:<28}", "exit")?;
+    names.push("exit");
+    Ok((out, json!({"commands": names})))
+}
+
+fn version(_: &Ctx, _: &[String]) -> Result<(String, Value)> {
+    let v = env!("CARGO_PKG_VERSION");
+    Ok((format!("ovs-vswitchd (xvs) {v}\n"), json!({"version": v})))
+}
+
+fn add_port(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    if ctx.db {
+        bail!("ports come from the database here: use ovs-vsctl add-port");
+    }
+    let (sw, args) = ctx.target(args)?;
+    let spec = PortSpec::parse(args.first().map(String::as_str).unwrap_or(""))?;
+    let n = sw.add_port(spec.clone())?;
+    Ok((format!("added {} as port {n}\n", spec.name), json!({"name": spec.name, "ofport": n})))
+}
+
+fn del_port(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    if ctx.db {
+        bail!("ports come from the database here: use ovs-vsctl del-port");
+    }
+    let (sw, args) = ctx.target(args)?;
+    let name = args.first().ok_or_else(|| anyhow!("del-port needs a port name"))?;
+    sw.del_port(name)?;
+    Ok((format!("removed {name}\n"), json!({"name": name})))
+}
+
+fn add_flows(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let (sw, args) = ctx.target(args)?;
+    let mut mods = Vec::new();
+    for a in &args {
+        for line in a.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let spec = ofproto::parse_flow(line, Need::Actions).map_err(|e| anyhow!("syntax error at {e}"))?;
+            mods.push((FlowModCmd::Add, spec));
+        }
+    }
+    // Like ovs-ofctl add-flows without --bundle, flows are committed in
+    // chunks, so the write lock is held for a few milliseconds at a time
+    // and poll threads keep translating in between.
+    let mut n = 0;
+    for (c, chunk) in mods.chunks(1000).enumerate() {
+        n += sw
+            .shared
+            .ofproto
+            .write()
+            .expect("ofproto lock")
+            .flow_mod_batch(chunk)
+            .map_err(|(i, e)| anyhow!("flow {}: {e}", c * 1000 + i + 1))?;
+    }
+    Ok((format!("{n} flows added\n"), json!({"added": n})))
+}
+
+fn del_flows(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let (sw, args) = ctx.target(args)?;
+    let s = args.first().map(String::as_str).unwrap_or("");
+    let spec = ofproto::parse_flow(s, Need::NoActions).map_err(|e| anyhow!("syntax error at {e}"))?;
+    let n = sw.shared.ofproto.write().expect("ofproto lock").flow_mod(FlowModCmd::Delete, &spec)?;
+    sw.shared.ofproto.purge_in_chunks();
+    Ok((format!("{n} flows deleted\n"), json!({"deleted": n})))
+}
+
+/// `trace FLOW` or `ofproto/trace BRIDGE FLOW`, in ofproto/trace's layout.
+fn trace(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let (b, flow) = match args.len() {
+        0 => bail!("ofproto/trace needs [BRIDGE] FLOW"),
+        1 => (ctx.bridge_named(None)?, &args[0]),
+        _ => (ctx.bridge_named(args.first())?, &args[1]),
+    };
+    let m = Match::parse(flow).map_err(|e| anyhow!("syntax error at '{}': {}", e.token, e.reason))?;
+    let of = b.shared.ofproto.read().expect("ofproto lock");
+    let t = of.trace(&m.key);
+    let mut out = String::new();
+    writeln!(out, "Flow: {m}\n\nbridge(\"{}\")\n-------------", b.shared.bridge)?;
+    for l in &t.lines {
+        writeln!(out, " {l}")?;
+    }
+    writeln!(out, "\nFinal flow: {}", Match::exact_fields(&t.final_key))?;
+    let megaflow = Match::new(m.key, t.translation.mask).to_string();
+    writeln!(out, "Megaflow: {megaflow}")?;
+    let acts = dpif::format_actions(&t.translation.actions);
+    let acts = if acts.is_empty() { "drop".to_string() } else { acts };
+    writeln!(out, "Datapath actions: {acts}")?;
+    Ok((out, json!({"bridge": b.shared.bridge, "megaflow": megaflow, "actions": acts})))
+}
+
+fn dpctl_show(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
+    let mut out = String::new();
+    let mut v = Vec::new();
+    for b in ctx.bridges {
+        let reports = b.collect_reports(false);
+        let (mut hit, mut missed, mut lost, mut flows) = (0, 0, 0, 0);
+        for r in &reports {
+            hit += r.stats.emc_hits + r.stats.megaflow_hits;
+            missed += r.stats.upcalls;
+            lost += r.stats.upcall_busy;
+            flows += r.n_megaflows;
+        }
+        writeln!(out, "netdev@{}:", b.shared.bridge)?;
+        writeln!(out, "  lookups: hit:{hit} missed:{missed} lost:{lost}")?;
+        writeln!(out, "  flows: {flows}")?;
+        for (p, s, info) in b.port_stats() {
+            let mode = if info.xdp_mode.is_empty() { String::new() } else { format!(": xdp-mode={}", info.xdp_mode) };
+            let n = if p.ofport == ofproto::actions::ofpp::LOCAL { 0 } else { p.ofport };
+            writeln!(out, "  port {n}: {} ({}{mode})", p.spec.name, info.kind)?;
+            writeln!(
+                out,
+                "    RX packets:{} errors:0 dropped:{}\n    TX packets:{} errors:0 dropped:{}\n    RX bytes:{}  TX bytes:{}",
+                s.rx_packets, s.rx_dropped, s.tx_packets, s.tx_dropped, s.rx_bytes, s.tx_bytes
+            )?;
+        }
+        v.push(json!({"bridge": b.shared.bridge, "hit": hit, "missed": missed, "lost": lost, "flows": flows}));
+    }
+    Ok((out, json!({"datapaths": v})))
+}
+
+fn show(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
+    let mut out = String::new();
+    let mut v = Vec::new();
+    for sw in ctx.bridges {
+        let (text, j) = show_bridge(sw)?;
+        out += &text;
+        v.push(j);
+    }
+    // One bridge: the object itself (what scripts of the CLI read).
+    let j = if v.len() == 1 { v.pop().expect("one") } else { json!({"bridges": v}) };
+    Ok((out, j))
+}
+
+fn show_bridge(sw: &Switch) -> Result<(String, Value)> {
     let mut out = String::new();
     let mut ports = Vec::new();
     writeln!(out, "bridge {}:", sw.shared.bridge)?;
@@ -102,15 +259,17 @@ fn show(sw: &Switch) -> Result<(String, Value)> {
     Ok((out, json!({"bridge": sw.shared.bridge, "ports": ports})))
 }
 
-fn dump_megaflows(sw: &Switch) -> Result<(String, Value)> {
+fn dump_megaflows(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
     let mut out = String::new();
     let mut flows = Vec::new();
-    let now = sw.shared.now_ms();
-    for r in sw.collect_reports(true) {
-        for f in &r.megaflows {
-            writeln!(out, "{}", format_megaflow(f, now))?;
-            let acts = dpif::format_actions(&f.actions);
-            flows.push(json!({"pmd": r.id, "match": f.matched.to_string(), "packets": f.packets, "bytes": f.bytes, "actions": acts}));
+    for sw in ctx.bridges {
+        let now = sw.shared.now_ms();
+        for r in sw.collect_reports(true) {
+            for f in &r.megaflows {
+                writeln!(out, "{}", format_megaflow(f, now))?;
+                let acts = dpif::format_actions(&f.actions);
+                flows.push(json!({"bridge": sw.shared.bridge, "pmd": r.id, "match": f.matched.to_string(), "packets": f.packets, "bytes": f.bytes, "actions": acts}));
+            }
         }
     }
     Ok((out, json!({"megaflows": flows})))
@@ -128,52 +287,59 @@ pub fn format_megaflow(f: &dpif::MegaflowInfo, now_ms: u64) -> String {
     format!("{}, packets:{}, bytes:{}, used:{used}, actions:{acts}", f.matched, f.packets, f.bytes)
 }
 
-fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {
+fn pmd_stats(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
     let mut out = String::new();
     let mut pmds = Vec::new();
     let mhz = crate::cpu_mhz();
-    for r in sw.collect_reports(false) {
-        let s = &r.stats;
-        let pkts = s.packets.max(1);
-        let ns_per_pkt = r.busy_ns as f64 / pkts as f64;
-        let total = (r.busy_ns + r.idle_ns).max(1);
-        writeln!(out, "pmd thread {}:", r.id)?;
-        writeln!(out, "  rx queues: {}", r.rxqs.iter().map(|(n, q)| format!("{n}:{q}")).collect::<Vec<_>>().join(" "))?;
-        writeln!(out, "  packets received: {}", s.packets)?;
-        writeln!(out, "  emc hits: {}", s.emc_hits)?;
-        writeln!(out, "  megaflow hits: {}", s.megaflow_hits)?;
-        writeln!(
+    let mut no_port = 0;
+    for sw in ctx.bridges {
+        no_port += sw.ports().iter().map(|p| p.tx_no_port.load(Ordering::Relaxed)).sum::<u64>();
+        for r in sw.collect_reports(false) {
+            let s = &r.stats;
+            let pkts = s.packets.max(1);
+            let ns_per_pkt = r.busy_ns as f64 / pkts as f64;
+            let total = (r.busy_ns + r.idle_ns).max(1);
+            writeln!(out, "pmd thread {}:", r.id)?;
+            writeln!(
+                out,
+                "  rx queues: {}",
+                r.rxqs.iter().map(|(n, q)| format!("{n}:{q}")).collect::<Vec<_>>().join(" ")
+            )?;
+            writeln!(out, "  packets received: {}", s.packets)?;
+            writeln!(out, "  emc hits: {}", s.emc_hits)?;
+            writeln!(out, "  megaflow hits: {}", s.megaflow_hits)?;
+            writeln!(
             out,
             "  upcalls: {} (not cached, megaflow limit: {}; parked while a rule change held the slow path: {}; dropped, parking queue full: {})",
             s.upcalls, s.upcall_lost_limit, s.upcall_deferred, s.upcall_busy
         )?;
-        writeln!(
-            out,
-            "  megaflows revalidated: {} kept, {} removed; expired: {}",
-            s.revalidated, s.removed_stale, s.expired
-        )?;
-        writeln!(out, "  megaflows: {}", r.n_megaflows)?;
-        let drops: Vec<String> =
-            s.drops_by_reason().into_iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k}={n}")).collect();
-        writeln!(out, "  drops: {}", if drops.is_empty() { "none".into() } else { drops.join(" ") })?;
-        writeln!(out, "  to controller (none connected, dropped): {}", r.userspace_dropped)?;
-        writeln!(
-            out,
-            "  busy: {:.1}% of {:.2}s; {:.0} ns ({:.0} cycles at {:.0} MHz) per packet",
-            100.0 * r.busy_ns as f64 / total as f64,
-            total as f64 / 1e9,
-            ns_per_pkt,
-            ns_per_pkt * mhz / 1000.0,
-            mhz
-        )?;
-        writeln!(
-            out,
-            "  iterations: {} ({} moved packets, {:.1} packets each)",
-            r.iterations,
-            r.busy_iterations,
-            s.packets as f64 / r.busy_iterations.max(1) as f64
-        )?;
-        pmds.push(json!({
+            writeln!(
+                out,
+                "  megaflows revalidated: {} kept, {} removed; expired: {}",
+                s.revalidated, s.removed_stale, s.expired
+            )?;
+            writeln!(out, "  megaflows: {}", r.n_megaflows)?;
+            let drops: Vec<String> =
+                s.drops_by_reason().into_iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k}={n}")).collect();
+            writeln!(out, "  drops: {}", if drops.is_empty() { "none".into() } else { drops.join(" ") })?;
+            writeln!(out, "  to controller (none connected, dropped): {}", r.userspace_dropped)?;
+            writeln!(
+                out,
+                "  busy: {:.1}% of {:.2}s; {:.0} ns ({:.0} cycles at {:.0} MHz) per packet",
+                100.0 * r.busy_ns as f64 / total as f64,
+                total as f64 / 1e9,
+                ns_per_pkt,
+                ns_per_pkt * mhz / 1000.0,
+                mhz
+            )?;
+            writeln!(
+                out,
+                "  iterations: {} ({} moved packets, {:.1} packets each)",
+                r.iterations,
+                r.busy_iterations,
+                s.packets as f64 / r.busy_iterations.max(1) as f64
+            )?;
+            pmds.push(json!({
             "id": r.id, "packets": s.packets, "emc_hits": s.emc_hits, "megaflow_hits": s.megaflow_hits,
             "upcalls": s.upcalls, "upcall_lost_limit": s.upcall_lost_limit, "upcall_busy": s.upcall_busy,
             "upcall_deferred": s.upcall_deferred,
@@ -184,16 +350,18 @@ fn pmd_stats(sw: &Switch) -> Result<(String, Value)> {
             "drops": s.drops_by_reason().into_iter().map(|(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
             "userspace_dropped": r.userspace_dropped,
             "rxqs": r.rxqs.iter().map(|(n, q)| format!("{n}:{q}")).collect::<Vec<_>>(),
+            "bridge": sw.shared.bridge,
         }));
+        }
     }
-    let no_port: u64 = sw.ports().iter().map(|p| p.tx_no_port.load(Ordering::Relaxed)).sum();
     if no_port > 0 {
         writeln!(out, "dropped at removed ports: {no_port}")?;
     }
     Ok((out, json!({"pmds": pmds})))
 }
 
-fn dump_of_flows(sw: &Switch) -> Result<(String, Value)> {
+fn dump_of_flows(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let (sw, _) = ctx.target(args)?;
     sw.shared.sync_stats();
     let of = sw.shared.ofproto.read().expect("ofproto lock");
     let now = of.now();
@@ -212,12 +380,15 @@ fn dump_of_flows(sw: &Switch) -> Result<(String, Value)> {
     Ok((out, json!({"flows": flows})))
 }
 
-fn fdb_show(sw: &Switch) -> Result<(String, Value)> {
-    let of = sw.shared.ofproto.read().expect("ofproto lock");
+/// The MAC table in fdb/show's layout (`LOCAL` for the bridge's port).
+fn fdb_show(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let b = ctx.bridge_named(args.first())?;
+    let of = b.shared.ofproto.read().expect("ofproto lock");
     let mut out = String::from(" port  VLAN  MAC                Age\n");
     let mut v = Vec::new();
     for (mac, vlan, port, age) in of.mac_table().dump(of.now()) {
-        writeln!(out, "{port:5}  {vlan:4}  {}  {age:3}", flow::key::fmt_mac(mac))?;
+        let p = if port == ofproto::actions::ofpp::LOCAL { "LOCAL".to_string() } else { port.to_string() };
+        writeln!(out, "{p:>5}  {vlan:4}  {}  {age:3}", flow::key::fmt_mac(mac))?;
         v.push(json!({"port": port, "vlan": vlan, "mac": flow::key::fmt_mac(mac), "age": age}));
     }
     Ok((out, json!({"fdb": v})))

@@ -66,8 +66,9 @@ impl PortSpec {
     pub fn parse(s: &str) -> Result<PortSpec> {
         let mut parts = s.split(',');
         let name = parts.next().unwrap_or("").trim();
-        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '=']) {
-            bail!("port '{s}': interface name must be 1-15 characters without '/', '=' or spaces");
+        crate::runfiles::check_name("port", name)?;
+        if name.contains('=') {
+            bail!("port '{s}': interface name must not contain '='");
         }
         let mut p = PortSpec::new(name);
         for kv in parts {

@@ -20,7 +20,6 @@
 //! table and no controller connections, until it is set back to false
 //! (as ovs-vswitchd does for ovs-save / flow restoration).
 
-use crate::appctl::AppctlSocket;
 use crate::config::{PollMode, PortSpec, PortType, XdpModeCfg};
 use crate::ofconn::{read_carrier, read_mac, read_speed, read_sys, FailMode, OfConfig, OfManager};
 use crate::ports::PatchRegistry;
@@ -51,20 +50,30 @@ struct BridgeRt {
 pub struct DbOptions {
     pub remote: String,
     pub run_dir: PathBuf,
+    /// Group of the run directory and sockets (`--group`).
+    pub group: Option<u32>,
 }
 
 /// Runs until `stop` is set (SIGTERM) or `ovs-appctl exit`.
 pub fn run(opts: &DbOptions, stop: &Arc<AtomicBool>) -> Result<()> {
+    crate::runfiles::set_group(opts.group);
+    crate::runfiles::prepare_dir(&opts.run_dir, opts.group)?;
+    let _instance = crate::runfiles::InstanceLock::acquire(&opts.run_dir)?;
     let mut db = ovsdb::Client::connect(&opts.remote).map_err(|e| anyhow::anyhow!("--db {}: {e}", opts.remote))?;
     db.lock("ovs_vswitchd");
-    let appctl = AppctlSocket::bind(&opts.run_dir)?;
+    let mut server = crate::control::Server::bind(&opts.run_dir)?;
     let patches: Arc<PatchRegistry> = Default::default();
     let mut bridges: BTreeMap<String, BridgeRt> = BTreeMap::new();
     let mut desired: Option<Desired> = None;
     let mut last_wb = Instant::now();
     let mut last_hk = Instant::now();
     let mut dirty = true;
-    eprintln!("xvs: configured from {}; ovs-appctl socket {}", opts.remote, appctl.path.display());
+    eprintln!(
+        "xvs: configured from {}; control socket {}; ovs-appctl socket {}",
+        opts.remote,
+        crate::control::socket_path(&opts.run_dir).display(),
+        server.appctl_path().map(|p| p.display().to_string()).unwrap_or_else(|| "(none)".into())
+    );
     while !stop.load(Ordering::Acquire) {
         match db.next_event(Duration::from_millis(100)) {
             Some(Event::ReplicaChanged) | Some(Event::LockAcquired) => dirty = true,
@@ -95,7 +104,7 @@ pub fn run(opts: &DbOptions, stop: &Arc<AtomicBool>) -> Result<()> {
             }
         }
         let sws: Vec<&Switch> = bridges.values().map(|b| &b.sw).collect();
-        if appctl.poll(&sws) {
+        if server.poll(&crate::commands::Ctx { bridges: &sws, db: true }) {
             stop.store(true, Ordering::Release);
         }
         if last_hk.elapsed() >= Duration::from_millis(500) {
@@ -128,6 +137,7 @@ fn fail_mode(f: &ovsdb::FailMode) -> FailMode {
 
 /// The port spec an interface asks for; `Err` for what xvs cannot do.
 fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg) -> Result<PortSpec, String> {
+    crate::runfiles::check_name("name: interface", &iface.name).map_err(|e| format!("{e:#}"))?;
     let mut spec = PortSpec::new(&iface.name);
     match &iface.kind {
         IfaceKind::Afxdp { xdp_mode, need_wakeup, n_rxq } => {
@@ -250,7 +260,7 @@ fn reconcile(
                     bridges.insert(br.name.clone(), rt);
                 }
                 Err(e) => {
-                    eprintln!("xvs: bridge {}: {e:#}", br.name);
+                    eprintln!("xvs: Bridge table, bridge {:?}: {e:#}", br.name);
                     continue;
                 }
             }

@@ -20,6 +20,7 @@ pub mod ofconn;
 pub mod offload;
 pub mod oflock;
 pub mod ports;
+pub mod runfiles;
 pub mod switch;
 pub mod trace;
 pub mod util;

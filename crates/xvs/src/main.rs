@@ -22,9 +22,15 @@ struct Cli {
 enum Cmd {
     /// Run a bridge (no database, no config file): NORMAL forwarding over the given ports.
     Switch {
-        /// Directory for the control socket.
+        /// Directory for the control sockets and the instance lock (created
+        /// 0750 if missing; sockets are 0770 whatever the umask).
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
+        /// Group (name or number) given the run directory xvs creates and
+        /// its sockets, so its members may use ovs-ofctl, ovs-appctl and
+        /// the xvs CLI without root (default: root's group).
+        #[arg(long)]
+        group: Option<String>,
         #[arg(long, default_value = "br0")]
         bridge: String,
         /// IFACE[,type=afxdp|system|af_packet|tap|internal][,xdp-mode=native|generic|best-effort]
@@ -225,11 +231,21 @@ enum UtilCmd {
 fn client(c: &ClientArgs, cmd: &str, args: &[String]) -> Result<()> {
     let (text, json) = xvs::control::request(&c.run_dir, cmd, args)?;
     if c.json {
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        out(&format!("{}\n", serde_json::to_string_pretty(&json)?))
     } else {
-        print!("{text}");
+        out(&text)
     }
-    Ok(())
+}
+
+/// Writes to stdout. A reader that went away (`xvs fdb-show | head`) ends
+/// the output quietly, as for any Unix tool, instead of a panic.
+fn out(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    match o.write_all(text.as_bytes()).and_then(|_| o.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
 }
 
 fn signal_flag() -> Result<Arc<AtomicBool>> {
@@ -250,6 +266,7 @@ struct OfArgs {
 #[allow(clippy::too_many_arguments)] // reason: one parameter per command-line option
 fn run_switch(
     run_dir: PathBuf,
+    group: Option<u32>,
     bridge: String,
     ports: Vec<String>,
     pmd_threads: usize,
@@ -286,7 +303,19 @@ fn run_switch(
             .with_context(|| format!("--datapath-id: '{d}' is not up to 16 hex digits"))?,
         None => xvs::default_dpid(&bridge),
     };
+    xvs::runfiles::check_name("bridge", &bridge)?;
+    for (i, s) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|o| o.name == s.name) {
+            anyhow::bail!("port {}: given twice", s.name);
+        }
+    }
+    // The run directory and the instance lock come before any device is
+    // touched: a second instance stops here, harming nothing of the first.
+    xvs::runfiles::set_group(group);
+    xvs::runfiles::prepare_dir(&run_dir, group)?;
+    let _instance = xvs::runfiles::InstanceLock::acquire(&run_dir)?;
     let stop = signal_flag()?;
+    let bridge_name = bridge.clone();
     let sw = Switch::start(SwitchOptions {
         bridge,
         n_pmd: pmd_threads,
@@ -313,16 +342,23 @@ fn run_switch(
         xvs::ofconn::OfConfig { dpid, controllers: of.controllers, fail_mode, run_dir: run_dir.clone() },
         std::sync::Arc::clone(&stop),
     )?;
+    let mut server = xvs::control::Server::bind(&run_dir)?;
     eprintln!(
         "xvs: bridge {} running; control socket {}; OpenFlow management socket {} (datapath id {dpid:016x})",
         sw.shared.bridge,
         xvs::control::socket_path(&run_dir).display(),
         ofm.mgmt_path().display()
     );
-    xvs::control::serve(&sw, &run_dir, &stop)?;
+    let res = xvs::control::serve(&sw, &mut server, &stop);
     eprintln!("xvs: stopping");
+    drop(server);
     sw.stop();
-    Ok(())
+    // This instance holds the run directory's lock: the bridge's OpenFlow
+    // sockets there are its own, and go with it.
+    for ext in ["mgmt", "snoop"] {
+        let _ = std::fs::remove_file(run_dir.join(format!("{bridge_name}.{ext}")));
+    }
+    res
 }
 
 fn main() -> ExitCode {
@@ -330,6 +366,7 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Switch {
             run_dir,
+            group,
             bridge,
             ports,
             pmd_threads,
@@ -343,23 +380,29 @@ fn main() -> ExitCode {
             datapath_id,
             tx_flush_us,
             db,
-        } => match db {
-            Some(_) if !ports.is_empty() || !controllers.is_empty() || flows.is_some() => Err(anyhow::anyhow!(
+        } => match group.as_deref().map(xvs::runfiles::group_id).transpose() {
+            Err(e) => Err(e),
+            Ok(group) => match db {
+                Some(_) if !ports.is_empty() || !controllers.is_empty() || flows.is_some() => Err(anyhow::anyhow!(
                 "--db: bridges, ports, controllers and flows come from the database; drop --port/--controller/--flows"
             )),
-            Some(remote) => signal_flag().and_then(|stop| xvs::db::run(&xvs::db::DbOptions { remote, run_dir }, &stop)),
-            None => run_switch(
-                run_dir,
-                bridge,
-                ports,
-                pmd_threads,
-                pmd_cpus,
-                poll,
-                !no_local_port,
-                mirror,
-                flows,
-                OfArgs { controllers, fail_mode, datapath_id, tx_flush_us },
-            ),
+                Some(remote) => {
+                    signal_flag().and_then(|stop| xvs::db::run(&xvs::db::DbOptions { remote, run_dir, group }, &stop))
+                }
+                None => run_switch(
+                    run_dir,
+                    group,
+                    bridge,
+                    ports,
+                    pmd_threads,
+                    pmd_cpus,
+                    poll,
+                    !no_local_port,
+                    mirror,
+                    flows,
+                    OfArgs { controllers, fail_mode, datapath_id, tx_flush_us },
+                ),
+            },
         },
         Cmd::Show(c) => client(&c, "show", &[]),
         Cmd::DumpFlows(c) => client(&c, "dump-flows", &[]),
@@ -372,7 +415,7 @@ fn main() -> ExitCode {
         Cmd::DelFlows { flow, c } => client(&c, "del-flows", &[flow]),
         Cmd::Exit(c) => client(&c, "exit", &[]),
         Cmd::Trace { flows, packet, ports } => {
-            xvs::trace::run(&xvs::trace::TraceArgs { flows, packet, ports }).map(|s| print!("{s}"))
+            xvs::trace::run(&xvs::trace::TraceArgs { flows, packet, ports }).and_then(|s| out(&s))
         }
         Cmd::Demo { hosts, burst, xdp_mode } => {
             signal_flag().and_then(|f| xvs::demo::run(&xvs::demo::DemoOptions { hosts, burst, xdp_mode }, f))
@@ -390,7 +433,7 @@ fn main() -> ExitCode {
             }
             UtilCmd::XdpSink { dev, seconds, ready_file } => xvs::util::xdp_sink(&dev, seconds, ready_file.as_deref()),
         }
-        .map(|s| println!("{s}")),
+        .and_then(|s| out(&format!("{s}\n"))),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -38,7 +38,18 @@ fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemHandle>
         tx_flush_us: spec.tx_flush_us,
         ..AfxdpConfig::default()
     };
-    AfxdpPort::open(&spec.name, cfg).with_context(|| format!("port {}: opening AF_XDP", spec.name))
+    AfxdpPort::open(&spec.name, cfg).map_err(|e| {
+        if e.raw_os_error() == Some(16) {
+            // EBUSY: say what it means here.
+            anyhow::anyhow!(
+                "port {}: the device already has an XDP program attached (a port of another xvs or OVS instance, \
+                 or another XDP user): {e}",
+                spec.name
+            )
+        } else {
+            anyhow::Error::new(e).context(format!("port {}: opening AF_XDP", spec.name))
+        }
+    })
 }
 
 /// Opens the device a port spec describes. `umem` is the owning poll
@@ -75,6 +86,9 @@ pub fn open(
     umem: &Mutex<Option<UmemHandle>>,
     patches: &PatchRegistry,
 ) -> Result<Box<dyn Netdev>> {
+    if matches!(spec.kind, PortType::Afxdp | PortType::System | PortType::AfPacket) {
+        crate::runfiles::check_device(&spec.name)?;
+    }
     Ok(match spec.kind {
         PortType::Patch => Box::new(patches.take(&spec.name, spec.peer.as_deref().unwrap_or(""))?),
         PortType::Afxdp => Box::new(open_afxdp(spec, spec.xdp_mode, umem)?),

@@ -180,6 +180,7 @@ pub struct Switch {
 
 impl Switch {
     pub fn start(opts: SwitchOptions) -> Result<Switch> {
+        crate::runfiles::check_name("bridge", &opts.bridge)?;
         if opts.n_pmd == 0 || opts.n_pmd > 64 {
             bail!("pmd threads: {} is not in 1-64", opts.n_pmd);
         }
@@ -250,6 +251,11 @@ impl Switch {
     /// Adds a port: opens the device, gives it an OpenFlow number, and
     /// hands it to the least loaded poll thread.
     pub fn add_port(&self, spec: PortSpec) -> Result<u32> {
+        // Refused before the device is touched (opening it again would
+        // only say "Device or resource busy").
+        if self.shared.ports.read().expect("ports lock").values().any(|p| p.spec.name == spec.name) {
+            bail!("port {}: already a port of bridge {}", spec.name, self.shared.bridge);
+        }
         let pmd = self.pick_pmd();
         let dev = ports::open(&spec, &self.shared.bridge, &self.shared.umems[pmd], &self.shared.patches)?;
         self.attach(spec, dev, pmd)

@@ -45,7 +45,8 @@ impl Daemon {
         if let Some(m) = umask {
             // The daemon inherits the umask of whoever starts it.
             cmd = Command::new("sh");
-            let mut line = format!("umask {m:03o}; exec {XVS} switch --run-dir {run_dir} --bridge {bridge} --no-local-port");
+            let mut line =
+                format!("umask {m:03o}; exec {XVS} switch --run-dir {run_dir} --bridge {bridge} --no-local-port");
             for p in ports {
                 line += &format!(" --port {p}");
             }
@@ -98,8 +99,13 @@ fn hosts(t: &str, n: usize) -> Vec<Host> {
     let id = std::process::id() % 1000;
     (1..=n)
         .map(|i| {
-            Host::create(&format!("xvss{t}{id}h{i}"), &format!("xs{t}{id}h{i}"), &format!("10.79.{}.{i}/24", t.len()), 1)
-                .unwrap()
+            Host::create(
+                &format!("xvss{t}{id}h{i}"),
+                &format!("xs{t}{id}h{i}"),
+                &format!("10.79.{}.{i}/24", t.len()),
+                1,
+            )
+            .unwrap()
         })
         .collect()
 }
