@@ -167,3 +167,224 @@ fn rule_churn_loses_no_packet() {
     // The poll thread met the writer at least sometimes, and parked rather than dropped.
     eprintln!("parked packets during churn: {}", st["upcall_deferred"]);
 }
+
+fn mode(path: &str) -> u32 {
+    std::fs::metadata(path).unwrap_or_else(|e| panic!("{path}: {e}")).permissions().mode() & 0o7777
+}
+
+fn appctl_socket(run_dir: &str) -> String {
+    let pid = std::fs::read_to_string(format!("{run_dir}/ovs-vswitchd.pid")).unwrap();
+    format!("{run_dir}/ovs-vswitchd.{}.ctl", pid.trim())
+}
+
+fn wait_exit(child: &mut Child, secs: u64) -> Option<std::process::ExitStatus> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(secs) {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Clients that send one byte every 3 s to either control socket hold up
+/// no one: `xvs show` and `ovs-appctl` answer meanwhile, SIGTERM stops the
+/// switch at once, and the sockets go with it.
+#[test]
+fn dribbling_control_clients_block_nothing_and_sigterm_works() {
+    let mut d = Daemon::start("drib", &[], &[]);
+    let ctl = format!("{}/xvs.ctl", d.run_dir);
+    let app = appctl_socket(&d.run_dir);
+    let mut slow: Vec<UnixStream> = [&ctl, &app].iter().map(|p| UnixStream::connect(p).unwrap()).collect();
+    for s in &mut slow {
+        s.write_all(b"{").unwrap();
+    }
+    let t = Instant::now();
+    let o = d.cli(&["show"]);
+    assert!(o.status.success(), "show: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("bridge {}", d.bridge)));
+    let o = Command::new("ovs-appctl").args(["-t", &app, "version"]).output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("xvs"), "{o:?}");
+    assert!(t.elapsed() < Duration::from_secs(2), "answered beside the slow clients: {:?}", t.elapsed());
+    // Keep dribbling past a per-byte timeout's worth, then ask again.
+    std::thread::sleep(Duration::from_secs(3));
+    for s in &mut slow {
+        let _ = s.write_all(b" ");
+    }
+    assert!(d.cli(&["pmd-stats"]).status.success());
+    // The slow requests never completed within their deadline: closed.
+    std::thread::sleep(Duration::from_secs(3));
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut b = [0u8; 16];
+        assert!(matches!(s.read(&mut b), Ok(0)), "a request not finished in 5 s is dropped");
+    }
+    // A fresh dribbler while SIGTERM arrives.
+    let mut s = UnixStream::connect(&ctl).unwrap();
+    s.write_all(b"{\"cmd\"").unwrap();
+    let t = Instant::now();
+    Command::new("kill").args(["-TERM", &d.child.id().to_string()]).status().unwrap();
+    let st = wait_exit(&mut d.child, 5).expect("SIGTERM stops the switch");
+    assert!(st.success(), "{st:?}");
+    assert!(t.elapsed() < Duration::from_secs(2), "stopped in {:?}", t.elapsed());
+    let left: Vec<String> =
+        std::fs::read_dir(&d.run_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    assert!(left.is_empty(), "sockets and pid files removed at exit: {left:?}");
+}
+
+/// Under umask 000 the run directory is 0750 and the sockets 0770, and
+/// --group gives them to a group.
+#[test]
+fn run_dir_and_sockets_keep_their_modes_under_umask_000() {
+    let dir = run_dir("umask");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = Daemon::start_in(&dir, "brumask", &[], &["--group", "daemon"], Some(0));
+    assert_eq!(mode(&dir), 0o750, "run directory");
+    assert_eq!(mode(&format!("{dir}/xvs.ctl")), 0o770);
+    assert_eq!(mode(&appctl_socket(&dir)), 0o770);
+    assert_eq!(mode(&format!("{dir}/xvs.pid")), 0o640);
+    use std::os::unix::fs::MetadataExt;
+    let daemon_gid = xvs::runfiles::group_id("daemon").unwrap();
+    assert_eq!(std::fs::metadata(&dir).unwrap().gid(), daemon_gid);
+    assert_eq!(std::fs::metadata(format!("{dir}/xvs.ctl")).unwrap().gid(), daemon_gid);
+    // An existing directory keeps its own mode (think --run-dir /tmp).
+    drop(d);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _d = Daemon::start_in(&dir, "brumask", &[], &[], Some(0));
+    assert_eq!(mode(&dir), 0o755);
+    assert_eq!(mode(&format!("{dir}/xvs.ctl")), 0o770);
+}
+
+fn start_fails(args: &[&str]) -> String {
+    let mut c = Command::new(XVS).arg("switch").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let st = wait_exit(&mut c, 10).unwrap_or_else(|| {
+        let _ = c.kill();
+        panic!("xvs switch {args:?} kept running")
+    });
+    let mut err = String::new();
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!st.success(), "xvs switch {args:?} must fail");
+    err
+}
+
+/// Names that would reach outside the run directory, or are not device
+/// names, are refused before anything is created.
+#[test]
+fn traversal_and_bad_names_are_refused() {
+    let dir = run_dir("names");
+    let _ = std::fs::remove_dir_all(&dir);
+    let victim = format!("/tmp/xvs-safe-victim-{}", std::process::id());
+    std::fs::write(format!("{victim}.mgmt"), "keep me").unwrap();
+    let bridge = format!("../../{}", victim.trim_start_matches('/'));
+    for (args, says) in [
+        (vec!["--bridge", bridge.as_str()], "bridge name"),
+        (vec!["--bridge", ".."], "bridge name"),
+        (vec!["--bridge", "br0/x"], "bridge name"),
+        (vec!["--bridge", "averyveryverylongbridge"], "longer than 15"),
+        (vec!["--bridge", "brok", "--port", "../etc"], "port name"),
+        (vec!["--bridge", "brok", "--port", "a:b"], "port name"),
+    ] {
+        let mut a = vec!["--run-dir", dir.as_str(), "--no-local-port"];
+        a.extend(args.iter());
+        let err = start_fails(&a);
+        assert!(err.contains(says), "{a:?}: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(format!("{victim}.mgmt")).unwrap(), "keep me");
+    let _ = std::fs::remove_file(format!("{victim}.mgmt"));
+    assert!(!std::path::Path::new(&format!("{victim}.snoop")).exists());
+    // Nothing was started, so nothing may be left (the directory itself
+    // is prepared only after the names passed).
+    assert!(std::fs::read_dir(&dir).map(|r| r.count() == 0).unwrap_or(true));
+    // And through a running switch's CLI.
+    let d = Daemon::start("names2", &[], &[]);
+    let o = d.cli(&["add-port", "../../x,type=tap"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("port name"), "{o:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The loopback device and devices that do not exist are refused with a
+/// reason, and loopback gets no XDP program.
+#[test]
+fn loopback_and_missing_devices_are_refused() {
+    let dir = run_dir("lo");
+    let err = start_fails(&["--run-dir", &dir, "--no-local-port", "--port", "lo"]);
+    assert!(err.contains("loopback"), "{err}");
+    let link = Command::new("ip").args(["-d", "link", "show", "lo"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&link.stdout).contains("xdp"), "no XDP on lo");
+    let err = start_fails(&["--run-dir", &dir, "--no-local-port", "--port", "xnosuchdev0"]);
+    assert!(err.contains("no such network device"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A second instance on the same run directory is refused before it
+/// touches a device or a socket, and the first keeps working; one on
+/// another run directory but the same device says the device is taken;
+/// adding a port twice says it is already there.
+#[test]
+fn second_instance_is_refused_and_the_first_is_unharmed() {
+    let hs = hosts("two", 2);
+    let d = Daemon::start("two", &[&hs[0].port, &hs[1].port], &[]);
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
+    let err = start_fails(&["--run-dir", &d.run_dir, "--bridge", &d.bridge, "--no-local-port", "--port", &hs[0].port]);
+    assert!(err.contains("another xvs (pid") && err.contains(&d.child.id().to_string()), "{err}");
+    for f in ["xvs.ctl", &format!("{}.mgmt", d.bridge), "xvs.pid"] {
+        assert!(std::path::Path::new(&format!("{}/{f}", d.run_dir)).exists(), "{f} is still there");
+    }
+    let other = run_dir("two-b");
+    let err = start_fails(&["--run-dir", &other, "--no-local-port", "--port", &hs[0].port]);
+    assert!(err.contains("already has an XDP program"), "{err}");
+    assert!(!std::path::Path::new(&format!("{other}/xvs.ctl")).exists(), "a failed start leaves no socket");
+    let o = d.cli(&["add-port", &hs[0].port]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already a port of bridge"), "{o:?}");
+    assert!(d.cli(&["show"]).status.success());
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2, "the first instance still forwards");
+    let _ = std::fs::remove_dir_all(&other);
+}
+
+/// --run-dir naming a file is refused before any XDP program is attached.
+#[test]
+fn run_dir_that_is_a_file_is_refused_before_xdp() {
+    let hs = hosts("file", 1);
+    let f = format!("/tmp/xvs-safe-file-{}", std::process::id());
+    std::fs::write(&f, "x").unwrap();
+    let err = start_fails(&["--run-dir", &f, "--no-local-port", "--port", &hs[0].port]);
+    assert!(err.contains("not a directory"), "{err}");
+    let link = Command::new("ip").args(["-d", "link", "show", &hs[0].port]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&link.stdout).contains("prog/xdp"), "no XDP was attached");
+    let _ = std::fs::remove_file(&f);
+}
+
+/// CLI output into a pipe closed early ends quietly, without a panic.
+#[test]
+fn broken_pipe_ends_cli_output_quietly() {
+    let d = Daemon::start("pipe", &[], &[]);
+    let rules = format!("{}/rules.txt", d.run_dir);
+    let text: String = (0..5000).map(|i| format!("priority=5,tcp,tp_dst={},actions=drop\n", i + 1)).collect();
+    std::fs::write(&rules, text).unwrap();
+    d.ofctl(&["add-flows", &rules]);
+    for cmd in ["dump-of-flows", "fdb-show", "show"] {
+        let line = format!("{XVS} {cmd} --run-dir {} | head -c 1 >/dev/null; echo ${{PIPESTATUS[0]}}", d.run_dir);
+        let o = Command::new("bash").args(["-c", &line]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{cmd}: {err}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0", "{cmd} exits 0: {err}");
+    }
+}
+
+/// Packets caught in a resubmit loop are counted in pmd-stats.
+#[test]
+fn resubmit_loop_drops_are_counted() {
+    let hs = hosts("loop", 2);
+    let d = Daemon::start("loop", &[&hs[0].port, &hs[1].port], &[]);
+    d.ofctl(&["del-flows"]);
+    d.ofctl(&["add-flow", "priority=10,ip,actions=resubmit(,1)"]);
+    d.ofctl(&["add-flow", "table=1,priority=10,ip,actions=resubmit(,0)"]);
+    d.ofctl(&["add-flow", "priority=5,arp,actions=FLOOD"]);
+    assert_eq!(hs[0].ping(&hs[1].ip, 3).unwrap(), 0, "the loop forwards nothing");
+    let st = &d.pmd_stats()["pmds"][0];
+    assert!(st["drops"]["drop_resubmit_depth"].as_u64().unwrap() >= 3, "{st}");
+    let text = String::from_utf8_lossy(&d.cli(&["pmd-stats"]).stdout).to_string();
+    assert!(text.contains("drop_resubmit_depth="), "{text}");
+}
