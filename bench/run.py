@@ -370,7 +370,7 @@ def main():
     ap.add_argument("--tx-flush-us", type=int, default=0,
                     help="transmit flush interval for xvs and OVS (OVS: other_config:tx-flush-interval)")
     ap.add_argument("--only", action="append", default=[],
-                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'")
+                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted")
     a = ap.parse_args()
     global TX_FLUSH_US
     TX_FLUSH_US = a.tx_flush_us
@@ -474,12 +474,32 @@ def main():
         os.path.exists(rules) and os.unlink(rules)
         os.path.exists(setup_rules) and os.unlink(setup_rules)
     sys.stderr.write("\n")
+    # Rule churn: an unrelated ping while 200k rules come and go (churn.py).
+    churn_results = []
+    if (not a.only and not a.quick) or any("churn" in o for o in a.only):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import churn
+        for label, cls in [("xvs rule churn", Xvs)] + ([("ovs rule churn", Ovs)] if have_ovs else []):
+            progress(f"{label}: {churn.N_RULES} rules added and deleted under a {churn.PPS} pps ping")
+            Topo.cleanup()
+            Topo()
+            sw = cls(None)
+            try:
+                target, env = (f"unix:{sw.run}/br0.mgmt", None) if cls is Xvs else ("br0", sw.env)
+                res = churn.run((G, S), sw, target, env, sh, ns)
+            finally:
+                sw.stop()
+                Topo.cleanup()
+            res["switch"] = label
+            churn_results.append(res)
+        sys.stderr.write("\n")
     os.makedirs(a.out, exist_ok=True)
     meta = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].split(":", 1)[1].strip(),
             "ncpu": os.cpu_count(), "kernel": os.uname().release, "seconds": a.seconds, "reps": a.reps,
             "generator": "xvs util pktgen (AF_PACKET) on CPU 0", "sink": "XDP count+drop (native) in the sink ns",
             "switch_cpu": "CPU 1 (xvs and the AF_XDP wire pinned; OVS pmd-cpu-mask=0x2)"}
-    json.dump({"meta": meta, "results": results}, open(os.path.join(a.out, "results.json"), "w"), indent=1)
+    json.dump({"meta": meta, "results": results, "churn": churn_results}, open(os.path.join(a.out, "results.json"), "w"),
+              indent=1)
     hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}{'mflows':>9}  ns/pkt usr/sys/sirq"
     print(hdr)
 
@@ -496,12 +516,20 @@ def main():
               f"{100 * r['loss']:>6.1f}%{100 * r['switch_cpu']:>6.0f}%{100 * r['softirq_cpu']:>6.0f}%"
               f"{(f'{cyc:.0f}' if cyc else '-'):>9}{(f'{ups:.0f}' if ups else '-'):>9}"
               f"{(str(r['megaflows']) if r.get('megaflows') is not None else '-'):>9}  {split(r)}")
+    if churn_results:
+        print(f"\n{'rule churn':<18}{'rules':>8}{'ping sent':>11}{'lost':>6}{'rtt max':>9}{'add-flows':>11}{'del-flows':>11}"
+              f"{'RSS before':>12}{'after add':>11}{'after del':>11}{'B/rule':>8}")
+        for r in churn_results:
+            print(f"{r['switch']:<18}{r['rules']:>8}{r['sent']:>11}{r['lost']:>6}{(r['rtt_max_ms'] or 0):>7.1f}ms"
+                  f"{r['add_flows_s']:>10.2f}s{r['del_flows_s']:>10.2f}s{r['rss_mb_before']:>10.0f}MB"
+                  f"{r['rss_mb_after_add']:>9.0f}MB{r['rss_mb_after_del']:>9.0f}MB{r['bytes_per_rule']:>8}")
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        chart(plt, results, [s[0] for s in switches], sizes, flowset, os.path.join(a.out, "chart.png"))
-        print(f"chart: {os.path.join(a.out, 'chart.png')}")
+        if results:
+            chart(plt, results, [s[0] for s in switches], sizes, flowset, os.path.join(a.out, "chart.png"))
+            print(f"chart: {os.path.join(a.out, 'chart.png')}")
     except ImportError:
         print("chart skipped: python3-matplotlib not installed (bench.sh installs it)")
     print(f"results: {os.path.join(a.out, 'results.json')}")

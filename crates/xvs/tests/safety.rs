@@ -227,7 +227,7 @@ fn dribbling_control_clients_block_nothing_and_sigterm_works() {
     Command::new("kill").args(["-TERM", &d.child.id().to_string()]).status().unwrap();
     let st = wait_exit(&mut d.child, 5).expect("SIGTERM stops the switch");
     assert!(st.success(), "{st:?}");
-    assert!(t.elapsed() < Duration::from_secs(2), "stopped in {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(3), "stopped in {:?}", t.elapsed());
     let left: Vec<String> =
         std::fs::read_dir(&d.run_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
     assert!(left.is_empty(), "sockets and pid files removed at exit: {left:?}");
@@ -258,7 +258,8 @@ fn run_dir_and_sockets_keep_their_modes_under_umask_000() {
 }
 
 fn start_fails(args: &[&str]) -> String {
-    let mut c = Command::new(XVS).arg("switch").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut c =
+        Command::new(XVS).arg("switch").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let st = wait_exit(&mut c, 10).unwrap_or_else(|| {
         let _ = c.kill();
         panic!("xvs switch {args:?} kept running")
