@@ -14,7 +14,7 @@ the end, also on failure and Ctrl-C.
 import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-XVS = os.path.join(ROOT, "target/release/xvs")
+XVS = os.environ.get("XVS_BIN") or os.path.join(ROOT, "target/release/xvs")
 TX_FLUSH_US = 0
 WIRE = os.path.join(ROOT, "target/release/examples/wire")
 G, S, GP, SP = "xbgen", "xbsink", "xbg0", "xbs0"

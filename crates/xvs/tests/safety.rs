@@ -389,3 +389,79 @@ fn resubmit_loop_drops_are_counted() {
     let text = String::from_utf8_lossy(&d.cli(&["pmd-stats"]).stdout).to_string();
     assert!(text.contains("drop_resubmit_depth="), "{text}");
 }
+
+/// With `--db`, the xvs CLI works too (xvs.ctl over every bridge), and
+/// names from the database are checked like the command line's: a bad
+/// interface name lands in its Interface:error, a bad bridge name in a
+/// log line naming the table and column.
+#[test]
+fn db_mode_serves_the_cli_and_refuses_bad_names() {
+    let dir = run_dir("db");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Kill(Vec<Child>, String);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let db = format!("{dir}/conf.db");
+    assert!(Command::new("ovsdb-tool")
+        .args(["create", &db, "/usr/share/openvswitch/vswitch.ovsschema"])
+        .status()
+        .unwrap()
+        .success());
+    let server = Command::new("ovsdb-server")
+        .arg(&db)
+        .arg(format!("--remote=punix:{dir}/db.sock"))
+        .arg(format!("--unixctl={dir}/ovsdb.ctl"))
+        .arg("--no-chdir")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut guard = Kill(vec![server], dir.clone());
+    let t0 = Instant::now();
+    while !std::path::Path::new(&format!("{dir}/db.sock")).exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let remote = format!("unix:{dir}/db.sock");
+    let vsctl = |args: &[&str]| {
+        let o =
+            Command::new("ovs-vsctl").arg(format!("--db={remote}")).arg("--timeout=20").args(args).output().unwrap();
+        assert!(o.status.success(), "ovs-vsctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    vsctl(&["--no-wait", "init"]);
+    let run = format!("{dir}/run");
+    let log = format!("{dir}/xvs.log");
+    let xvs = Command::new(XVS)
+        .args(["switch", "--db", &remote, "--run-dir", &run])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    guard.0.push(xvs);
+    let t0 = Instant::now();
+    while !std::path::Path::new(&format!("{run}/xvs.ctl")).exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    vsctl(&["add-br", "brdbok", "--", "set", "bridge", "brdbok", "datapath_type=netdev"]);
+    vsctl(&["add-port", "brdbok", "../x", "--", "set", "interface", "../x", "type=tap"]);
+    let err = vsctl(&["get", "interface", "../x", "error"]);
+    assert!(err.contains("interface name") && err.contains('/'), "Interface:error says why: {err}");
+    vsctl(&["add-br", "../../y"]);
+    let o = Command::new(XVS).args(["show", "--run-dir", &run]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains("bridge brdbok"), "{o:?}");
+    assert!(!text.contains("../"), "{text}");
+    let o = Command::new(XVS).args(["add-port", "xdbtap0,type=tap", "--run-dir", &run]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("database"), "{o:?}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("Bridge table, bridge \"../../y\": bridge name"), "{logged}");
+    assert!(!std::path::Path::new("/tmp/y.mgmt").exists() && !std::path::Path::new(&format!("{dir}/y.mgmt")).exists());
+}
