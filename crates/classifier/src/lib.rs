@@ -401,7 +401,11 @@ fn st_shrink(st: &mut Subtable) {
 
 /// An OpenFlow flow table: prioritized wildcarded rules carrying a `T`.
 pub struct Classifier<T> {
-    rules: HashMap<RuleId, Rule<T>, BuildHasherDefault<Mix>>,
+    /// Boxed: a rule is about 500 bytes (its match is two cache-line
+    /// aligned keys), and a hash map keeps up to twice its entries' room
+    /// as empty slots; boxed, an empty slot costs 16 bytes. Lookups never
+    /// touch this map (groups hold what they need inline).
+    rules: HashMap<RuleId, Box<Rule<T>>, BuildHasherDefault<Mix>>,
     next_id: RuleId,
     /// Subtable slots; `None` slots are free (listed in `free_subtables`).
     subtables: Vec<Option<Subtable>>,
@@ -518,7 +522,10 @@ impl<T> Classifier<T> {
                 t.trie.insert(f.get(&m.key) & t.mask as u128, t.p);
             }
         }
-        self.rules.insert(id, Rule { m, priority, data, added: version, removed: LIVE, subtable: si, hash: hs[last] });
+        self.rules.insert(
+            id,
+            Box::new(Rule { m, priority, data, added: version, removed: LIVE, subtable: si, hash: hs[last] }),
+        );
         if old_max.is_none_or(|p| priority > p) {
             self.update_order(si);
         }

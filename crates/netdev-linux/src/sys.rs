@@ -263,6 +263,22 @@ pub fn lock_file(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETLK, &fl) }).map(|_| ())
 }
 
+/// Hands freed heap memory back to the kernel (glibc's `malloc_trim`): a
+/// process that just freed a large table (200,000 deleted rules) keeps its
+/// pages otherwise. Returns whether any memory was released.
+pub fn release_free_memory() -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: malloc_trim takes no pointers; it only walks the
+        // allocator's own free lists, and is thread-safe.
+        unsafe { libc::malloc_trim(0) != 0 }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        false
+    }
+}
+
 /// Waits up to `timeout_ms` for any of `fds` to become readable; returns
 /// how many are.
 pub fn poll_any(fds: &[RawFd], timeout_ms: i32) -> io::Result<usize> {

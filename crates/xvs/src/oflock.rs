@@ -42,6 +42,9 @@ pub const YIELD_MAX: Duration = Duration::from_millis(20);
 /// Rules freed per write section when a large delete is purged.
 pub const PURGE_CHUNK: usize = 2048;
 
+/// After freeing this many rules, the freed heap goes back to the kernel.
+pub const RELEASE_AFTER: usize = 10_000;
+
 pub struct OfprotoLock {
     lock: RwLock<Ofproto>,
     /// Packets each poll thread holds parked (written by that thread).
@@ -102,6 +105,9 @@ impl OfprotoLock {
             let n = self.write().unwrap_or_else(|e| e.into_inner()).purge_some(PURGE_CHUNK);
             total += n;
             if n < PURGE_CHUNK {
+                if total >= RELEASE_AFTER {
+                    netdev_linux::sys::release_free_memory();
+                }
                 return total;
             }
         }
