@@ -287,3 +287,33 @@ fn old_readers_see_removed_rules_until_purged() {
     assert_eq!(c.lookup(&k, 2, &mut FlowKey::default()), Some(a));
     assert_eq!(c.n_subtables(), 1);
 }
+
+#[test]
+fn purge_some_frees_in_steps_and_lookups_never_see_the_removed() {
+    let mut c: Classifier<u32> = Classifier::new();
+    let ids: Vec<_> = (0..1000u32)
+        .map(|i| c.insert(m(&format!("tcp,nw_dst=10.0.{}.{},tp_dst=80", i / 256, i % 256)), 5, i, 1))
+        .collect();
+    let keep = c.insert(m("ip"), 1, 9999, 1);
+    for &id in &ids {
+        c.remove(id, 2);
+    }
+    let k = key("tcp,nw_dst=10.0.1.7,tp_dst=80");
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&k, 1, &mut wc), Some(ids[263]), "readers at 1 still see it");
+    let mut freed = 0;
+    let mut steps = 0;
+    while c.n_unpurged() > 0 {
+        let n = c.purge_some(2, 300);
+        assert!(n <= 300);
+        freed += n;
+        steps += 1;
+        // Between steps, readers at 2 see the delete whole.
+        assert_eq!(c.lookup(&k, 2, &mut FlowKey::default()), Some(keep));
+    }
+    assert_eq!((freed, steps, c.n_stored()), (1000, 4, 1));
+    assert_eq!(c.lookup(&k, 2, &mut FlowKey::default()), Some(keep));
+    // The tables work as before after shrinking.
+    let again = c.insert(m("tcp,nw_dst=10.0.1.7,tp_dst=80"), 5, 7, 3);
+    assert_eq!(c.lookup(&k, 3, &mut FlowKey::default()), Some(again));
+}
