@@ -170,7 +170,8 @@ impl TcpState {
             // First segment from this side: take its numbers as they are.
             src.seen = true;
             if syn {
-                src.wscale = seg.wscale;
+                // RFC 7323 caps the shift at 14.
+                src.wscale = seg.wscale.map(|w| w.min(14));
             }
             src.seqlo = end;
             src.seqhi = end.wrapping_add(win.max(1));
@@ -178,7 +179,8 @@ impl TcpState {
         }
         let ack = if !ack_flag || (rst && seg.ack == 0) { dst.seqlo } else { seg.ack };
         let ackskew = dst.seqlo.wrapping_sub(ack) as i32;
-        let dwin = dst.max_win.max(1) << dws;
+        // max_win is stored scaled already.
+        let dwin = dst.max_win.max(1);
         let strict = geq(src.seqhi, end)
             && geq(seq, src.seqlo.wrapping_sub(dwin))
             && (!dst.seen || (ackskew >= -(MAX_ACK_WINDOW as i32) << sws && ackskew <= (MAX_ACK_WINDOW as i32) << sws));
@@ -350,6 +352,28 @@ mod tests {
         assert_eq!(t.states(), (st::ESTABLISHED, st::ESTABLISHED));
         // Now strict: an ack far ahead of what was sent is invalid.
         assert_eq!(t.update(1, &seg(2_000_050, 1_000_200 + 500_000, A, 0)), Update::Invalid);
+    }
+
+    #[test]
+    fn large_scaled_windows_do_not_overflow() {
+        let mut syn = seg(100, 0, S, 0);
+        syn.wscale = Some(14);
+        syn.win = 65535;
+        let mut t = TcpState::new(&syn);
+        let mut synack = seg(5000, 101, SA, 0);
+        synack.wscale = Some(14);
+        synack.win = 65535;
+        assert_eq!(t.update(1, &synack), Update::Valid);
+        let mut a = seg(101, 5001, A, 0);
+        a.win = 65535;
+        assert_eq!(t.update(0, &a), Update::Valid);
+        let mut b = seg(5001, 101, A, 0);
+        b.win = 65535;
+        assert_eq!(t.update(1, &b), Update::Valid);
+        let mut d = seg(101, 5001, A, 1_000_000);
+        d.win = 65535;
+        assert_eq!(t.update(0, &d), Update::Valid);
+        assert_eq!(t.update(0, &d), Update::Valid, "retransmitted");
     }
 
     #[test]

@@ -172,3 +172,25 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Any sequence of segments, any window scales: the TCP tracker never
+    /// panics (an overflow here would take a poll thread down).
+    #[test]
+    fn tcp_tracker_never_panics(
+        segs in proptest::collection::vec((any::<bool>(), any::<u32>(), any::<u32>(),
+            prop_oneof![Just(0x02u16), Just(0x12), Just(0x10), Just(0x11), Just(0x04), Just(0x14), any::<u16>()],
+            any::<u16>(), 0u32..100_000, proptest::option::of(0u8..20)), 1..50),
+    ) {
+        use conntrack::packet::TcpSeg;
+        use conntrack::tcp::{valid_new, TcpState};
+        let first = TcpSeg { seq: segs[0].1, ack: segs[0].2, flags: 0x02, win: segs[0].3, len: 0, wscale: segs[0].6 };
+        let mut t = TcpState::new(&first);
+        for (dir, seq, ack, flags, win, len, wscale) in segs {
+            let s = TcpSeg { seq, ack, flags: flags & 0xfff, win, len, wscale };
+            let _ = valid_new(s.flags);
+            let _ = t.update(dir as usize, &s);
+            let _ = t.phase();
+        }
+    }
+}

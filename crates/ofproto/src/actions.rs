@@ -103,6 +103,10 @@ pub enum Action {
     },
     Group(u32),
     SetQueue(u32),
+    /// Connection tracking (see [`crate::ct`]).
+    Ct(crate::ct::CtSpec),
+    /// Clears the packet's connection-tracking state.
+    CtClear,
 }
 
 /// An OpenFlow instruction.
@@ -259,6 +263,8 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
         parse_int(a).ok_or_else(|| perr(tok, format!("bad {what} '{a}'")))
     };
     Ok(match lname.as_str() {
+        "ct" => crate::ct::parse_ct(tok, arg)?,
+        "ct_clear" if arg.is_none() => Action::CtClear,
         "output" => {
             let a = need("a port")?;
             OfPort::parse(a).map(Action::Output).ok_or_else(|| perr(tok, format!("bad port '{a}'")))?
@@ -407,6 +413,8 @@ impl fmt::Display for Action {
             }
             Action::Group(g) => write!(f, "group:{g}"),
             Action::SetQueue(q) => write!(f, "set_queue:{q}"),
+            Action::Ct(c) => write!(f, "{c}"),
+            Action::CtClear => write!(f, "ct_clear"),
         }
     }
 }

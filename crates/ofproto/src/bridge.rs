@@ -183,6 +183,11 @@ pub struct Ofproto {
     pub(crate) groups: BTreeMap<u32, crate::group::Group>,
     pub(crate) mirrors: Vec<Mirror>,
     pub(crate) meters: BTreeMap<u32, Arc<dpif::Meter>>,
+    /// The datapath's connection tracker, which `ct` actions run (one per
+    /// datapath; [`Ofproto::set_conntrack`] shares the switch's).
+    pub(crate) conntrack: dpif::CtRef,
+    /// Where recirculated packets resume (`ct(table=N)`).
+    pub(crate) recirc: crate::ct::RecircTable,
 }
 
 impl Ofproto {
@@ -201,7 +206,19 @@ impl Ofproto {
             groups: BTreeMap::new(),
             meters: BTreeMap::new(),
             mirrors: Vec::new(),
+            conntrack: dpif::CtRef(Arc::new(conntrack::Conntrack::new(conntrack::Config::default()))),
+            recirc: Default::default(),
         }
+    }
+
+    /// Uses `ct` as this bridge's connection tracker (the datapath's,
+    /// shared by its bridges).
+    pub fn set_conntrack(&mut self, ct: Arc<conntrack::Conntrack>) {
+        self.conntrack = dpif::CtRef(ct);
+    }
+
+    pub fn conntrack(&self) -> &Arc<conntrack::Conntrack> {
+        &self.conntrack.0
     }
 
     /// Changes whenever a translation could change. Datapath caches

@@ -23,6 +23,7 @@
 
 pub mod actions;
 pub mod bridge;
+pub mod ct;
 pub mod group;
 pub mod normal;
 pub mod parse;

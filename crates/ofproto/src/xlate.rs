@@ -85,8 +85,21 @@ impl Ofproto {
         wc.set_in_port(u32::MAX);
         wc.set_recirc_id(u32::MAX);
         let mut cx = Ctx::new(self, key, wc, trace);
-        cx.do_table(0, true);
-        cx.mirror(key.in_port());
+        match key.recirc_id() {
+            0 => {
+                cx.do_table(0, true);
+                cx.mirror(key.in_port());
+            }
+            id => match self.recirc.table_of(id) {
+                // A packet back from the tracker resumes where ct(table=N)
+                // froze its translation.
+                Some(t) => {
+                    cx.say(|| format!("resume after recirculation {id:#x} in table {t}"));
+                    cx.do_table(t, true);
+                }
+                None => cx.say(|| format!("unknown recirculation id {id:#x}: drop")),
+            },
+        }
         // IP packets' megaflows always pin the fragment bits: the datapath
         // must never apply an L4 decision to a later fragment.
         if key.is_ip_any() && cx.wc.dl_type() == 0xffff {
@@ -341,6 +354,25 @@ impl Ctx<'_> {
         self.say(|| a.to_string());
         let in_port = self.key.in_port();
         match a {
+            Action::Ct(spec) => {
+                // Field writes so far reach the tracker.
+                self.commit();
+                self.actions.push(DpAction::Ct(self.of.conntrack.clone(), spec.params()));
+                if let Some(t) = spec.table {
+                    let id = self.of.recirc.id_for_table(t);
+                    self.say(|| format!("  recirculate as {id:#x}, resuming in table {t}"));
+                    self.actions.push(DpAction::Recirc(id));
+                    // This instance of the packet ends here (see ct.rs).
+                    self.stop = true;
+                }
+            }
+            Action::CtClear => {
+                self.commit();
+                self.actions.push(DpAction::CtClear);
+                self.key.set_ct_state(0);
+                self.key.set_ct_zone(0);
+                self.key.set_ct_mark(0);
+            }
             Action::Output(OfPort::Port(p)) => {
                 if *p == in_port {
                     self.say(|| "  skipping output to input port");

@@ -125,6 +125,8 @@ fn decode_nx(rd: &mut Rd, acts: &mut Vec<Action>, extra: &mut Vec<Instruction>) 
             let (f, value, mask) = oxm::decode_field_tlv(rd)?;
             acts.push(Action::SetField { field: f, value, mask });
         }
+        crate::nx_ct::CT => acts.push(crate::nx_ct::decode_ct(rd)?),
+        crate::nx_ct::CT_CLEAR => acts.push(Action::CtClear),
         _ => return Err(ErrorKind::BadActionExpType),
     }
     Ok(())
@@ -361,6 +363,8 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
                     finish(out, s);
                 }
             }
+            Action::Ct(spec) => crate::nx_ct::encode_ct(v, spec, out),
+            Action::CtClear => crate::nx_ct::encode_ct_clear(out),
             Action::SetQueue(q) => {
                 if of10 {
                     let s = nx_header(out, nxast::SET_QUEUE);

@@ -21,6 +21,7 @@ pub mod bytes;
 pub mod error;
 pub mod header;
 pub mod msg;
+pub mod nx_ct;
 pub mod of10;
 pub mod oxm;
 
