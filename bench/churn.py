@@ -46,7 +46,7 @@ def run(topo, sw, target, env, sh, ns, n_rules=N_RULES, pps=PPS, log=print):
                    capture_output=True)
     path = rules_file(n_rules)
     rss0 = rss_mb(sw.pid)
-    ping = subprocess.Popen(["ip", "netns", "exec", G, "ping", "-q", "-i", f"{1 / pps:.4f}", "-W", "2",
+    ping = subprocess.Popen(["ip", "netns", "exec", G, "ping", "-n", "-i", f"{1 / pps:.4f}", "-W", "2",
                              "10.99.0.2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(1)
@@ -66,10 +66,15 @@ def run(topo, sw, target, env, sh, ns, n_rules=N_RULES, pps=PPS, log=print):
         out = ping.communicate(timeout=10)[0]
         os.unlink(path)
     m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
-    sent, got = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    sent = int(m.group(1)) if m else 0
+    # Lost: requests without a reply, except those sent in the last 100 ms
+    # before ping was stopped (their replies may still have been on the way).
+    got = set(int(x) for x in re.findall(r"icmp_seq=(\d+)", out))
+    judged = max(0, sent - (pps // 10 + 1))
+    lost = sum(1 for q in range(1, judged + 1) if q not in got)
     rtt = re.search(r"= [\d.]+/[\d.]+/([\d.]+)/", out)
     flows = re.search(r"flow_count=(\d+)", n_dump)
-    return {"rules": n_rules, "pps": pps, "sent": sent, "lost": sent - got,
+    return {"rules": n_rules, "pps": pps, "sent": sent, "lost": lost,
             "rtt_max_ms": float(rtt.group(1)) if rtt else None,
             "rules_seen": int(flows.group(1)) if flows else None,
             "add_flows_s": round(add_s, 2), "del_flows_s": round(del_s, 2),
