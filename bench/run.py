@@ -500,22 +500,23 @@ def main():
             "switch_cpu": "CPU 1 (xvs and the AF_XDP wire pinned; OVS pmd-cpu-mask=0x2)"}
     json.dump({"meta": meta, "results": results, "churn": churn_results}, open(os.path.join(a.out, "results.json"), "w"),
               indent=1)
-    hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}{'mflows':>9}  ns/pkt usr/sys/sirq"
-    print(hdr)
+    if results:
+        hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}{'mflows':>9}  ns/pkt usr/sys/sirq"
+        print(hdr)
 
-    def split(r):
-        sp = r.get("ns_per_packet_split")
-        if not sp:
-            return "-"
-        return f"{sp['pmd_user']:.0f}/{sp['pmd_system']:.0f}/{sp['cpu1_softirq']:.0f}"
+        def split(r):
+            sp = r.get("ns_per_packet_split")
+            if not sp:
+                return "-"
+            return f"{sp['pmd_user']:.0f}/{sp['pmd_system']:.0f}/{sp['cpu1_softirq']:.0f}"
 
-    for r in results:
-        cyc = r.get("cycles_per_packet")
-        ups = r.get("upcalls_per_s")
-        print(f"{r['switch']:<26}{r['size']:>6}{r['flows']:>7}{r['offered_pps']:>11.0f}{r['forwarded_pps']:>11.0f}"
-              f"{100 * r['loss']:>6.1f}%{100 * r['switch_cpu']:>6.0f}%{100 * r['softirq_cpu']:>6.0f}%"
-              f"{(f'{cyc:.0f}' if cyc else '-'):>9}{(f'{ups:.0f}' if ups else '-'):>9}"
-              f"{(str(r['megaflows']) if r.get('megaflows') is not None else '-'):>9}  {split(r)}")
+        for r in results:
+            cyc = r.get("cycles_per_packet")
+            ups = r.get("upcalls_per_s")
+            print(f"{r['switch']:<26}{r['size']:>6}{r['flows']:>7}{r['offered_pps']:>11.0f}{r['forwarded_pps']:>11.0f}"
+                  f"{100 * r['loss']:>6.1f}%{100 * r['switch_cpu']:>6.0f}%{100 * r['softirq_cpu']:>6.0f}%"
+                  f"{(f'{cyc:.0f}' if cyc else '-'):>9}{(f'{ups:.0f}' if ups else '-'):>9}"
+                  f"{(str(r['megaflows']) if r.get('megaflows') is not None else '-'):>9}  {split(r)}")
     if churn_results:
         print(f"\n{'rule churn':<18}{'rules':>8}{'ping sent':>11}{'lost':>6}{'rtt max':>9}{'add-flows':>11}{'del-flows':>11}"
               f"{'RSS before':>12}{'after add':>11}{'after del':>11}{'B/rule':>8}")
