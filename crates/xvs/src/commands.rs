@@ -74,6 +74,35 @@ pub const COMMANDS: &[Command] = &[
     Command { names: &["del-port"], usage: "[--bridge=NAME] PORT", run: del_port },
     Command { names: &["add-flow", "add-flows"], usage: "[--bridge=NAME] FLOW...", run: add_flows },
     Command { names: &["del-flows"], usage: "[--bridge=NAME] [FLOW]", run: del_flows },
+    Command {
+        names: &["dump-conntrack", "dpctl/dump-conntrack"],
+        usage: "[DP] [-m] [-s] [zone=N]",
+        run: crate::ctcmd::dump,
+    },
+    Command {
+        names: &["flush-conntrack", "dpctl/flush-conntrack"],
+        usage: "[DP] [zone=N] [ct-orig-tuple]",
+        run: crate::ctcmd::flush,
+    },
+    Command { names: &["ct-stats-show", "dpctl/ct-stats-show"], usage: "[DP] [zone=N]", run: crate::ctcmd::stats },
+    Command { names: &["ct-get-maxconns", "dpctl/ct-get-maxconns"], usage: "[DP]", run: crate::ctcmd::get_maxconns },
+    Command { names: &["ct-set-maxconns", "dpctl/ct-set-maxconns"], usage: "[DP] N", run: crate::ctcmd::set_maxconns },
+    Command { names: &["ct-get-nconns", "dpctl/ct-get-nconns"], usage: "[DP]", run: crate::ctcmd::get_nconns },
+    Command {
+        names: &["ct-get-limits", "dpctl/ct-get-limits"],
+        usage: "[DP] [zone=N[,N]...]",
+        run: crate::ctcmd::get_limits,
+    },
+    Command {
+        names: &["ct-set-limits", "dpctl/ct-set-limits"],
+        usage: "[DP] [default=N] [zone=N,limit=M]...",
+        run: crate::ctcmd::set_limits,
+    },
+    Command {
+        names: &["ct-del-limits", "dpctl/ct-del-limits"],
+        usage: "[DP] zone=N[,N]...",
+        run: crate::ctcmd::del_limits,
+    },
     Command { names: &["vlog/set"], usage: "[SPEC]", run: crate::appctl::vlog },
     Command { names: &["vlog/list"], usage: "", run: crate::appctl::vlog },
 ];

@@ -13,6 +13,7 @@ pub mod appctl;
 pub mod commands;
 pub mod config;
 pub mod control;
+pub mod ctcmd;
 pub mod db;
 pub mod demo;
 pub mod netns;

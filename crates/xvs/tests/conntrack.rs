@@ -48,6 +48,13 @@ impl Daemon {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
+    /// The real ovs-appctl against this daemon (found through OVS_RUNDIR).
+    fn appctl(&self, args: &[&str]) -> String {
+        let o = Command::new("ovs-appctl").env("OVS_RUNDIR", &self.run_dir).args(args).output().unwrap();
+        assert!(o.status.success(), "ovs-appctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
     fn ofport(&self, name: &str) -> u32 {
         let show = self.ofctl(&["show"]);
         let line =
@@ -120,6 +127,36 @@ fn stateful_firewall_lets_replies_in_and_keeps_new_connections_out() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     assert!(drops > 0, "the blocked traffic hit the drop rule: {dump}");
+
+    // The operator's view, with the real ovs-appctl.
+    let conns = d.appctl(&["dpctl/dump-conntrack"]);
+    assert!(
+        conns
+            .lines()
+            .any(|l| l.starts_with("icmp,orig=(src=10.81.0.1,dst=10.81.0.2,id=") && l.ends_with(",zone=5,mark=42")),
+        "{conns}"
+    );
+    assert!(
+        conns.lines().any(|l| l.starts_with("tcp,orig=(src=10.81.0.1,dst=10.81.0.2,")
+            && l.contains("dport=5201),reply=(src=10.81.0.2,dst=10.81.0.1,sport=5201,")),
+        "{conns}"
+    );
+
+    let zone5 = d.appctl(&["dpctl/dump-conntrack", "zone=5"]);
+    assert_eq!(zone5, conns);
+    assert!(d.appctl(&["dpctl/dump-conntrack", "zone=6"]).is_empty());
+    let stats = d.appctl(&["dpctl/ct-stats-show"]);
+    assert!(stats.starts_with("Connections Stats:\n    Total: "), "{stats}");
+    d.appctl(&["dpctl/ct-set-maxconns", "1000"]);
+    assert_eq!(d.appctl(&["dpctl/ct-get-maxconns"]).trim(), "1000");
+    d.appctl(&["dpctl/ct-set-limits", "zone=5,limit=10"]);
+    assert!(d.appctl(&["dpctl/ct-get-limits"]).contains("zone=5,limit=10,count="));
+    d.appctl(&["dpctl/flush-conntrack", "zone=5", "ct_nw_proto=1"]);
+    let after = d.appctl(&["dpctl/dump-conntrack"]);
+    assert!(!after.contains("icmp,") && after.contains("tcp,"), "flushing ICMP of zone 5 keeps TCP: {after}");
+    d.appctl(&["dpctl/flush-conntrack"]);
+    assert!(d.appctl(&["dpctl/dump-conntrack"]).is_empty());
+    assert_eq!(d.appctl(&["dpctl/ct-get-nconns"]).trim(), "0");
 }
 
 #[test]
