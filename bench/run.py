@@ -168,6 +168,32 @@ def rule_file(flows, reps=3):
     return path
 
 
+def ct_rule_file(snat=False):
+    """A stateful firewall as OVS users write one (ovs-actions(7)): IP goes
+    through the tracker (zone 1) and continues in table 1; new connections
+    from the generator's port are committed (with source NAT to a pool of
+    254 addresses when `snat`), established ones forwarded. Installed with
+    ovs-ofctl into xvs and OVS alike."""
+    nat = ",nat" if snat else ""
+    commit = "ct(commit,zone=1,nat(src=10.3.0.1-10.3.0.254))" if snat else "ct(commit,zone=1)"
+    lines = [
+        "priority=0,actions=NORMAL",
+        f"table=0,priority=10,ip,ct_state=-trk,actions=ct(table=1,zone=1{nat})",
+        f"table=1,priority=10,ip,in_port=1,ct_state=+trk+new,actions={commit},output:2",
+        "table=1,priority=10,ip,in_port=1,ct_state=+trk+est,actions=output:2",
+        "table=1,priority=0,actions=drop",
+    ]
+    path = tempfile.mktemp(prefix="xb-ct-", suffix=".txt")
+    open(path, "w").write("\n".join(lines) + "\n")
+    return path
+
+
+def nconns(appctl, env):
+    """Connections in the tracker (ovs-appctl dpctl/ct-get-nconns)."""
+    out = subprocess.run(appctl + ["dpctl/ct-get-nconns"], capture_output=True, text=True, env=env).stdout.strip()
+    return int(out) if out.isdigit() else None
+
+
 class Xvs:
     name = "xvs"
 
@@ -197,7 +223,8 @@ class Xvs:
     def stats(self):
         j = json.loads(sh(XVS, "pmd-stats", "--run-dir", self.run, "--json"))["pmds"][0]
         return {"packets": j["packets"], "cycles_per_packet": j["cycles_per_packet"], "upcalls": j["upcalls"],
-                "megaflows": j["megaflows"]}
+                "megaflows": j["megaflows"],
+                "conns": nconns(["ovs-appctl"], dict(os.environ, OVS_RUNDIR=self.run))}
 
     def stop(self):
         self.p.send_signal(signal.SIGTERM)
@@ -255,7 +282,7 @@ class Ovs:
                 # still translated and forwarded by the slow path. xvs
                 # counts those in its upcalls too (upcall_lost_limit).
                 "upcalls": int(num(r"miss with success upcall: (\d+)")) + int(num(r"miss with failed upcall: (\d+)")),
-                "megaflows": self.megaflows()}
+                "megaflows": self.megaflows(), "conns": nconns(self.appctl, self.env)}
 
     def megaflows(self):
         m = re.search(r"flows: (\d+)", sh(*self.appctl, "dpctl/show", env=self.env, check=False))
@@ -402,6 +429,13 @@ def main():
     # run's megaflows.
     extra += [("xvs flow setup", Xvs, setup_rules, 64, SETUP_FLOWS)] + (
         [("ovs flow setup", Ovs, setup_rules, 64, SETUP_FLOWS)] if have_ovs else [])
+    # Connection tracking (issue 13): (a) a firewall pipeline with 10,000
+    # connections, (b) a new connection per packet (fresh 5-tuples every
+    # run, as in flow setup), (c) (a) with source NAT.
+    ct_rules, snat_rules = ct_rule_file(), ct_rule_file(snat=True)
+    for label, rf, flows in [("conntrack", ct_rules, 10000), ("conntrack setup", ct_rules, SETUP_FLOWS),
+                             ("conntrack snat", snat_rules, 10000)]:
+        extra += [(f"xvs {label}", Xvs, rf, 64, flows)] + ([(f"ovs {label}", Ovs, rf, 64, flows)] if have_ovs else [])
     results = []
     total = len(switches) * len(cases) + len(extra)
     done = 0
@@ -416,7 +450,7 @@ def main():
         topo = Topo(direct=cls is None)
         sw = cls(rf) if cls else None
         try:
-            reps, per_run, up0 = [], [], 0
+            reps, per_run, up0, c0 = [], [], 0, 0
             for r in range(a.reps):
                 progress(f"{label}: {size} B, {flows} flows, run {r + 1}/{a.reps}")
                 first = r * SETUP_FLOWS if "setup" in label else 0
@@ -425,8 +459,10 @@ def main():
                 if sw:
                     st = sw.stats()
                     if st.get("upcalls") is not None:
-                        per_run.append({"upcalls": st["upcalls"] - up0, "megaflows_after": st.get("megaflows")})
+                        per_run.append({"upcalls": st["upcalls"] - up0, "megaflows_after": st.get("megaflows"),
+                                        "new_conns": (st.get("conns") or 0) - c0})
                         up0 = st["upcalls"]
+                        c0 = st.get("conns") or 0
             st = sw.stats() if sw else {}
         finally:
             if sw:
@@ -457,6 +493,8 @@ def main():
             row["per_run"] = per_run
             # Median over runs of the upcalls each run caused.
             row["upcalls_per_s"] = statistics.median(x["upcalls"] for x in per_run) / a.seconds
+            if "conntrack" in label:
+                row["new_conns_per_s"] = statistics.median(x["new_conns"] for x in per_run) / a.seconds
         if sw is not None and hasattr(sw, "mode"):
             row["xdp_mode"] = sw.mode
         results.append(row)
@@ -473,6 +511,8 @@ def main():
         Topo.cleanup()
         os.path.exists(rules) and os.unlink(rules)
         os.path.exists(setup_rules) and os.unlink(setup_rules)
+        for f in (ct_rules, snat_rules):
+            os.path.exists(f) and os.unlink(f)
     sys.stderr.write("\n")
     # Rule churn: an unrelated ping while 200k rules come and go (churn.py).
     churn_results = []
