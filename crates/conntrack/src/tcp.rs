@@ -228,7 +228,9 @@ impl TcpState {
             // Picked up mid-stream: data without a SYN means established.
             src.state = st::ESTABLISHED;
         }
-        if rst {
+        // Both FINs acknowledged, or a reset: the connection is closed
+        // (shown as TIME_WAIT, as Open vSwitch shows it).
+        if rst || (src.state >= st::FIN_WAIT_2 && dst.state >= st::FIN_WAIT_2) {
             src.state = st::TIME_WAIT;
             dst.state = st::TIME_WAIT;
         }
@@ -301,6 +303,7 @@ mod tests {
         assert_eq!(t.states(), (st::FIN_WAIT_2, st::CLOSING));
         assert_eq!(t.update(0, &seg(602, 5302, A, 0)), Update::Valid);
         assert_eq!(t.phase(), Phase::Closed);
+        assert_eq!(t.states(), (st::TIME_WAIT, st::TIME_WAIT));
         // A new SYN on the closed connection reopens it.
         assert_eq!(t.update(0, &seg(9000, 0, S, 0)), Update::Reopen);
     }

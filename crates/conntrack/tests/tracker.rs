@@ -168,7 +168,7 @@ fn tcp_handshake_data_close_and_window_violation() {
     );
     assert_eq!(t.execute(&mut tcp(A, B, 40000, 80, ACK, 1102, 9052, 0), &z, 8, None).state, cs::TRK | cs::EST);
     let line = format::entry(&t.connections(None)[0], true, 8);
-    assert!(line.contains("protoinfo=(state=FIN_WAIT_2)") && line.contains("timeout=30"), "{line}");
+    assert!(line.contains("protoinfo=(state=TIME_WAIT)") && line.contains("timeout=30"), "{line}");
     // After the close timeout it is gone; a new SYN starts again.
     assert_eq!(t.sweep(8 + 30_001, 64), 1);
     assert_eq!(t.n_conns(), 0);

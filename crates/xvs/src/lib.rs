@@ -20,6 +20,7 @@ pub mod netns;
 pub mod ofconn;
 pub mod offload;
 pub mod oflock;
+pub mod ovsref;
 pub mod ports;
 pub mod runfiles;
 pub mod switch;
