@@ -48,7 +48,6 @@ pub use nat::{NatFlags, NatRange};
 pub use packet::{Parsed, Tuple, Untrackable};
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -264,9 +263,11 @@ pub struct ZoneLimit {
 }
 
 /// The connection tracker of one datapath, shared by all poll threads.
+type Shard = HashMap<Key, Arc<Conn>, ahash::RandomState>;
+
 pub struct Conntrack {
-    shards: Box<[Mutex<HashMap<Key, Arc<Conn>>>]>,
-    hasher: std::collections::hash_map::RandomState,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: ahash::RandomState,
     max_conns: AtomicUsize,
     n_conns: AtomicUsize,
     /// Default per-zone limit (0 = none).
@@ -283,8 +284,8 @@ impl Conntrack {
     pub fn new(cfg: Config) -> Conntrack {
         let n = cfg.shards.max(1).next_power_of_two();
         Conntrack {
-            shards: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: Default::default(),
+            shards: (0..n).map(|_| Mutex::new(HashMap::with_hasher(ahash::RandomState::new()))).collect(),
+            hasher: ahash::RandomState::new(),
             max_conns: AtomicUsize::new(cfg.max_conns),
             n_conns: AtomicUsize::new(0),
             default_zone_limit: AtomicUsize::new(0),
@@ -298,9 +299,9 @@ impl Conntrack {
     }
 
     fn shard_of(&self, k: &Key) -> usize {
-        let mut h = self.hasher.build_hasher();
-        k.hash(&mut h);
-        std::hash::Hasher::finish(&h) as usize & (self.shards.len() - 1)
+        // The high bits pick the shard; the shard's own map uses its own
+        // key, so the two hashes are independent.
+        (self.hasher.hash_one(k) >> 40) as usize & (self.shards.len() - 1)
     }
 
     fn get(&self, k: &Key) -> Option<Arc<Conn>> {
@@ -371,6 +372,25 @@ impl Conntrack {
     /// Runs `ct()` on one Ethernet frame, in place (NAT rewrites it).
     /// `hint` is the connection an earlier `ct()` of this packet found.
     pub fn execute(&self, frame: &mut [u8], act: &CtAction, now_ms: u64, hint: Option<&Tracked>) -> CtResult {
+        self.execute_tracked(frame, act, now_ms, hint, 0)
+    }
+
+    /// As [`Conntrack::execute`], for a packet that an earlier `ct()` in
+    /// the same zone already marked `prev_state` (its `ct_state` after that
+    /// pass, e.g. across a recirculation). If that pass translated it
+    /// (`snat`/`dnat`), the packet now carries its connection's translated
+    /// tuple, so it is found by the reverse of its tuple, and it is not
+    /// translated or committed a second time. This is how
+    /// `ct(table=1,nat)` followed by `ct(commit,nat(...))` in the next
+    /// table works on an established connection, as in Open vSwitch.
+    pub fn execute_tracked(
+        &self,
+        frame: &mut [u8],
+        act: &CtAction,
+        now_ms: u64,
+        hint: Option<&Tracked>,
+        prev_state: u8,
+    ) -> CtResult {
         let p = match packet::parse(frame, self.validate) {
             Ok(p) => p,
             Err(e) => {
@@ -382,7 +402,25 @@ impl Conntrack {
             Some(h) if h.conn.zone == act.zone && h.conn.expires.load(Relaxed) > now_ms => {
                 Some((Arc::clone(&h.conn), h.reply))
             }
-            _ => self.lookup(act.zone, &p.tuple, now_ms),
+            _ => self.lookup(act.zone, &p.tuple, now_ms).or_else(|| {
+                if prev_state & (cs::SNAT | cs::DNAT) == 0 {
+                    return None;
+                }
+                // Already translated by its connection: an original-direction
+                // packet now reads as the reply tuple reversed, a reply as
+                // the original tuple reversed.
+                let (c, _) = self.lookup(act.zone, &p.tuple.reverse(), now_ms)?;
+                if c.nat == 0 {
+                    return None;
+                }
+                if c.reply == p.tuple.reverse() {
+                    Some((c, false))
+                } else if c.orig == p.tuple.reverse() {
+                    Some((c, true))
+                } else {
+                    None
+                }
+            }),
         };
         if let Some((c, reply)) = &found {
             if act.force && *reply && act.commit {

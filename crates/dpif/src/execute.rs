@@ -147,7 +147,10 @@ pub fn execute(
 /// follow the bytes, so later actions and a recirculated lookup see the
 /// translated packet.
 fn run_ct(ct: &conntrack::Conntrack, params: &conntrack::CtAction, pkt: &mut Packet, key: &mut FlowKey, now_ms: u64) {
-    let r = ct.execute(pkt.data_mut(), params, now_ms, None);
+    // What an earlier ct() in this zone made of the packet (across a
+    // recirculation its key keeps it).
+    let prev = if key.ct_zone() == params.zone { key.ct_state() } else { 0 };
+    let r = ct.execute_tracked(pkt.data_mut(), params, now_ms, None, prev);
     key.set_ct_state(r.state);
     key.set_ct_zone(r.zone);
     key.set_ct_mark(r.mark);

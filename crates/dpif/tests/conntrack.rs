@@ -99,6 +99,14 @@ fn snat_on_commit_and_un_nat_on_the_reply() {
     p.set_generation(m.generation);
     let out = run(&mut p, &m, &udp(A, B, 4000, 53), 1, 0);
     assert_eq!(out.len(), 1);
+    // A second packet before any reply: still +new after the first ct
+    // (which translated it), so it meets ct(commit,nat(...)) again. That
+    // pass must find the same connection (by the translated tuple) and
+    // neither commit a second connection nor translate twice.
+    let again = run(&mut p, &m, &udp(A, B, 4000, 53), 1, 0);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].1, out[0].1, "the same translation");
+    assert_eq!(ct.0.n_conns(), 1, "one connection");
     let sent = &out[0].1;
     assert_eq!(&sent[26..30], &X.to_be_bytes(), "the server sees the translated source");
     let sport = u16::from_be_bytes([sent[34], sent[35]]);
