@@ -46,8 +46,10 @@ def run(topo, sw, target, env, sh, ns, n_rules=N_RULES, pps=PPS, log=print):
                    capture_output=True)
     path = rules_file(n_rules)
     rss0 = rss_mb(sw.pid)
+    # Into a file, not a pipe: a pipe nobody drains would stall ping.
+    log = tempfile.TemporaryFile(mode="w+")
     ping = subprocess.Popen(["ip", "netns", "exec", G, "ping", "-n", "-i", f"{1 / pps:.4f}", "-W", "2",
-                             "10.99.0.2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "10.99.0.2"], stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(1)
         t = time.time()
@@ -63,7 +65,9 @@ def run(topo, sw, target, env, sh, ns, n_rules=N_RULES, pps=PPS, log=print):
         rss_del = rss_mb(sw.pid)
     finally:
         ping.send_signal(2)
-        out = ping.communicate(timeout=10)[0]
+        ping.wait(timeout=10)
+        log.seek(0)
+        out = log.read()
         os.unlink(path)
     m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
     sent = int(m.group(1)) if m else 0

@@ -223,13 +223,18 @@ impl Rules {
     }
 }
 
-/// Groups whose different keys share a 64-bit hash are chained.
-#[repr(C)] // The head rule next to the first key words.
+/// Groups whose different keys share a 64-bit hash are chained. A group
+/// does not hold its masked key: every rule in it has that key, so the
+/// head rule's stored match is compared (a group is never left empty).
+/// Keeping the key once per rule instead of twice saves a third of a
+/// rule's memory; it costs a lookup only on a full-hash hit.
 struct Group {
     rules: Rules,
-    key: FlowKey,
     next: Option<Box<Group>>,
 }
+
+/// The key of a stored rule, for group comparisons.
+type KeyOf<'a> = &'a dyn Fn(RuleId) -> &'a FlowKey;
 
 struct Subtable {
     mask: FlowKey,
@@ -355,20 +360,23 @@ impl Subtable {
         self.words.iter().all(|&w| key.w[w as usize] & self.mask.w[w as usize] == masked.w[w as usize])
     }
 
-    fn group(&self, h: u64, key: &FlowKey) -> Option<&Group> {
+    fn group(&self, h: u64, key: &FlowKey, keyof: KeyOf) -> Option<&Group> {
         let mut g = self.groups.get(&h)?;
         loop {
-            if self.key_eq(key, &g.key) {
+            if self.key_eq(key, keyof(g.rules.head.id)) {
                 return Some(g);
             }
             g = g.next.as_deref()?;
         }
     }
 
-    fn group_mut(&mut self, h: u64, key: &FlowKey) -> Option<&mut Group> {
+    fn group_mut(&mut self, h: u64, key: &FlowKey, keyof: KeyOf) -> Option<&mut Group> {
         let mask = self.mask;
         let words = &self.words;
-        let eq = |g: &Group| words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == g.key.w[w as usize]);
+        let eq = |g: &Group| {
+            let gk = keyof(g.rules.head.id);
+            words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == gk.w[w as usize])
+        };
         let mut g = self.groups.get_mut(&h)?;
         loop {
             if eq(g) {
@@ -399,13 +407,21 @@ fn st_shrink(st: &mut Subtable) {
     }
 }
 
+type RuleMap<T> = HashMap<RuleId, Box<Rule<T>>, BuildHasherDefault<Mix>>;
+
+/// The stored (masked) key of rule `id`, which must be stored.
+#[inline]
+fn key_of<T>(rules: &RuleMap<T>, id: RuleId) -> &FlowKey {
+    &rules.get(&id).expect("a group's head rule is stored").m.key
+}
+
 /// An OpenFlow flow table: prioritized wildcarded rules carrying a `T`.
 pub struct Classifier<T> {
     /// Boxed: a rule is about 500 bytes (its match is two cache-line
     /// aligned keys), and a hash map keeps up to twice its entries' room
     /// as empty slots; boxed, an empty slot costs 16 bytes. Lookups never
     /// touch this map (groups hold what they need inline).
-    rules: HashMap<RuleId, Box<Rule<T>>, BuildHasherDefault<Mix>>,
+    rules: RuleMap<T>,
     next_id: RuleId,
     /// Subtable slots; `None` slots are free (listed in `free_subtables`).
     subtables: Vec<Option<Subtable>>,
@@ -492,12 +508,13 @@ impl<T> Classifier<T> {
             *st.stage_sets[s].entry(h).or_insert(0) += 1;
         }
         let r = Ref { priority, id, added: version, removed: LIVE };
-        match st.group_mut(hs[last], &m.key) {
+        let rules = &self.rules;
+        match st.group_mut(hs[last], &m.key, &|x| key_of(rules, x)) {
             Some(g) => {
                 g.rules.insert(r);
             }
             None => {
-                let g = Group { key: m.key, rules: Rules::new(r), next: None };
+                let g = Group { rules: Rules::new(r), next: None };
                 match st.groups.get_mut(&hs[last]) {
                     // A different key with the same 64-bit hash.
                     Some(head) => head.next = Some(Box::new(Group { next: head.next.take(), ..g })),
@@ -540,9 +557,11 @@ impl<T> Classifier<T> {
             return;
         }
         r.removed = version.max(r.added);
-        let removed = r.removed;
-        let st = self.subtables[r.subtable].as_mut().expect("live subtable");
-        let g = st.group_mut(r.hash, &r.m.key).expect("rule is in its group");
+        let (removed, si, h) = (r.removed, r.subtable, r.hash);
+        let rules = &self.rules;
+        let key = key_of(rules, id);
+        let st = self.subtables[si].as_mut().expect("live subtable");
+        let g = st.group_mut(h, key, &|x| key_of(rules, x)).expect("rule is in its group");
         g.rules.iter_mut().find(|x| x.id == id).expect("rule is in its group").removed = removed;
         self.removed.push(id);
     }
@@ -570,6 +589,13 @@ impl<T> Classifier<T> {
                 None => continue,
             }
             freed += 1;
+            // Out of its group first: the group's key is its head rule's.
+            {
+                let rules = &self.rules;
+                let r = rules.get(&id).expect("checked above");
+                let st = self.subtables[r.subtable].as_mut().expect("live subtable");
+                Self::unlink(st, r.hash, &r.m.key, id, &|x| key_of(rules, x));
+            }
             let r = self.rules.remove(&id).expect("checked above");
             let si = r.subtable;
             let st = self.subtables[si].as_mut().expect("live subtable");
@@ -582,7 +608,6 @@ impl<T> Classifier<T> {
                     st.stage_sets[s].remove(&h);
                 }
             }
-            Self::unlink(st, r.hash, &r.m.key, id);
             let c = st.prios.get_mut(&r.priority).expect("priority counted");
             *c -= 1;
             let max_changed = if *c == 0 {
@@ -636,8 +661,8 @@ impl<T> Classifier<T> {
     }
 
     /// Takes rule `id` out of its group, dropping the group if it empties.
-    fn unlink(st: &mut Subtable, h: u64, key: &FlowKey, id: RuleId) {
-        let g = st.group_mut(h, key).expect("rule is in its group");
+    fn unlink(st: &mut Subtable, h: u64, key: &FlowKey, id: RuleId, keyof: KeyOf) {
+        let g = st.group_mut(h, key, keyof).expect("rule is in its group");
         g.rules.remove(id);
         if !g.rules.is_empty() {
             return;
@@ -699,7 +724,8 @@ impl<T> Classifier<T> {
             let mut from = 0;
             let n = st.n_stages as usize;
             // A catch-all subtable has no stages, only its one group.
-            let mut group = if n == 0 { st.group(finish(BASIS), key) } else { None };
+            let keyof: KeyOf = &|x| key_of(&self.rules, x);
+            let mut group = if n == 0 { st.group(finish(BASIS), key, keyof) } else { None };
             for s in 0..n {
                 let to = st.ends[s] as usize;
                 let mut h2 = h;
@@ -710,7 +736,7 @@ impl<T> Classifier<T> {
                 let hit = if s + 1 < n {
                     st.stage_sets[s].contains_key(&fh)
                 } else {
-                    group = st.group(fh, key);
+                    group = st.group(fh, key, keyof);
                     group.is_some()
                 };
                 // A miss at the L3 stage can also be proved by a prefix
@@ -802,7 +828,7 @@ impl<T> Classifier<T> {
     pub fn find_exact(&self, m: &Match, priority: u32, version: u64) -> Option<RuleId> {
         let m = Match::new(m.key, m.mask);
         let st = self.st(*self.by_mask.get(&m.mask)?);
-        let g = st.group(st.full_hash(&m.key), &m.key)?;
+        let g = st.group(st.full_hash(&m.key), &m.key, &|x| key_of(&self.rules, x))?;
         g.rules.iter().find(|r| r.priority == priority && r.visible(version)).map(|r| r.id)
     }
 
@@ -817,7 +843,7 @@ impl<T> Classifier<T> {
                 continue;
             }
             if m.mask == st.mask {
-                if let Some(g) = st.group(st.full_hash(&m.key), &m.key) {
+                if let Some(g) = st.group(st.full_hash(&m.key), &m.key, &|x| key_of(&self.rules, x)) {
                     out.extend(g.rules.iter().filter(|r| r.visible(version)).map(|r| r.id));
                 }
                 continue;
@@ -825,7 +851,7 @@ impl<T> Classifier<T> {
             for head in st.groups.values() {
                 let mut g = Some(head);
                 while let Some(x) = g {
-                    if x.key.eq_masked(&m.key, &m.mask) {
+                    if key_of(&self.rules, x.rules.head.id).eq_masked(&m.key, &m.mask) {
                         out.extend(x.rules.iter().filter(|r| r.visible(version)).map(|r| r.id));
                     }
                     g = x.next.as_deref();

@@ -145,6 +145,13 @@ fn rule_churn_loses_no_packet() {
         }
     }
     let mut ping = Ping(Some(ping));
+    // Drained as it comes: a full pipe would stall ping.
+    let mut stdout = ping.0.as_mut().unwrap().stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
     std::thread::sleep(Duration::from_millis(500));
     for _ in 0..2 {
         d.ofctl(&["add-flows", &rules]);
@@ -155,9 +162,8 @@ fn rule_churn_loses_no_packet() {
     let mut child = ping.0.take().unwrap();
     // SIGINT: ping prints its summary.
     Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     child.wait().unwrap();
+    let out = reader.join().unwrap();
     let line = out.lines().find(|l| l.contains("packets transmitted")).unwrap_or_else(|| panic!("ping said: {out}"));
     let tx: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
     // Every request sent up to the end of the churn must have its reply;
