@@ -34,6 +34,7 @@ impl AppctlSocket {
         let path = run_dir.join(format!("ovs-vswitchd.{pid}.ctl"));
         let _ = std::fs::remove_file(&path);
         let listener = crate::runfiles::bind_socket(&path)?;
+        listener.set_nonblocking(true)?;
         let pidfile = run_dir.join("ovs-vswitchd.pid");
         let mut f = std::fs::File::create(&pidfile).with_context(|| format!("writing {}", pidfile.display()))?;
         f.write_all(format!("{pid}\n").as_bytes())?;

@@ -89,6 +89,7 @@ impl Server {
         };
         let ctl_path = socket_path(run_dir);
         let ctl = crate::runfiles::bind_socket(&ctl_path)?;
+        ctl.set_nonblocking(true)?;
         Ok(Server { ctl, ctl_path, appctl, conns: Vec::new(), full_logged: false })
     }
 

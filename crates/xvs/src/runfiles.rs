@@ -102,7 +102,7 @@ pub fn set_group(g: Option<u32>) {
 /// Binds a unix socket at `path` with [`SOCKET_MODE`] (and the `--group`
 /// group), whatever the umask. A stale socket file at `path` is replaced;
 /// anything else there (a regular file, a directory, a live socket) is
-/// refused and left alone.
+/// refused and left alone. The listener is blocking, as bind makes it.
 pub fn bind_socket(path: &Path) -> Result<UnixListener> {
     if let Ok(m) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
@@ -120,7 +120,6 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener> {
     if let Some(Some(g)) = GROUP.get() {
         std::os::unix::fs::chown(path, None, Some(*g)).with_context(|| format!("chown {}", path.display()))?;
     }
-    l.set_nonblocking(true)?;
     Ok(l)
 }
 
