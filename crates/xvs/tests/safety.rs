@@ -478,3 +478,52 @@ fn db_mode_serves_the_cli_and_refuses_bad_names() {
     assert!(logged.contains("Bridge table, bridge \"../../y\": bridge name"), "{logged}");
     assert!(!std::path::Path::new("/tmp/y.mgmt").exists() && !std::path::Path::new(&format!("{dir}/y.mgmt")).exists());
 }
+
+/// The reference: Open vSwitch 3.1 under umask 000 makes its sockets 0770
+/// (ovsdb-server's and ovs-vswitchd's control sockets), and a second
+/// ovs-vswitchd on the same pidfile refuses to start, as xvs does above.
+#[test]
+fn ovs_reference_sockets_0770_under_umask_000_and_one_instance() {
+    let dir = run_dir("ovsref");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Stop(String);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            for p in ["ovs-vswitchd", "ovsdb-server"] {
+                if let Ok(pid) = std::fs::read_to_string(format!("{}/{p}.pid", self.0)) {
+                    let _ = Command::new("kill").arg(pid.trim()).status();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _stop = Stop(dir.clone());
+    let script = format!(
+        "umask 000; export OVS_RUNDIR={dir} OVS_DBDIR={dir} OVS_LOGDIR={dir}; \
+         ovsdb-tool create {dir}/conf.db /usr/share/openvswitch/vswitch.ovsschema && \
+         ovsdb-server {dir}/conf.db --remote=punix:{dir}/db.sock --pidfile={dir}/ovsdb-server.pid --detach \
+           --log-file={dir}/ovsdb.log && \
+         ovs-vsctl --db=unix:{dir}/db.sock --no-wait init && \
+         ovs-vswitchd unix:{dir}/db.sock --pidfile={dir}/ovs-vswitchd.pid --detach --log-file={dir}/vswitchd.log"
+    );
+    let o = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert!(o.status.success(), "OVS started: {}", String::from_utf8_lossy(&o.stderr));
+    let pid = std::fs::read_to_string(format!("{dir}/ovs-vswitchd.pid")).unwrap();
+    assert_eq!(mode(&format!("{dir}/db.sock")), 0o770);
+    assert_eq!(mode(&format!("{dir}/ovs-vswitchd.{}.ctl", pid.trim())), 0o770);
+    let o = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "OVS_RUNDIR={dir} ovs-vswitchd unix:{dir}/db.sock --pidfile={dir}/ovs-vswitchd.pid \
+                 --log-file={dir}/vswitchd2.log"
+            ),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("already running"), "{err}");
+    assert!(std::path::Path::new(&format!("{dir}/ovs-vswitchd.{}.ctl", pid.trim())).exists());
+}
