@@ -263,6 +263,17 @@ struct OfArgs {
     tx_flush_us: u32,
 }
 
+/// Removes a bridge's `.mgmt` and `.snoop` sockets when dropped.
+struct OfSockets(PathBuf, String);
+
+impl Drop for OfSockets {
+    fn drop(&mut self) {
+        for ext in ["mgmt", "snoop"] {
+            let _ = std::fs::remove_file(self.0.join(format!("{}.{ext}", self.1)));
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)] // reason: one parameter per command-line option
 fn run_switch(
     run_dir: PathBuf,
@@ -314,8 +325,11 @@ fn run_switch(
     xvs::runfiles::set_group(group);
     xvs::runfiles::prepare_dir(&run_dir, group)?;
     let _instance = xvs::runfiles::InstanceLock::acquire(&run_dir)?;
+    // From here this instance owns the run directory: the bridge's
+    // OpenFlow sockets there are its own and go with it, at exit and on
+    // any failure below (declared after the lock, so dropped before it).
+    let _of_sockets = OfSockets(run_dir.clone(), bridge.clone());
     let stop = signal_flag()?;
-    let bridge_name = bridge.clone();
     let sw = Switch::start(SwitchOptions {
         bridge,
         n_pmd: pmd_threads,
@@ -353,11 +367,6 @@ fn run_switch(
     eprintln!("xvs: stopping");
     drop(server);
     sw.stop();
-    // This instance holds the run directory's lock: the bridge's OpenFlow
-    // sockets there are its own, and go with it.
-    for ext in ["mgmt", "snoop"] {
-        let _ = std::fs::remove_file(run_dir.join(format!("{bridge_name}.{ext}")));
-    }
     res
 }
 

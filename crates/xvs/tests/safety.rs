@@ -527,3 +527,20 @@ fn ovs_reference_sockets_0770_under_umask_000_and_one_instance() {
     assert!(!o.status.success() && err.contains("already running"), "{err}");
     assert!(std::path::Path::new(&format!("{dir}/ovs-vswitchd.{}.ctl", pid.trim())).exists());
 }
+
+/// A start that fails late (here: something that is not a socket sits
+/// where xvs.ctl goes) removes the sockets it had made and leaves the
+/// foreign file alone.
+#[test]
+fn a_failed_start_leaves_no_socket_and_keeps_foreign_files() {
+    let dir = run_dir("late");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(format!("{dir}/xvs.ctl")).unwrap();
+    let err = start_fails(&["--run-dir", &dir, "--bridge", "brlate", "--no-local-port"]);
+    assert!(err.contains("not a socket"), "{err}");
+    let mut left: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    left.sort();
+    assert_eq!(left, vec!["xvs.ctl".to_string()], "only the foreign directory is left");
+    let _ = std::fs::remove_dir_all(&dir);
+}
