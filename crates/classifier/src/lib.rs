@@ -370,6 +370,16 @@ impl Subtable {
         }
     }
 
+    /// The group of a rule known to be stored here with full hash `h`:
+    /// when no other key shares the hash (almost always), no key needs
+    /// comparing.
+    fn group_of_stored(&mut self, h: u64, key: &FlowKey, keyof: KeyOf) -> Option<&mut Group> {
+        if self.groups.get(&h).is_some_and(|g| g.next.is_none()) {
+            return self.groups.get_mut(&h);
+        }
+        self.group_mut(h, key, keyof)
+    }
+
     fn group_mut(&mut self, h: u64, key: &FlowKey, keyof: KeyOf) -> Option<&mut Group> {
         let mask = self.mask;
         let words = &self.words;
@@ -561,7 +571,7 @@ impl<T> Classifier<T> {
         let rules = &self.rules;
         let key = key_of(rules, id);
         let st = self.subtables[si].as_mut().expect("live subtable");
-        let g = st.group_mut(h, key, &|x| key_of(rules, x)).expect("rule is in its group");
+        let g = st.group_of_stored(h, key, &|x| key_of(rules, x)).expect("rule is in its group");
         g.rules.iter_mut().find(|x| x.id == id).expect("rule is in its group").removed = removed;
         self.removed.push(id);
     }
@@ -662,7 +672,7 @@ impl<T> Classifier<T> {
 
     /// Takes rule `id` out of its group, dropping the group if it empties.
     fn unlink(st: &mut Subtable, h: u64, key: &FlowKey, id: RuleId, keyof: KeyOf) {
-        let g = st.group_mut(h, key, keyof).expect("rule is in its group");
+        let g = st.group_of_stored(h, key, keyof).expect("rule is in its group");
         g.rules.remove(id);
         if !g.rules.is_empty() {
             return;
@@ -851,7 +861,8 @@ impl<T> Classifier<T> {
             for head in st.groups.values() {
                 let mut g = Some(head);
                 while let Some(x) = g {
-                    if key_of(&self.rules, x.rules.head.id).eq_masked(&m.key, &m.mask) {
+                    // A catch-all selects every group without looking.
+                    if m.mask == FlowKey::ZERO || key_of(&self.rules, x.rules.head.id).eq_masked(&m.key, &m.mask) {
                         out.extend(x.rules.iter().filter(|r| r.visible(version)).map(|r| r.id));
                     }
                     g = x.next.as_deref();
