@@ -311,6 +311,12 @@ impl Attached {
         self.fast.as_mut()
     }
 
+    /// Hands the fast-path maps to their manager. The maps stay in use by
+    /// the attached program; the handle keeps working after this.
+    pub fn take_fast_path(&mut self) -> Option<FastPath> {
+        self.fast.take()
+    }
+
     /// Registers AF_XDP socket `fd` for receive queue `queue`.
     pub fn insert_socket(&mut self, queue: u32, fd: RawFd) -> Result<(), Error> {
         if queue >= MAX_QUEUES {

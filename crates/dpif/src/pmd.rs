@@ -89,6 +89,10 @@ impl PmdStats {
 #[derive(Clone, Debug)]
 pub struct MegaflowInfo {
     pub matched: Match,
+    /// The key whose translation created the megaflow.
+    pub orig: FlowKey,
+    /// The key of a recent packet of the megaflow (sampled).
+    pub sample: FlowKey,
     pub actions: Vec<DpAction>,
     pub packets: u64,
     pub bytes: u64,
@@ -100,6 +104,8 @@ struct Megaflow {
     actions: Vec<DpAction>,
     /// The key whose translation created this megaflow (for revalidation).
     orig: FlowKey,
+    /// The key of a recent packet (every 64th).
+    sample: FlowKey,
     /// Rule generation this megaflow was last known valid at.
     generation: u64,
     /// Its translation hit the resubmit depth limit.
@@ -341,6 +347,11 @@ impl Pmd {
                 f.packets += 1;
                 f.bytes += len;
                 f.used_ms = now_ms;
+                // A recent packet's key, for the kernel fast path (which
+                // serves exact flows): sampled, so it costs one branch.
+                if f.packets & 63 == 1 {
+                    f.sample = *key;
+                }
                 self.stats.drop_resubmit_depth += f.too_deep as u64;
                 execute(&f.actions, pkt, key, layout, &mut self.out, sink, now_ms)
             }
@@ -473,6 +484,7 @@ impl Pmd {
             pushed_packets: 0,
             pushed_bytes: 0,
             orig: *key,
+            sample: *key,
             generation: self.generation,
             subtable,
             packets: 0,
@@ -596,6 +608,8 @@ impl Pmd {
             .flatten()
             .map(|f| MegaflowInfo {
                 matched: f.m,
+                orig: f.orig,
+                sample: f.sample,
                 actions: f.actions.clone(),
                 packets: f.packets,
                 bytes: f.bytes,

@@ -258,7 +258,18 @@ pub fn device_rx_queues(ifname: &str) -> io::Result<usize> {
     Ok(n.max(1))
 }
 
+impl AfxdpPort {
+    /// The kernel fast-path maps of this port's XDP program, once.
+    pub fn take_fast_path(&mut self) -> Option<bpf::FastPath> {
+        self.xdp.as_mut()?.take_fast_path()
+    }
+}
+
 impl Netdev for AfxdpPort {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -106,4 +106,10 @@ pub trait Netdev: Send {
     /// Housekeeping the owner calls regularly (refill rings, reap
     /// completions, kick the kernel).
     fn poll_housekeeping(&mut self) {}
+
+    /// The concrete port, for callers that need a provider's own features
+    /// (e.g. the AF_XDP port's kernel fast-path maps). `None` by default.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }

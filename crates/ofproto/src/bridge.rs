@@ -188,6 +188,7 @@ pub struct Ofproto {
     pub(crate) conntrack: dpif::CtRef,
     /// Where recirculated packets resume (`ct(table=N)`).
     pub(crate) recirc: crate::ct::RecircTable,
+    generation_hook: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
 
 impl Ofproto {
@@ -208,6 +209,7 @@ impl Ofproto {
             mirrors: Vec::new(),
             conntrack: dpif::CtRef(Arc::new(conntrack::Conntrack::new(conntrack::Config::default()))),
             recirc: Default::default(),
+            generation_hook: None,
         }
     }
 
@@ -234,7 +236,18 @@ impl Ofproto {
     }
 
     pub(crate) fn bump_generation(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        let g = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(h) = &self.generation_hook {
+            h(g);
+        }
+    }
+
+    /// Calls `hook` with the new generation every time it changes, before
+    /// the change returns to its caller (so before any OpenFlow barrier or
+    /// database acknowledgement): caches outside the poll threads, such as
+    /// the kernel fast path, invalidate themselves there.
+    pub fn set_generation_hook(&mut self, hook: Arc<dyn Fn(u64) + Send + Sync>) {
+        self.generation_hook = Some(hook);
     }
 
     /// The clock translation uses (MAC aging, rule idle time). The owner

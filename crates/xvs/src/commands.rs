@@ -103,6 +103,7 @@ pub const COMMANDS: &[Command] = &[
         usage: "[DP] zone=N[,N]...",
         run: crate::ctcmd::del_limits,
     },
+    Command { names: &["offload-show", "dpif-netdev/offload-show"], usage: "", run: crate::offload::show_cmd },
     Command { names: &["vlog/set"], usage: "[SPEC]", run: crate::appctl::vlog },
     Command { names: &["vlog/list"], usage: "", run: crate::appctl::vlog },
 ];

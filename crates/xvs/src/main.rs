@@ -77,6 +77,15 @@ enum Cmd {
         /// tcp:IP:PORT) instead of the command line, as ovs-vswitchd does.
         #[arg(long)]
         db: Option<String>,
+        /// Kernel fast path: forward hot flows in the XDP program itself
+        /// (on|off). Off by default: on veth, redirected frames reach the
+        /// far end only if it takes XDP frames (GRO on or an XDP program
+        /// there), which the switch cannot see (README, "XDP fast path").
+        #[arg(long, default_value = "off")]
+        xdp_offload: String,
+        /// Packets per second a flow needs before it is offloaded.
+        #[arg(long, default_value_t = 1000)]
+        xdp_offload_pps: u64,
     },
     /// Bridge, ports, XDP modes, counters.
     Show(ClientArgs),
@@ -88,6 +97,18 @@ enum Cmd {
     DumpOfFlows(ClientArgs),
     /// The MAC learning table.
     FdbShow(ClientArgs),
+    /// The kernel fast path: offloaded flows, kernel hits, misses.
+    OffloadShow(ClientArgs),
+    /// Connections in the tracker (OVS's dpctl/dump-conntrack form).
+    DumpConntrack(ClientArgs),
+    /// Any command of the control socket (`xvs ctl list-commands`), with
+    /// its arguments, e.g. `xvs ctl ct-set-maxconns 100000`.
+    Ctl {
+        cmd: String,
+        args: Vec<String>,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
     /// Add a port to a running switch (same syntax as --port).
     AddPort {
         spec: String,
@@ -261,6 +282,8 @@ struct OfArgs {
     fail_mode: String,
     datapath_id: Option<String>,
     tx_flush_us: u32,
+    /// Kernel fast path: packets per second a flow needs, or `None` (off).
+    offload_pps: Option<u64>,
 }
 
 /// Removes a bridge's `.mgmt` and `.snoop` sockets when dropped.
@@ -351,6 +374,9 @@ fn run_switch(
         let p = sw.ports().into_iter().find(|p| p.ofport == n).expect("just added");
         eprintln!("xvs: port {n} {name}: {} {} rxq {} {}", p.info.kind, p.info.xdp_mode, p.info.n_rxq, p.info.detail);
     }
+    if let Some(pps) = of.offload_pps {
+        sw.enable_offload(pps)?;
+    }
     let ofm = xvs::ofconn::OfManager::start(
         std::sync::Arc::clone(&sw.shared),
         xvs::ofconn::OfConfig { dpid, controllers: of.controllers, fail_mode, run_dir: run_dir.clone() },
@@ -389,6 +415,8 @@ fn main() -> ExitCode {
             datapath_id,
             tx_flush_us,
             db,
+            xdp_offload,
+            xdp_offload_pps,
         } => match group.as_deref().map(xvs::runfiles::group_id).transpose() {
             Err(e) => Err(e),
             Ok(group) => match db {
@@ -397,6 +425,9 @@ fn main() -> ExitCode {
             )),
                 Some(remote) => {
                     signal_flag().and_then(|stop| xvs::db::run(&xvs::db::DbOptions { remote, run_dir, group }, &stop))
+                }
+                None if !matches!(xdp_offload.as_str(), "on" | "off") => {
+                    Err(anyhow::anyhow!("--xdp-offload: '{xdp_offload}' is not on or off"))
                 }
                 None => run_switch(
                     run_dir,
@@ -409,7 +440,13 @@ fn main() -> ExitCode {
                     !no_local_port,
                     mirror,
                     flows,
-                    OfArgs { controllers, fail_mode, datapath_id, tx_flush_us },
+                    OfArgs {
+                        controllers,
+                        fail_mode,
+                        datapath_id,
+                        tx_flush_us,
+                        offload_pps: (xdp_offload == "on").then_some(xdp_offload_pps),
+                    },
                 ),
             },
         },
@@ -418,6 +455,9 @@ fn main() -> ExitCode {
         Cmd::PmdStats(c) => client(&c, "pmd-stats", &[]),
         Cmd::DumpOfFlows(c) => client(&c, "dump-of-flows", &[]),
         Cmd::FdbShow(c) => client(&c, "fdb-show", &[]),
+        Cmd::OffloadShow(c) => client(&c, "offload-show", &[]),
+        Cmd::DumpConntrack(c) => client(&c, "dump-conntrack", &[]),
+        Cmd::Ctl { cmd, args, c } => client(&c, &cmd, &args),
         Cmd::AddPort { spec, c } => client(&c, "add-port", &[spec]),
         Cmd::DelPort { name, c } => client(&c, "del-port", &[name]),
         Cmd::AddFlow { flow, c } => client(&c, "add-flow", &[flow]),

@@ -224,3 +224,364 @@ pub fn entry(
     let inport = ifindex(k.in_port()).ok_or(NotOffloadable::NoDevice(k.in_port()))?;
     Ok((fast_key(k, inport), a))
 }
+
+// ---------------------------------------------------------------------
+// The offload manager: which flows go into the kernel, kept sound.
+// ---------------------------------------------------------------------
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// One AF_XDP port's fast-path maps.
+struct PortFp {
+    ifindex: u32,
+    fp: Arc<Mutex<bpf::FastPath>>,
+}
+
+/// An offloaded flow.
+struct Entry {
+    ingress: u32,
+    out_ifindex: u32,
+    slot: u32,
+    /// The generation its translation was valid at (the kernel serves it
+    /// only while that is the current one).
+    gen: u64,
+    orig: FlowKey,
+    counters: Vec<dpif::CounterRef>,
+    /// Kernel counts already credited to `counters`.
+    credited: (u64, u64),
+    /// Packets served in the last tick (for eviction).
+    recent: u64,
+}
+
+/// Counters of the offload manager (`xvs offload-show`).
+#[derive(Debug, Default)]
+pub struct OffloadStats {
+    pub installed: AtomicU64,
+    pub removed: AtomicU64,
+    pub evicted: AtomicU64,
+    /// Packets and bytes the kernel forwarded for offloaded flows.
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Hot flows the kernel cannot serve, and the latest reason.
+    pub refused: AtomicU64,
+    pub last_refusal: Mutex<String>,
+}
+
+/// Offers hot flows to the kernel fast path and keeps them sound:
+///
+/// * **What**: a megaflow whose packet rate reached `threshold_pps`, for
+///   the exact flow that created it, if [`entry`] accepts it.
+/// * **Generation**: the bridge calls [`Offloader::set_generation`] from
+///   its generation hook, i.e. before a rule, port, group, meter or MAC
+///   change returns to whoever made it (and so before any OpenFlow barrier
+///   reply or database acknowledgement). The new value goes into every
+///   port's map at once; entries carry the generation their translation
+///   was made at, so from then on none of the old ones matches. Generations
+///   written to the kernel only grow (a late writer never moves it back).
+/// * **Revalidation**: each tick re-translates stale entries (without
+///   side effects, as the poll threads revalidate megaflows) at the current
+///   generation, read under the same lock as the translation, and rewrites
+///   or removes them. An entry written with a generation that a concurrent
+///   change has already passed is never served: its generation is old.
+/// * **Counters**: the kernel's per-entry counts are credited to the
+///   translation's OpenFlow rules (and groups) every tick, so `dump-flows`
+///   stays true.
+/// * **Locks**: the bridge holds its rule lock when it calls
+///   `set_generation`, which takes `gen` then `ports`; the tick never
+///   holds `ports` or `entries` while it waits for the rule lock.
+pub struct Offloader {
+    ports: Mutex<BTreeMap<u32, PortFp>>,
+    gen: Mutex<u64>,
+    entries: Mutex<(HashMap<FastKey, Entry>, Vec<u32>)>,
+    /// Megaflow packet counts at the previous tick, by creating key.
+    seen: Mutex<HashMap<FlowKey, u64>>,
+    pub threshold_pps: u64,
+    pub stats: OffloadStats,
+}
+
+impl Offloader {
+    pub fn new(threshold_pps: u64) -> Offloader {
+        Offloader {
+            ports: Mutex::new(BTreeMap::new()),
+            gen: Mutex::new(0),
+            entries: Mutex::new((HashMap::new(), Vec::new())),
+            seen: Mutex::new(HashMap::new()),
+            threshold_pps,
+            stats: OffloadStats::default(),
+        }
+    }
+
+    /// Registers a port's maps; every registered port may redirect to
+    /// every other.
+    pub fn add_port(&self, ofport: u32, ifindex: u32, mut fp: bpf::FastPath) {
+        let g = *self.gen.lock().expect("gen");
+        let mut ports = self.ports.lock().expect("ports");
+        for p in ports.values() {
+            let _ = p.fp.lock().expect("fp").add_output(ifindex);
+            let _ = fp.add_output(p.ifindex);
+        }
+        let _ = fp.add_output(ifindex);
+        let _ = fp.set_generation(g);
+        ports.insert(ofport, PortFp { ifindex, fp: Arc::new(Mutex::new(fp)) });
+    }
+
+    /// Forgets a port: its maps, and every entry that enters or leaves by it.
+    pub fn remove_port(&self, ofport: u32) {
+        let Some(gone) = self.ports.lock().expect("ports").remove(&ofport) else { return };
+        let ports: Vec<(u32, Arc<Mutex<bpf::FastPath>>)> =
+            self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, Arc::clone(&p.fp))).collect();
+        let mut e = self.entries.lock().expect("entries");
+        let (map, free) = &mut *e;
+        map.retain(|k, v| {
+            if v.ingress != ofport && v.out_ifindex != gone.ifindex {
+                return true;
+            }
+            if let Some((_, fp)) = ports.iter().find(|(o, _)| *o == v.ingress) {
+                let _ = fp.lock().expect("fp").remove(k);
+            }
+            free.push(v.slot);
+            false
+        });
+        for (_, fp) in &ports {
+            let _ = fp.lock().expect("fp").remove_output(gone.ifindex);
+        }
+    }
+
+    /// Makes every entry of an older generation stale (see the type's
+    /// documentation). Called from the bridge's generation hook.
+    pub fn set_generation(&self, g: u64) {
+        let mut cur = self.gen.lock().expect("gen");
+        if g <= *cur {
+            return;
+        }
+        for p in self.ports.lock().expect("ports").values() {
+            if let Err(e) = p.fp.lock().expect("fp").set_generation(g) {
+                eprintln!("xvs: offload: cannot write the generation: {e}");
+            }
+        }
+        *cur = g;
+    }
+
+    pub fn n_entries(&self) -> usize {
+        self.entries.lock().expect("entries").0.len()
+    }
+
+    /// The kernel's fast-path outcomes summed over ports.
+    pub fn kernel_stats(&self) -> bpf::FastStats {
+        let mut t = bpf::FastStats::default();
+        for p in self.ports.lock().expect("ports").values() {
+            if let Ok(s) = p.fp.lock().expect("fp").stats() {
+                t.hit += s.hit;
+                t.miss += s.miss;
+                t.stale += s.stale;
+                t.unparsed += s.unparsed;
+                t.error += s.error;
+            }
+        }
+        t
+    }
+
+    /// One round: credit kernel counts, revalidate stale entries, offload
+    /// megaflows that became hot. `translate` re-translates a key without
+    /// side effects and returns it with the generation it is valid at.
+    pub fn tick(
+        &self,
+        megaflows: &[dpif::MegaflowInfo],
+        dt_ms: u64,
+        now_ms: u64,
+        translate: &dyn Fn(&FlowKey) -> Option<(dpif::Translation, u64)>,
+    ) {
+        let ports: BTreeMap<u32, (u32, Arc<Mutex<bpf::FastPath>>)> =
+            self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, (p.ifindex, Arc::clone(&p.fp)))).collect();
+        if ports.is_empty() {
+            return;
+        }
+        let ifindex = |p: u32| ports.get(&p).map(|x| x.0);
+        // 1. Credit what the kernel forwarded.
+        let mut stale: Vec<(FastKey, FlowKey)> = Vec::new();
+        let cur_gen = *self.gen.lock().expect("gen");
+        {
+            let mut e = self.entries.lock().expect("entries");
+            for (k, v) in e.0.iter_mut() {
+                let Some((_, fp)) = ports.get(&v.ingress) else { continue };
+                if let Ok((p, b)) = fp.lock().expect("fp").counts(v.slot) {
+                    let (dp, db) = (p.saturating_sub(v.credited.0), b.saturating_sub(v.credited.1));
+                    if dp > 0 {
+                        for c in &v.counters {
+                            c.0.credit(dp, db, now_ms);
+                        }
+                        self.stats.packets.fetch_add(dp, Relaxed);
+                        self.stats.bytes.fetch_add(db, Relaxed);
+                    }
+                    v.credited = (p, b);
+                    v.recent = dp;
+                }
+                if v.gen < cur_gen {
+                    stale.push((*k, v.orig));
+                }
+            }
+        }
+        // 2. Hot megaflows not in the kernel yet.
+        let mut hot: Vec<FlowKey> = Vec::new();
+        {
+            let mut seen = self.seen.lock().expect("seen");
+            let mut next = HashMap::with_capacity(megaflows.len());
+            for f in megaflows {
+                let before = seen.get(&f.orig).copied().unwrap_or(f.packets);
+                let rate = f.packets.saturating_sub(before) * 1000 / dt_ms.max(1);
+                // The flow to offload: a recent packet's (a megaflow can be
+                // wider than one flow, and the packet that created it may
+                // have been an ARP or the first of another flow).
+                if rate >= self.threshold_pps && ifindex(f.sample.in_port()).is_some() {
+                    hot.push(f.sample);
+                }
+                next.insert(f.orig, f.packets);
+            }
+            *seen = next;
+        }
+        // 3. Translate outside every offloader lock, then write.
+        let mut todo: Vec<(FlowKey, Option<FastKey>)> = stale.into_iter().map(|(fk, k)| (k, Some(fk))).collect();
+        todo.extend(hot.into_iter().map(|k| (k, None)));
+        for (key, old) in todo {
+            let fresh = match translate(&key) {
+                None => None,
+                Some((t, g)) => match entry(&key, &t.mask, &t.actions, &ifindex) {
+                    Ok(e) => Some((e, t, g)),
+                    Err(why) => {
+                        self.stats.refused.fetch_add(1, Relaxed);
+                        *self.stats.last_refusal.lock().expect("refusal") = why.to_string();
+                        None
+                    }
+                },
+            };
+            let mut e = self.entries.lock().expect("entries");
+            let (map, free) = &mut *e;
+            match fresh {
+                Some(((fk, mut fa), t, g)) => {
+                    if old.is_none() && map.contains_key(&fk) {
+                        continue;
+                    }
+                    let slot = match map.get(&fk) {
+                        Some(v) => v.slot,
+                        None => match free.pop() {
+                            Some(s) => s,
+                            None if map.len() < bpf::fastpath::FLOWS as usize => map.len() as u32,
+                            None => {
+                                // Full: evict the coldest entry.
+                                let Some((ck, cv)) =
+                                    map.iter().min_by_key(|(_, v)| v.recent).map(|(k, v)| (*k, v.slot))
+                                else {
+                                    continue;
+                                };
+                                let ing = map.get(&ck).map(|v| v.ingress);
+                                map.remove(&ck);
+                                if let Some((_, fp)) = ing.and_then(|i| ports.get(&i)) {
+                                    let _ = fp.lock().expect("fp").remove(&ck);
+                                }
+                                self.stats.evicted.fetch_add(1, Relaxed);
+                                cv
+                            }
+                        },
+                    };
+                    fa.gen = g;
+                    fa.slot = slot;
+                    let Some((_, fp)) = ports.get(&key.in_port()) else { continue };
+                    if fp.lock().expect("fp").insert(&fk, &fa).is_err() {
+                        free.push(slot);
+                        continue;
+                    }
+                    if old.is_none() {
+                        self.stats.installed.fetch_add(1, Relaxed);
+                    }
+                    map.insert(
+                        fk,
+                        Entry {
+                            ingress: key.in_port(),
+                            out_ifindex: fa.out_ifindex,
+                            slot,
+                            gen: g,
+                            orig: key,
+                            counters: t.counters,
+                            credited: (0, 0),
+                            recent: 0,
+                        },
+                    );
+                }
+                None => {
+                    if let Some(fk) = old {
+                        if let Some(v) = map.remove(&fk) {
+                            if let Some((_, fp)) = ports.get(&v.ingress) {
+                                let _ = fp.lock().expect("fp").remove(&fk);
+                            }
+                            free.push(v.slot);
+                            self.stats.removed.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes every entry (offload turned off, or at exit).
+    pub fn clear(&self) {
+        for p in self.ports.lock().expect("ports").values() {
+            let mut fp = p.fp.lock().expect("fp");
+            let _ = fp.clear();
+            let _ = fp.set_generation(0);
+        }
+        let mut e = self.entries.lock().expect("entries");
+        e.0.clear();
+        e.1.clear();
+    }
+}
+
+/// `xvs offload-show` (also `dpif-netdev/offload-show`): what the kernel
+/// fast path holds and did, per bridge.
+pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(String, serde_json::Value)> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut v = Vec::new();
+    for b in ctx.bridges {
+        let off = b.shared.offload.lock().expect("offload").clone();
+        let Some(o) = off else {
+            writeln!(out, "{}: XDP offload off", b.shared.bridge)?;
+            v.push(serde_json::json!({"bridge": b.shared.bridge, "enabled": false}));
+            continue;
+        };
+        let k = o.kernel_stats();
+        let s = &o.stats;
+        writeln!(out, "{}: XDP offload on (flows above {} pkt/s)", b.shared.bridge, o.threshold_pps)?;
+        writeln!(out, "  offloaded flows: {}", o.n_entries())?;
+        writeln!(
+            out,
+            "  installed: {} removed: {} evicted: {}",
+            s.installed.load(Relaxed),
+            s.removed.load(Relaxed),
+            s.evicted.load(Relaxed)
+        )?;
+        writeln!(
+            out,
+            "  kernel: hit:{} miss:{} stale:{} unparsed:{} error:{}",
+            k.hit, k.miss, k.stale, k.unparsed, k.error
+        )?;
+        let why = s.last_refusal.lock().expect("refusal").clone();
+        let last = if why.is_empty() { String::new() } else { format!(" (last: {why})") };
+        writeln!(out, "  hot flows left in userspace: {}{last}", s.refused.load(Relaxed))?;
+        writeln!(
+            out,
+            "  forwarded by the kernel: {} packets, {} bytes",
+            s.packets.load(Relaxed),
+            s.bytes.load(Relaxed)
+        )?;
+        v.push(serde_json::json!({
+            "bridge": b.shared.bridge, "enabled": true, "flows": o.n_entries(), "threshold_pps": o.threshold_pps,
+            "installed": s.installed.load(Relaxed), "removed": s.removed.load(Relaxed), "evicted": s.evicted.load(Relaxed),
+            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error},
+            "packets": s.packets.load(Relaxed), "bytes": s.bytes.load(Relaxed),
+            "refused": s.refused.load(Relaxed), "last_refusal": *s.last_refusal.lock().expect("refusal"),
+        }));
+    }
+    Ok((out, serde_json::json!({"offload": v})))
+}

@@ -59,6 +59,9 @@ pub struct PmdReport {
 }
 
 pub struct Shared {
+    /// The kernel fast path's manager, when offload is on
+    /// ([`Switch::enable_offload`]).
+    pub offload: Mutex<Option<Arc<crate::offload::Offloader>>>,
     pub bridge: String,
     /// The OpenFlow bridge. Written by the control thread; read by PMDs on
     /// cache misses, never waiting for a writer (see [`OfprotoLock`]).
@@ -195,6 +198,7 @@ impl Switch {
         let generation = of.generation_handle();
         let (packet_in_tx, packet_in_rx) = std::sync::mpsc::sync_channel(1024);
         let shared = Arc::new(Shared {
+            offload: Mutex::new(None),
             packet_in_tx,
             packet_in_rx: Mutex::new(Some(packet_in_rx)),
             stats_req: AtomicU64::new(0),
@@ -257,8 +261,67 @@ impl Switch {
             bail!("port {}: already a port of bridge {}", spec.name, self.shared.bridge);
         }
         let pmd = self.pick_pmd();
-        let dev = ports::open(&spec, &self.shared.bridge, &self.shared.umems[pmd], &self.shared.patches)?;
-        self.attach(spec, dev, pmd)
+        let mut dev = ports::open(&spec, &self.shared.bridge, &self.shared.umems[pmd], &self.shared.patches)?;
+        let off = self.shared.offload.lock().expect("offload").clone();
+        let fast = off.as_ref().and_then(|_| take_fast_path(&mut *dev));
+        let name = spec.name.clone();
+        let n = self.attach(spec, dev, pmd)?;
+        if let (Some(o), Some(fp)) = (off, fast) {
+            if let Ok(ifx) = bpf::ifindex(&name) {
+                o.add_port(n, ifx, fp);
+            }
+        }
+        Ok(n)
+    }
+
+    /// Turns the kernel fast path on: flows above `threshold_pps` whose
+    /// actions the XDP program can do are offloaded (see
+    /// [`crate::offload::Offloader`] for how they stay sound).
+    pub fn enable_offload(&self, threshold_pps: u64) -> Result<()> {
+        let sh = &self.shared;
+        if sh.offload.lock().expect("offload").is_some() {
+            return Ok(());
+        }
+        let off = Arc::new(crate::offload::Offloader::new(threshold_pps));
+        {
+            let mut of = sh.ofproto.write().expect("ofproto lock");
+            let o = Arc::clone(&off);
+            of.set_generation_hook(Arc::new(move |g| o.set_generation(g)));
+            off.set_generation(of.generation());
+        }
+        for p in self.ports() {
+            let mut dev = p.dev.lock().expect("port lock");
+            if let (Some(fp), Ok(ifx)) = (take_fast_path(&mut **dev), bpf::ifindex(&p.spec.name)) {
+                off.add_port(p.ofport, ifx, fp);
+            }
+        }
+        *sh.offload.lock().expect("offload") = Some(Arc::clone(&off));
+        let sh = Arc::clone(&self.shared);
+        std::thread::Builder::new().name("offload".into()).spawn(move || {
+            let mut last = Instant::now();
+            while !sh.stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(250));
+                let dt = last.elapsed().as_millis() as u64;
+                last = Instant::now();
+                // Megaflow dumps cost the poll threads a copy each: only
+                // while the cache is small enough for that to be cheap.
+                let small = collect_reports_of(&sh, false).iter().map(|r| r.n_megaflows).sum::<usize>() <= 20_000;
+                let flows: Vec<dpif::MegaflowInfo> = if small {
+                    collect_reports_of(&sh, true).into_iter().flat_map(|r| r.megaflows).collect()
+                } else {
+                    Vec::new()
+                };
+                let now = sh.ofproto.read().expect("ofproto lock").now();
+                let translate = |k: &flow::FlowKey| {
+                    let of = sh.ofproto.read().expect("ofproto lock");
+                    let g = of.generation();
+                    dpif::Upcall::revalidate(&*of, k).map(|t| (t, g))
+                };
+                off.tick(&flows, dt, now, &translate);
+            }
+            off.clear();
+        })?;
+        Ok(())
     }
 
     /// Adds an already open device (e.g. an in-memory dummy port in tests
@@ -315,6 +378,9 @@ impl Switch {
             ports.remove(&n);
             n
         };
+        if let Some(o) = sh.offload.lock().expect("offload").as_ref() {
+            o.remove_port(ofport);
+        }
         sh.ofproto.write().expect("ofproto lock").remove_port(ofport);
         sh.ports_gen.fetch_add(1, Ordering::Release);
         Ok(())
@@ -336,23 +402,7 @@ impl Switch {
 
     /// Asks the PMDs for fresh megaflow dumps and waits (up to 1 s).
     pub fn collect_reports(&self, with_flows: bool) -> Vec<PmdReport> {
-        if with_flows {
-            let before: Vec<u64> = self.shared.reports.iter().map(|r| r.lock().expect("report").iterations).collect();
-            self.shared.want_dump.store(true, Ordering::Release);
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while Instant::now() < deadline {
-                let fresh =
-                    self.shared.reports.iter().zip(&before).all(|(r, b)| r.lock().expect("report").iterations > *b + 1);
-                if fresh {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            // Let PMDs publish one more report with the dump.
-            std::thread::sleep(Duration::from_millis(20));
-            self.shared.want_dump.store(false, Ordering::Release);
-        }
-        self.shared.reports.iter().map(|r| r.lock().expect("report").clone()).collect()
+        collect_reports_of(&self.shared, with_flows)
     }
 
     /// Live counters and facts of every port.
@@ -597,4 +647,30 @@ fn wait_for_packets(rxqs: &[(Arc<Port>, usize)]) {
     } else {
         ports::poll_readable(&fds, 1);
     }
+}
+
+/// The poll threads' latest reports; `with_flows` asks each to publish its
+/// megaflows first (waits up to a second).
+pub fn collect_reports_of(sh: &Shared, with_flows: bool) -> Vec<PmdReport> {
+    if with_flows {
+        let before: Vec<u64> = sh.reports.iter().map(|r| r.lock().expect("report").iterations).collect();
+        sh.want_dump.store(true, Ordering::Release);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            let fresh = sh.reports.iter().zip(&before).all(|(r, b)| r.lock().expect("report").iterations > *b + 1);
+            if fresh {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Let PMDs publish one more report with the dump.
+        std::thread::sleep(Duration::from_millis(20));
+        sh.want_dump.store(false, Ordering::Release);
+    }
+    sh.reports.iter().map(|r| r.lock().expect("report").clone()).collect()
+}
+
+/// The kernel fast-path maps of an AF_XDP port (once).
+fn take_fast_path(dev: &mut dyn Netdev) -> Option<bpf::FastPath> {
+    dev.as_any_mut()?.downcast_mut::<netdev_linux::AfxdpPort>()?.take_fast_path()
 }
