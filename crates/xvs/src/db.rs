@@ -229,11 +229,13 @@ fn start_of(
         })
         .cloned()
         .collect();
-    OfManager::start(
+    let of = OfManager::start(
         Arc::clone(&sw.shared),
         OfConfig { dpid: key.2, controllers, fail_mode: key.1, run_dir: run_dir.to_path_buf() },
         Arc::clone(stop),
-    )
+    )?;
+    crate::runfiles::fix_of_sockets(run_dir, &sw.shared.bridge);
+    Ok(of)
 }
 
 fn reconcile(

@@ -257,6 +257,8 @@ fn run_dir_and_sockets_keep_their_modes_under_umask_000() {
     assert_eq!(mode(&format!("{dir}/xvs.ctl")), 0o770);
     assert_eq!(mode(&appctl_socket(&dir)), 0o770);
     assert_eq!(mode(&format!("{dir}/xvs.pid")), 0o640);
+    assert_eq!(mode(&format!("{dir}/brumask.mgmt")), 0o770);
+    assert_eq!(mode(&format!("{dir}/brumask.snoop")), 0o770);
     use std::os::unix::fs::MetadataExt;
     let daemon_gid = xvs::runfiles::group_id("daemon").unwrap();
     assert_eq!(std::fs::metadata(&dir).unwrap().gid(), daemon_gid);
@@ -464,6 +466,9 @@ fn db_mode_serves_the_cli_and_refuses_bad_names() {
         std::thread::sleep(Duration::from_millis(20));
     }
     vsctl(&["add-br", "brdbok", "--", "set", "bridge", "brdbok", "datapath_type=netdev"]);
+    assert_eq!(mode(&run), 0o750);
+    assert_eq!(mode(&format!("{run}/brdbok.mgmt")), 0o770);
+    assert_eq!(mode(&format!("{run}/xvs.ctl")), 0o770);
     vsctl(&["add-port", "brdbok", "../x", "--", "set", "interface", "../x", "type=tap"]);
     let err = vsctl(&["get", "interface", "../x", "error"]);
     assert!(err.contains("interface name") && err.contains('/'), "Interface:error says why: {err}");
