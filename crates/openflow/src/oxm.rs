@@ -386,8 +386,15 @@ pub fn decode_field_tlv(rd: &mut Rd) -> Result<(&'static FieldDef, u128, u128), 
     if value > f.loc.max() {
         return Err(ErrorKind::BadSetArgument);
     }
-    // Name the write by the canonical field with the same bits (tcp_dst and
-    // udp_dst are both tp_dst), as the text syntax does.
+    // A field that is another name for the same bits (udp_dst, sctp_dst
+    // and tcp_dst for tp_dst; arp_spa for nw_src; icmp_type for tp_src)
+    // keeps its own name: it is echoed back in the encoding the controller
+    // used, and its own prerequisites apply. A field that is part of a
+    // wider one (vlan_vid of vlan_tci, ip_dscp of nw_tos) is written as
+    // that part of the wider field.
+    if flow::fields::FIELDS.iter().any(|c| !c.alias && c.loc == f.loc) {
+        return Ok((f, value & mask, mask));
+    }
     Ok(canonical_write(f, value & mask, mask))
 }
 
@@ -430,9 +437,16 @@ pub fn encode_field_tlv(field: &FieldDef, value: u128, mask: u128, flavor: Flavo
             && l.word == fw
             && if fb > 64 || l.bits > 64 { l == field.loc } else { l.shift <= lo && hi <= l.shift + l.bits }
     };
-    let ent = [bit, N | O]
-        .iter()
-        .find_map(|&b| ENTRIES.iter().filter(|x| x.enc & b != 0 && covers(x)).min_by_key(|x| def_of(x).loc.bits))?;
+    // The field's own header first (udp_src as UDP_SRC, not TCP_SRC),
+    // then the tightest header covering the written bits.
+    let own = |b: u8| {
+        ENTRIES
+            .iter()
+            .find(|x| x.enc & b != 0 && x.sp == Sp::Plain && x.name == field.name && def_of(x).loc == field.loc)
+    };
+    let ent = [bit, N | O].iter().find_map(|&b| {
+        own(b).or_else(|| ENTRIES.iter().filter(|x| x.enc & b != 0 && covers(x)).min_by_key(|x| def_of(x).loc.bits))
+    })?;
     let l = def_of(ent).loc;
     let (v, m) = if fb > 64 {
         (value, mask)
