@@ -57,22 +57,98 @@ pub struct OfConfig {
 }
 
 /// Checks a controller target's syntax.
+/// An address as OVS writes it in a target: IPv4, or IPv6 in brackets.
+fn target_ip(s: &str, what: &str) -> Result<std::net::IpAddr> {
+    let bare = s.strip_prefix('[').and_then(|r| r.strip_suffix(']'));
+    match bare {
+        Some(v6) => v6
+            .parse::<std::net::Ipv6Addr>()
+            .map(Into::into)
+            .map_err(|_| anyhow::anyhow!("{what}: bad IPv6 address '{s}'")),
+        None if s.contains(':') => bail!("{what}: an IPv6 address goes in brackets ('[{s}]')"),
+        None => {
+            s.parse::<std::net::Ipv4Addr>().map(Into::into).map_err(|_| anyhow::anyhow!("{what}: bad IP address '{s}'"))
+        }
+    }
+}
+
+fn target_port(s: &str, what: &str) -> Result<u16> {
+    s.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| anyhow::anyhow!("{what}: bad port '{s}'"))
+}
+
+/// Parses a controller target in Open vSwitch's syntax: `tcp:IP[:PORT]`
+/// (connect) or `ptcp:[PORT][:IP]` (listen), IPv6 addresses in brackets
+/// (`tcp:[::1]:6653`, `ptcp:6653:[::1]`), port 6653 by default. Returns
+/// whether the target is active and the socket address (`IP:PORT`, IPv6
+/// bracketed). Anything else is refused with a message naming the target.
 pub fn parse_target(s: &str) -> Result<(bool, String)> {
+    let what = format!("controller '{s}'");
     if let Some(rest) = s.strip_prefix("tcp:") {
-        let (ip, port) = rest.rsplit_once(':').context("controller: tcp:IP:PORT needs a port")?;
-        let _: std::net::IpAddr = ip.parse().with_context(|| format!("controller: bad IP '{ip}'"))?;
-        let _: u16 = port.parse().with_context(|| format!("controller: bad port '{port}'"))?;
-        Ok((true, rest.to_string()))
+        // IP, or IP:PORT; a bracketed IPv6 address may carry colons.
+        let (ip, port) = match rest.rfind(']') {
+            Some(e) => (&rest[..=e], rest[e + 1..].strip_prefix(':')),
+            None => match rest.split_once(':') {
+                Some((ip, port)) if !port.contains(':') => (ip, Some(port)),
+                Some(_) => bail!("{what}: an IPv6 address goes in brackets (tcp:[::1]:6653)"),
+                None => (rest, None),
+            },
+        };
+        if rest.contains(']') && !rest[rest.rfind(']').unwrap_or(0) + 1..].is_empty() && port.is_none() {
+            bail!("{what}: expected tcp:[IPv6]:PORT");
+        }
+        let ip = target_ip(ip, &what)?;
+        let port = port.map(|p| target_port(p, &what)).transpose()?.unwrap_or(6653);
+        Ok((true, std::net::SocketAddr::new(ip, port).to_string()))
     } else if let Some(rest) = s.strip_prefix("ptcp:") {
         let (port, ip) = match rest.split_once(':') {
-            Some((p, ip)) => (p, ip),
-            None => (rest, "0.0.0.0"),
+            Some((p, ip)) => (p, Some(ip)),
+            None => (rest, None),
         };
-        let _: u16 = port.parse().with_context(|| format!("controller: bad port '{port}'"))?;
-        let _: std::net::IpAddr = ip.parse().with_context(|| format!("controller: bad IP '{ip}'"))?;
-        Ok((false, format!("{ip}:{port}")))
+        let port = if port.is_empty() { 6653 } else { target_port(port, &what)? };
+        let ip = match ip {
+            Some(ip) => target_ip(ip, &what)?,
+            None => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        };
+        Ok((false, std::net::SocketAddr::new(ip, port).to_string()))
+    } else if s.starts_with("unix:") || s.starts_with("punix:") || s.starts_with("ssl:") || s.starts_with("pssl:") {
+        bail!("{what}: only tcp: and ptcp: controllers are supported (ovs-ofctl reaches the bridge's .mgmt socket)")
     } else {
-        bail!("controller: '{s}' is not tcp:IP:PORT or ptcp:PORT[:IP]")
+        bail!("{what}: not tcp:IP[:PORT] or ptcp:[PORT][:IP]")
+    }
+}
+
+#[cfg(test)]
+mod target_tests {
+    use super::parse_target;
+
+    #[test]
+    fn ovs_target_syntax() {
+        assert_eq!(parse_target("tcp:127.0.0.1:6653").unwrap(), (true, "127.0.0.1:6653".into()));
+        assert_eq!(parse_target("tcp:127.0.0.1").unwrap(), (true, "127.0.0.1:6653".into()));
+        assert_eq!(parse_target("tcp:[::1]:6654").unwrap(), (true, "[::1]:6654".into()));
+        assert_eq!(parse_target("tcp:[::1]").unwrap(), (true, "[::1]:6653".into()));
+        assert_eq!(parse_target("ptcp:6653").unwrap(), (false, "0.0.0.0:6653".into()));
+        assert_eq!(parse_target("ptcp:").unwrap(), (false, "0.0.0.0:6653".into()));
+        assert_eq!(parse_target("ptcp:6653:[::1]").unwrap(), (false, "[::1]:6653".into()));
+        assert_eq!(parse_target("ptcp:6653:127.0.0.1").unwrap(), (false, "127.0.0.1:6653".into()));
+        // Every parsed address is one the socket layer takes.
+        for t in ["tcp:[::1]:6654", "ptcp:6653:[::1]", "tcp:10.0.0.1"] {
+            let (_, a) = parse_target(t).unwrap();
+            assert!(a.parse::<std::net::SocketAddr>().is_ok(), "{t} -> {a}");
+        }
+        for bad in [
+            "tcp:::1:6653",
+            "ptcp:6653:::1",
+            "tcp:[::1",
+            "tcp:1.2.3.4:0",
+            "tcp:1.2.3.4:x",
+            "udp:1.2.3.4",
+            "tcp:",
+            "ptcp:99999",
+        ] {
+            let e = parse_target(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
     }
 }
 
