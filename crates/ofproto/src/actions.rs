@@ -103,6 +103,11 @@ pub enum Action {
     },
     Group(u32),
     SetQueue(u32),
+    /// An output that carried a `max_len` on the wire (OpenFlow 1.1+ and
+    /// 1.0 both have the field; it only matters for the controller port,
+    /// but a controller reads back what it installed): forwards exactly as
+    /// [`Action::Output`].
+    OutputMaxLen(OfPort, u16),
     /// Connection tracking (see [`crate::ct`]).
     Ct(crate::ct::CtSpec),
     /// Clears the packet's connection-tracking state.
@@ -413,6 +418,7 @@ impl fmt::Display for Action {
             }
             Action::Group(g) => write!(f, "group:{g}"),
             Action::SetQueue(q) => write!(f, "set_queue:{q}"),
+            Action::OutputMaxLen(p, _) => write!(f, "{}", Action::Output(*p)),
             Action::Ct(c) => write!(f, "{c}"),
             Action::CtClear => write!(f, "ct_clear"),
         }

@@ -479,7 +479,7 @@ impl Ofproto {
         let port_ok = match out_port {
             None => true,
             Some(p) => acts().any(|a| match a {
-                Action::Output(o) => crate::actions::ofport_number(*o) == p,
+                Action::Output(o) | Action::OutputMaxLen(o, _) => crate::actions::ofport_number(*o) == p,
                 Action::Controller { .. } => p == crate::actions::ofpp::CONTROLLER,
                 _ => false,
             }),

@@ -373,6 +373,7 @@ impl Ctx<'_> {
                 self.key.set_ct_zone(0);
                 self.key.set_ct_mark(0);
             }
+            Action::OutputMaxLen(p, _) => self.do_action(&Action::Output(*p)),
             Action::Output(OfPort::Port(p)) => {
                 if *p == in_port {
                     self.say(|| "  skipping output to input port");

@@ -54,7 +54,12 @@ pub use ofproto::actions::ofport_number as ofport_to_wire;
 
 fn output(port: u32, max_len: u16) -> Result<Action, ErrorKind> {
     let p = ofport_from_wire(port)?;
-    Ok(if p == OfPort::Controller { Action::Controller { max_len } } else { Action::Output(p) })
+    Ok(match p {
+        OfPort::Controller => Action::Controller { max_len },
+        // The max_len is echoed back as installed (0 is ovs-ofctl's own).
+        _ if max_len != 0 => Action::OutputMaxLen(p, max_len),
+        _ => Action::Output(p),
+    })
 }
 
 fn field(name: &str) -> &'static flow::fields::FieldDef {
@@ -294,14 +299,15 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
     let of10 = v == Version::Of10;
     for act in acts {
         match act {
-            Action::Output(p) => {
+            Action::Output(p) | Action::OutputMaxLen(p, _) => {
+                let max_len = if let Action::OutputMaxLen(_, m) = act { *m } else { 0 };
                 let s = simple(out, 0);
                 if of10 {
                     out.u16(ofport_to_wire(*p) as u16);
-                    out.u16(0);
+                    out.u16(max_len);
                 } else {
                     out.u32(port_to_of11(ofport_to_wire(*p)));
-                    out.u16(0);
+                    out.u16(max_len);
                 }
                 finish(out, s);
             }
@@ -583,6 +589,26 @@ mod tests {
         // A write to tp_dst travels as tcp_dst (the wire has no generic
         // transport port field) and comes back under that name.
         assert_eq!(canon(back), ins, "{text} in {v:?}");
+    }
+
+    /// An output's max_len comes back as the controller installed it
+    /// (OFPCML_MAX = 0xffe5 here), byte for byte, in every version.
+    #[test]
+    fn output_max_len_is_echoed() {
+        for v in Version::ALL {
+            let mut b = Vec::new();
+            // output:2 with max_len 0xffe5, built by hand.
+            if v == Version::Of10 {
+                b.extend_from_slice(&[0, 0, 0, 8, 0, 2, 0xff, 0xe5]);
+            } else {
+                b.extend_from_slice(&[0, 0, 0, 16, 0, 0, 0, 2, 0xff, 0xe5, 0, 0, 0, 0, 0, 0]);
+            }
+            let (acts, _) = decode_actions(v, &b).unwrap();
+            assert_eq!(acts, vec![Action::OutputMaxLen(OfPort::Port(2), 0xffe5)], "{v:?}");
+            let mut again = Vec::new();
+            encode_actions(v, &acts, &mut again);
+            assert_eq!(again, b, "{v:?}");
+        }
     }
 
     #[test]

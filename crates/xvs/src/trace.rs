@@ -18,7 +18,7 @@ fn referenced_ports(ins: &[Instruction], out: &mut BTreeSet<u32>) {
         if let Instruction::Apply(a) | Instruction::Write(a) = i {
             for act in a {
                 match act {
-                    Action::Output(OfPort::Port(p)) => {
+                    Action::Output(OfPort::Port(p)) | Action::OutputMaxLen(OfPort::Port(p), _) => {
                         out.insert(*p);
                     }
                     Action::Resubmit { port: Some(p), .. } => {
