@@ -391,7 +391,11 @@ impl Conntrack {
         hint: Option<&Tracked>,
         prev_state: u8,
     ) -> CtResult {
-        let p = match packet::parse(frame, self.validate) {
+        // A packet the tracker already saw in this pipeline (after a
+        // recirculation) had its checksums checked then; NAT since has kept
+        // them valid, so they are not summed again.
+        let validate = self.validate && (prev_state & cs::TRK == 0 || prev_state & cs::INV != 0);
+        let p = match packet::parse(frame, validate) {
             Ok(p) => p,
             Err(e) => {
                 self.counters.untrackable[untrackable_index(e)].fetch_add(1, Relaxed);

@@ -372,3 +372,18 @@ fn threads_commit_and_look_up_concurrently() {
     assert_eq!(t.sweep(1_000_000, usize::MAX), 8000);
     assert_eq!(t.n_conns(), 0);
 }
+
+#[test]
+fn a_second_pass_does_not_launder_an_invalid_packet() {
+    let t = Conntrack::new(Config::default());
+    let mut f = udp(A, B, 1, 2);
+    let n = f.len();
+    f[n - 1] ^= 0xff;
+    let first = t.execute(&mut f, &ct(0), 0, None);
+    assert_eq!(first.state, cs::TRK | cs::INV);
+    // After a recirculation the packet still carries +inv: it is checked
+    // again, and still refused.
+    let second = t.execute_tracked(&mut f, &commit(0), 0, None, first.state);
+    assert_eq!(second.state, cs::TRK | cs::INV);
+    assert_eq!(t.n_conns(), 0);
+}
