@@ -104,6 +104,10 @@ pub const COMMANDS: &[Command] = &[
         run: crate::ctcmd::del_limits,
     },
     Command { names: &["offload-show", "dpif-netdev/offload-show"], usage: "", run: crate::offload::show_cmd },
+    Command { names: &["route-show", "ovs/route/show"], usage: "", run: crate::routes::show },
+    Command { names: &["route-add", "ovs/route/add"], usage: "IP/PLEN DEV [GW] [src=IP]", run: crate::routes::add },
+    Command { names: &["route-del", "ovs/route/del"], usage: "IP/PLEN", run: crate::routes::del },
+    Command { names: &["route-lookup", "ovs/route/lookup"], usage: "IP", run: crate::routes::lookup },
     Command { names: &["vlog/set"], usage: "[SPEC]", run: crate::appctl::vlog },
     Command { names: &["vlog/list"], usage: "", run: crate::appctl::vlog },
 ];

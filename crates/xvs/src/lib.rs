@@ -22,6 +22,7 @@ pub mod offload;
 pub mod oflock;
 pub mod ovsref;
 pub mod ports;
+pub mod routes;
 pub mod runfiles;
 pub mod switch;
 pub mod trace;
