@@ -138,18 +138,24 @@ fn decode_nx(rd: &mut Rd, acts: &mut Vec<Action>, extra: &mut Vec<Instruction>) 
     Ok(())
 }
 
+/// The next action of a list: its type and a reader over its body (after
+/// type and length), checked to be a multiple of 8 bytes within the list.
+pub(crate) fn next_action<'a>(rd: &mut Rd<'a>) -> Result<(u16, Rd<'a>), ErrorKind> {
+    let ty = rd.u16()?;
+    let len = rd.u16()? as usize;
+    if len < 8 || len % 8 != 0 || len - 4 > rd.len() {
+        return Err(ErrorKind::BadActionLen);
+    }
+    Ok((ty, rd.sub(len - 4, ErrorKind::BadActionLen)?))
+}
+
 /// Decodes an action list of `v` (the whole of `b`).
 pub fn decode_actions(v: Version, b: &[u8]) -> Result<(Vec<Action>, Vec<Instruction>), ErrorKind> {
     let mut rd = Rd::new(b, ErrorKind::BadActionLen);
     let mut acts = Vec::new();
     let mut extra = Vec::new();
     while !rd.is_empty() {
-        let ty = rd.u16()?;
-        let len = rd.u16()? as usize;
-        if len < 8 || len % 8 != 0 || len - 4 > rd.len() {
-            return Err(ErrorKind::BadActionLen);
-        }
-        let mut a = rd.sub(len - 4, ErrorKind::BadActionLen)?;
+        let (ty, mut a) = next_action(&mut rd)?;
         if ty == 0xffff {
             if a.u32()? != NX_VENDOR {
                 return Err(ErrorKind::BadActionExperimenter);
@@ -239,7 +245,7 @@ pub fn decode_actions(v: Version, b: &[u8]) -> Result<(Vec<Action>, Vec<Instruct
     Ok((acts, extra))
 }
 
-fn nx_header(out: &mut Vec<u8>, sub: u16) -> usize {
+pub(crate) fn nx_header(out: &mut Vec<u8>, sub: u16) -> usize {
     let start = out.len();
     out.u16(0xffff);
     out.u16(0);
@@ -248,7 +254,7 @@ fn nx_header(out: &mut Vec<u8>, sub: u16) -> usize {
     start
 }
 
-fn finish(out: &mut Vec<u8>, start: usize) {
+pub(crate) fn finish(out: &mut Vec<u8>, start: usize) {
     out.pad8();
     out.patch_len(start + 2, start);
 }

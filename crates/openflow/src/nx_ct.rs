@@ -19,6 +19,7 @@
 //! `NXM_NX_CT_MARK` (0x0001d604, masked 0x0001d708) and `NXM_NX_CT_LABEL`
 //! (0x0001d810, masked 0x0001d920).
 
+use crate::action::{finish, nx_header};
 use crate::bytes::{Rd, Wr};
 use crate::error::ErrorKind;
 use crate::header::Version;
@@ -101,12 +102,7 @@ pub fn decode_ct(rd: &mut Rd) -> Result<Action, ErrorKind> {
         ..CtSpec::default()
     };
     while !rd.is_empty() {
-        let ty = rd.u16()?;
-        let len = rd.u16()? as usize;
-        if len < 8 || len % 8 != 0 || len - 4 > rd.len() {
-            return Err(ErrorKind::BadActionLen);
-        }
-        let mut a = rd.sub(len - 4, ErrorKind::BadActionLen)?;
+        let (ty, mut a) = crate::action::next_action(rd)?;
         match ty {
             0xffff => {
                 if a.u32()? != crate::action::NX_VENDOR {
@@ -197,20 +193,6 @@ fn decode_nat(a: &mut Rd) -> Result<Nat, ErrorKind> {
         NAT_DST => Nat::Dst(r),
         _ => return Err(ErrorKind::BadArgument),
     })
-}
-
-fn nx_header(out: &mut Vec<u8>, sub: u16) -> usize {
-    let start = out.len();
-    out.u16(0xffff);
-    out.u16(0);
-    out.u32(crate::action::NX_VENDOR);
-    out.u16(sub);
-    start
-}
-
-fn finish(out: &mut Vec<u8>, start: usize) {
-    out.pad8();
-    out.patch_len(start + 2, start);
 }
 
 /// Encodes `ct(...)` for `v`.

@@ -14,74 +14,12 @@
 //! runs the same scenarios against Open vSwitch 3.1 (userspace datapath,
 //! AF_XDP ports), the reference these tests are held to.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 use xvs::netns::Host;
+use xvs::ovsref::Sut;
 
-struct Daemon {
-    child: Option<Child>,
-    run_dir: String,
-    bridge: String,
-    _ovs: Option<xvs::ovsref::Ovs>,
-}
-
-impl Daemon {
-    fn start(t: &str, hs: &[&Host]) -> Daemon {
-        if std::env::var("XVS_SWITCH").as_deref() == Ok("ovs") {
-            let bridge = format!("brct{t}");
-            let ports: Vec<&str> = hs.iter().map(|h| h.port.as_str()).collect();
-            let o = xvs::ovsref::Ovs::start(t, &bridge, &ports).unwrap();
-            return Daemon { child: None, run_dir: o.run_dir.clone(), bridge, _ovs: Some(o) };
-        }
-        let run_dir = format!("/tmp/xvs-ct-{t}-{}", std::process::id());
-        let _ = std::fs::remove_dir_all(&run_dir);
-        let bridge = format!("brct{t}");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvs"));
-        cmd.args(["switch", "--run-dir", &run_dir, "--bridge", &bridge, "--no-local-port"]);
-        for h in hs {
-            cmd.args(["--port", &h.port]);
-        }
-        let child = cmd.stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
-        let d = Daemon { child: Some(child), run_dir, bridge, _ovs: None };
-        let t0 = Instant::now();
-        let ctl = format!("{}/xvs.ctl", d.run_dir);
-        while !std::path::Path::new(&ctl).exists() && t0.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        d
-    }
-
-    fn ofctl(&self, args: &[&str]) -> String {
-        let target = format!("unix:{}/{}.mgmt", self.run_dir, self.bridge);
-        let (opts, rest): (Vec<&str>, Vec<&str>) = args.iter().partition(|a| a.starts_with('-'));
-        let o = Command::new("ovs-ofctl").args(&opts).arg(rest[0]).arg(&target).args(&rest[1..]).output().unwrap();
-        assert!(o.status.success(), "ovs-ofctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// The real ovs-appctl against this daemon (found through OVS_RUNDIR).
-    fn appctl(&self, args: &[&str]) -> String {
-        let o = Command::new("ovs-appctl").env("OVS_RUNDIR", &self.run_dir).args(args).output().unwrap();
-        assert!(o.status.success(), "ovs-appctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn ofport(&self, name: &str) -> u32 {
-        let show = self.ofctl(&["show"]);
-        let line =
-            show.lines().find(|l| l.contains(&format!("({name})"))).unwrap_or_else(|| panic!("{name} in {show}"));
-        line.trim().split('(').next().unwrap().trim().parse().unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.child {
-            let _ = c.kill();
-            let _ = c.wait();
-            let _ = std::fs::remove_dir_all(&self.run_dir);
-        }
-    }
+fn start(t: &str, hs: &[&Host]) -> Sut {
+    let ports: Vec<&str> = hs.iter().map(|h| h.port.as_str()).collect();
+    Sut::start(env!("CARGO_BIN_EXE_xvs"), &format!("ct{t}"), &format!("brct{t}"), &ports, &[])
 }
 
 fn hosts(t: &str) -> (Host, Host) {
@@ -94,8 +32,8 @@ fn hosts(t: &str) -> (Host, Host) {
 }
 
 /// Flows that let `a` open connections to `b` and nothing the other way.
-fn firewall(d: &Daemon, a: u32, b: u32, proto: &str) {
-    d.ofctl(&["del-flows"]);
+fn firewall(d: &Sut, a: u32, b: u32, proto: &str) {
+    d.ofctl_ok(&["del-flows"]);
     for f in [
         "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,zone=5)".to_string(),
         "table=0,priority=10,arp,actions=NORMAL".to_string(),
@@ -104,18 +42,18 @@ fn firewall(d: &Daemon, a: u32, b: u32, proto: &str) {
         format!("table=1,priority=100,ip,in_port={b},ct_state=+trk+est,ct_mark=0x2a,actions=output:{a}"),
         "table=1,priority=1,actions=drop".to_string(),
     ] {
-        d.ofctl(&[proto, "add-flow", &f]);
+        d.ofctl_ok(&[proto, "add-flow", &f]);
     }
 }
 
 #[test]
 fn stateful_firewall_lets_replies_in_and_keeps_new_connections_out() {
     let (h1, h2) = hosts("f");
-    let d = Daemon::start("f", &[&h1, &h2]);
+    let d = start("f", &[&h1, &h2]);
     let (p1, p2) = (d.ofport(&h1.port), d.ofport(&h2.port));
     for proto in ["-OOpenFlow10", "-OOpenFlow13"] {
         firewall(&d, p1, p2, proto);
-        let dump = d.ofctl(&[proto, "dump-flows"]);
+        let dump = d.ofctl_ok(&[proto, "dump-flows"]);
         assert!(dump.contains("actions=ct(table=1,zone=5)"), "{proto}: {dump}");
         // Echoed in each version's encoding, as Open vSwitch's ovs-ofctl
         // itself prints these flows (`ovs-ofctl parse-flow`).
@@ -131,7 +69,7 @@ fn stateful_firewall_lets_replies_in_and_keeps_new_connections_out() {
         let c = h2.run(&["timeout", "2", "bash", "-c", &format!("echo > /dev/tcp/{}/5202", h1.ip)]).unwrap();
         assert!(!c.status.success(), "{proto}: TCP h2 -> h1 is blocked");
     }
-    let dump = d.ofctl(&["dump-flows"]);
+    let dump = d.ofctl_ok(&["dump-flows"]);
     let drops: u64 = dump
         .lines()
         .find(|l| l.contains("priority=1 ") || l.contains("priority=1,"))
@@ -142,7 +80,7 @@ fn stateful_firewall_lets_replies_in_and_keeps_new_connections_out() {
     assert!(drops > 0, "the blocked traffic hit the drop rule: {dump}");
 
     // The operator's view, with the real ovs-appctl.
-    let conns = d.appctl(&["dpctl/dump-conntrack"]);
+    let conns = d.appctl_ok(&["dpctl/dump-conntrack"]);
     assert!(
         conns
             .lines()
@@ -155,33 +93,33 @@ fn stateful_firewall_lets_replies_in_and_keeps_new_connections_out() {
         "{conns}"
     );
 
-    let zone5 = d.appctl(&["dpctl/dump-conntrack", "zone=5"]);
+    let zone5 = d.appctl_ok(&["dpctl/dump-conntrack", "zone=5"]);
     assert_eq!(zone5, conns);
-    assert!(d.appctl(&["dpctl/dump-conntrack", "zone=6"]).is_empty());
-    let stats = d.appctl(&["dpctl/ct-stats-show"]);
+    assert!(d.appctl_ok(&["dpctl/dump-conntrack", "zone=6"]).is_empty());
+    let stats = d.appctl_ok(&["dpctl/ct-stats-show"]);
     assert!(stats.starts_with("Connections Stats:\n    Total: "), "{stats}");
-    d.appctl(&["dpctl/ct-set-maxconns", "1000"]);
-    assert_eq!(d.appctl(&["dpctl/ct-get-maxconns"]).trim(), "1000");
-    d.appctl(&["dpctl/ct-set-limits", "zone=5,limit=10"]);
-    assert!(d.appctl(&["dpctl/ct-get-limits"]).contains("zone=5,limit=10,count="));
+    d.appctl_ok(&["dpctl/ct-set-maxconns", "1000"]);
+    assert_eq!(d.appctl_ok(&["dpctl/ct-get-maxconns"]).trim(), "1000");
+    d.appctl_ok(&["dpctl/ct-set-limits", "zone=5,limit=10"]);
+    assert!(d.appctl_ok(&["dpctl/ct-get-limits"]).contains("zone=5,limit=10,count="));
     // Flush one connection by its original tuple (the form OVS 3.1 takes).
     let icmp = conns.lines().find(|l| l.starts_with("icmp,")).unwrap();
     let id: &str = icmp.split("id=").nth(1).unwrap().split(',').next().unwrap();
     let tuple = format!("ct_nw_src=10.81.0.1,ct_nw_dst=10.81.0.2,ct_nw_proto=1,icmp_id={id},icmp_type=8,icmp_code=0");
-    d.appctl(&["dpctl/flush-conntrack", "zone=5", &tuple]);
-    let after = d.appctl(&["dpctl/dump-conntrack"]);
+    d.appctl_ok(&["dpctl/flush-conntrack", "zone=5", &tuple]);
+    let after = d.appctl_ok(&["dpctl/dump-conntrack"]);
     assert_eq!(after.lines().count(), conns.lines().count() - 1, "one connection flushed: {after}");
     assert!(!after.contains(&format!("id={id},")), "{after}");
-    d.appctl(&["dpctl/flush-conntrack", "zone=5"]);
-    let after = d.appctl(&["dpctl/dump-conntrack"]);
+    d.appctl_ok(&["dpctl/flush-conntrack", "zone=5"]);
+    let after = d.appctl_ok(&["dpctl/dump-conntrack"]);
     assert!(after.is_empty(), "zone 5 flushed: {after}");
-    assert_eq!(d.appctl(&["dpctl/ct-get-nconns"]).trim(), "0");
+    assert_eq!(d.appctl_ok(&["dpctl/ct-get-nconns"]).trim(), "0");
 }
 
 #[test]
 fn source_nat_translates_and_replies_come_back() {
     let (h1, h2) = hosts("n");
-    let d = Daemon::start("n", &[&h1, &h2]);
+    let d = start("n", &[&h1, &h2]);
     let (p1, p2) = (d.ofport(&h1.port), d.ofport(&h2.port));
     // h2 answers the translated address at h1's MAC (no router here).
     h2.exec(&["ip", "neigh", "replace", "10.81.0.100", "lladdr", &h1.mac, "dev", "eth0"]).unwrap();
@@ -192,9 +130,9 @@ fn source_nat_translates_and_replies_come_back() {
         format!("table=1,priority=100,ip,in_port={p1},ct_state=+trk+est,actions=output:{p2}"),
         format!("table=1,priority=100,ip,in_port={p2},ct_state=+trk+est,actions=output:{p1}"),
     ] {
-        d.ofctl(&["add-flow", &f]);
+        d.ofctl_ok(&["add-flow", &f]);
     }
-    let dump = d.ofctl(&["dump-flows"]);
+    let dump = d.ofctl_ok(&["dump-flows"]);
     assert!(dump.contains("actions=ct(commit,zone=7,nat(src=10.81.0.100)),output:"), "{dump}");
     assert!(dump.contains("actions=ct(table=1,zone=7,nat)"), "{dump}");
     let mut replies = 0;

@@ -8,61 +8,11 @@
 //! ovs-ofctl prints for the same input. `XVS_SWITCH=ovs` runs the same test
 //! against Open vSwitch 3.1 (`-- --test-threads=1`). Needs root.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 use xvs::netns::Host;
-
-struct Sw {
-    child: Option<Child>,
-    run_dir: String,
-    bridge: String,
-    _ovs: Option<xvs::ovsref::Ovs>,
-}
-
-impl Sw {
-    fn start(t: &str, hs: &[&Host]) -> Sw {
-        let bridge = format!("brec{t}");
-        if std::env::var("XVS_SWITCH").as_deref() == Ok("ovs") {
-            let ports: Vec<&str> = hs.iter().map(|h| h.port.as_str()).collect();
-            let o = xvs::ovsref::Ovs::start(t, &bridge, &ports).unwrap();
-            return Sw { child: None, run_dir: o.run_dir.clone(), bridge, _ovs: Some(o) };
-        }
-        let run_dir = format!("/tmp/xvs-echo-{t}-{}", std::process::id());
-        let _ = std::fs::remove_dir_all(&run_dir);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvs"));
-        cmd.args(["switch", "--run-dir", &run_dir, "--bridge", &bridge, "--no-local-port"]);
-        for h in hs {
-            cmd.args(["--port", &h.port]);
-        }
-        let child = cmd.stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
-        let t0 = Instant::now();
-        while !std::path::Path::new(&format!("{run_dir}/xvs.ctl")).exists() && t0.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        Sw { child: Some(child), run_dir, bridge, _ovs: None }
-    }
-
-    fn ofctl(&self, args: &[&str]) -> (bool, String) {
-        let target = format!("unix:{}/{}.mgmt", self.run_dir, self.bridge);
-        let (opts, rest): (Vec<&str>, Vec<&str>) = args.iter().partition(|a| a.starts_with('-'));
-        let o = Command::new("ovs-ofctl").args(&opts).arg(rest[0]).arg(&target).args(&rest[1..]).output().unwrap();
-        let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-        (o.status.success(), text)
-    }
-}
-
-impl Drop for Sw {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.child {
-            let _ = c.kill();
-            let _ = c.wait();
-            let _ = std::fs::remove_dir_all(&self.run_dir);
-        }
-    }
-}
+use xvs::ovsref::Sut;
 
 /// Installs `flow` in `proto` and returns the actions dump-flows prints.
-fn echo(sw: &Sw, proto: &str, flow: &str) -> String {
+fn echo(sw: &Sut, proto: &str, flow: &str) -> String {
     sw.ofctl(&[proto, "del-flows"]);
     let (ok, err) = sw.ofctl(&[proto, "add-flow", flow]);
     assert!(ok, "{proto} add-flow {flow}: {err}");
@@ -78,7 +28,7 @@ fn actions_come_back_as_they_were_sent() {
     let id = std::process::id() % 1000;
     let h1 = Host::create(&format!("xvsec{id}h1"), &format!("xe{id}h1"), "10.83.0.1/24", 1).unwrap();
     let h2 = Host::create(&format!("xvsec{id}h2"), &format!("xe{id}h2"), "10.83.0.2/24", 1).unwrap();
-    let sw = Sw::start("a", &[&h1, &h2]);
+    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "echo", "brecho", &[&h1.port, &h2.port], &[]);
     let cases: &[(&str, &str, &str)] = &[
         // OpenFlow 1.0: its own mod_* actions, and Nicira actions for what
         // 1.0 lacks (mod_nw_ttl: OVS sends and echoes a Nicira load).
