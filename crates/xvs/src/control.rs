@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 pub const REPLY_DEADLINE: Duration = Duration::from_secs(10);
 pub const MAX_CONNS: usize = 64;
-pub const MAX_REQUEST: usize = 1 << 24;
+pub const MAX_REQUEST: usize = 4 << 20;
 /// Longest [`Server::poll`] waits for something to do.
 pub const TICK: Duration = Duration::from_millis(20);
 
