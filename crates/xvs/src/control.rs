@@ -20,8 +20,8 @@
 //! its first byte (or of the connection), and its reply must be taken
 //! within [`REPLY_DEADLINE`]: a total deadline per request, not a
 //! per-read timeout that each byte restarts. At most [`MAX_CONNS`]
-//! connections at once (more are closed at once, logged once), at most
-//! [`MAX_REQUEST`] bytes per request.
+//! connections at once (a new one then replaces the one idle longest,
+//! logged once), at most [`MAX_REQUEST`] bytes per request.
 
 use crate::commands::Ctx;
 use crate::switch::Switch;
@@ -135,13 +135,31 @@ impl Server {
             match l.accept() {
                 Ok((s, _)) => {
                     if self.conns.len() >= MAX_CONNS {
+                        // Make room by closing the client that has waited
+                        // longest without completing a request (so idle
+                        // clients cannot lock everyone else out).
+                        let idle = self
+                            .conns
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, c)| c.outbuf.is_empty())
+                            .min_by_key(|(_, c)| c.deadline)
+                            .map(|(i, _)| i);
                         if !self.full_logged {
-                            warn(&format!("control sockets: {MAX_CONNS} clients connected; refusing more"));
+                            warn(&format!(
+                                "control sockets: {MAX_CONNS} clients connected; closing the longest idle for new ones"
+                            ));
                             self.full_logged = true;
                         }
-                        continue;
+                        match idle {
+                            Some(i) => {
+                                self.conns.swap_remove(i);
+                            }
+                            None => continue,
+                        }
+                    } else {
+                        self.full_logged = false;
                     }
-                    self.full_logged = false;
                     if s.set_nonblocking(true).is_err() {
                         continue;
                     }

@@ -233,6 +233,12 @@ fn dribbling_control_clients_block_nothing_and_sigterm_works() {
         let mut b = [0u8; 16];
         assert!(matches!(s.read(&mut b), Ok(0)), "a request not finished in 5 s is dropped");
     }
+    // More idle clients than the limit do not lock the CLI out.
+    let idle: Vec<UnixStream> = (0..80).map(|_| UnixStream::connect(&ctl).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let o = d.cli(&["show"]);
+    assert!(o.status.success(), "show beside 80 idle clients: {}", String::from_utf8_lossy(&o.stderr));
+    drop(idle);
     // A fresh dribbler while SIGTERM arrives.
     let mut s = UnixStream::connect(&ctl).unwrap();
     s.write_all(b"{\"cmd\"").unwrap();
