@@ -7,7 +7,7 @@
 //! later action sees earlier rewrites.
 
 use crate::actions::DpAction;
-use flow::key::{ethertype, ipproto, mac_to_bytes, FlowKey, FRAG_LATER, VLAN_PRESENT};
+use flow::key::{ethertype, ipproto, loc, mac_to_bytes, FlowKey, FRAG_LATER, VLAN_PRESENT};
 use flow::Layout;
 use netdev::Packet;
 
@@ -116,11 +116,7 @@ pub fn execute(
                 return Exec::Recirc(pkt, *id);
             }
             DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, now_ms),
-            DpAction::CtClear => {
-                key.set_ct_state(0);
-                key.set_ct_zone(0);
-                key.set_ct_mark(0);
-            }
+            DpAction::CtClear => flow::key::clear_ct(key),
             DpAction::Meter(m) => match m.0.admit(pkt.len(), now_ms) {
                 crate::meter::Verdict::Pass => {}
                 crate::meter::Verdict::Drop => return Exec::Done,
@@ -154,6 +150,14 @@ fn run_ct(ct: &conntrack::Conntrack, params: &conntrack::CtAction, pkt: &mut Pac
     key.set_ct_state(r.state);
     key.set_ct_zone(r.zone);
     key.set_ct_mark(r.mark);
+    key.set_ct_label(r.label);
+    let o = r.orig.filter(|o| !o.v6);
+    key.set_ct_nw_src(o.map_or(0, |o| o.src as u32));
+    key.set_ct_nw_dst(o.map_or(0, |o| o.dst as u32));
+    key.set_ct_nw_proto(o.map_or(0, |o| o.proto));
+    let ports = o.filter(|o| o.has_ports());
+    key.set_ct_tp_src(ports.map_or(0, |o| o.sport));
+    key.set_ct_tp_dst(ports.map_or(0, |o| o.dport));
     if r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0 {
         if let Ok(p) = conntrack::packet::parse(pkt.data(), false) {
             let t = p.tuple;
@@ -301,7 +305,7 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
     }
     let l3 = layout.l3 as usize;
     match key.dl_type() {
-        ethertype::IPV4 if m.w[9] != 0 || m.w[14] != 0 => {
+        ethertype::IPV4 if m.w[loc::NW_SRC.word] != 0 || m.w[loc::NW_TOS.word] != 0 => {
             let mut c = rd16(d, l3 + 10);
             if m.nw_tos() != 0 {
                 let (o, n) = (rd16(d, l3), (rd16(d, l3) & 0xff00) | key.nw_tos() as u16);
@@ -324,7 +328,7 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
             }
             wr16(d, l3 + 10, c);
         }
-        ethertype::IPV6 if (10..15).any(|i| m.w[i] != 0) => {
+        ethertype::IPV6 if (loc::IPV6_SRC.word..=loc::NW_TOS.word).any(|i| m.w[i] != 0) => {
             if m.nw_tos() != 0 || m.ipv6_label() != 0 {
                 let w = (6u32 << 28) | ((key.nw_tos() as u32) << 20) | key.ipv6_label();
                 d[l3..l3 + 4].copy_from_slice(&w.to_be_bytes());

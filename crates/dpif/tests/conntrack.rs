@@ -32,14 +32,18 @@ fn firewall(ct: &CtRef, nat: Option<Nat>) -> Model {
     let mut m = Model::new();
     let zone = |commit: bool, nat: Option<Nat>| CtAction { zone: 1, commit, nat, ..CtAction::default() };
     let lookup_nat = nat.map(|_| Nat::Existing);
+    // Commit with a label bit; the reply is let in only with that label
+    // and with A as the original tuple's source (ct_label, ct_nw_src and
+    // ct_nw_proto are matched after the recirculation).
+    let commit = CtAction { label: Some((1 << 64, 1 << 64)), ..zone(true, nat) };
     m.add(10, "recirc_id=0,ip", vec![DpAction::Ct(ct.clone(), zone(false, lookup_nat)), DpAction::Recirc(1)]);
+    m.add(10, "recirc_id=1,in_port=1,ct_state=+trk+new", vec![DpAction::Ct(ct.clone(), commit), DpAction::Output(2)]);
+    m.add(10, "recirc_id=1,in_port=1,ct_state=+trk+est", vec![DpAction::Output(2)]);
     m.add(
         10,
-        "recirc_id=1,in_port=1,ct_state=+trk+new",
-        vec![DpAction::Ct(ct.clone(), zone(true, nat)), DpAction::Output(2)],
+        "recirc_id=1,in_port=2,ct_state=+trk+est,ct_label=0x10000000000000000/0x10000000000000000,ct_nw_src=10.0.0.1,ct_nw_proto=17",
+        vec![DpAction::Output(1)],
     );
-    m.add(10, "recirc_id=1,in_port=1,ct_state=+trk+est", vec![DpAction::Output(2)]);
-    m.add(10, "recirc_id=1,in_port=2,ct_state=+trk+est", vec![DpAction::Output(1)]);
     m
 }
 
@@ -80,7 +84,10 @@ fn firewall_lets_replies_in_but_not_new_connections() {
     );
     let texts: Vec<String> = flows.iter().map(|f| format_actions(&f.actions)).collect();
     assert!(texts.iter().any(|t| t == "ct(zone=1),recirc(0x1)"), "{texts:?}");
-    assert!(texts.iter().any(|t| t == "ct(commit,zone=1),2"), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t == "ct(commit,zone=1,label=0x10000000000000000/0x10000000000000000),2"),
+        "{texts:?}"
+    );
 }
 
 #[test]

@@ -40,7 +40,7 @@
 //! The code reads each header through one bounds-checked fixed-size view
 //! (`&[u8; N]`) and writes key words whole; there is no allocation.
 
-use crate::key::{ethertype as et, ipproto, FlowKey, FRAG_ANY, FRAG_LATER, VLAN_PRESENT};
+use crate::key::{ethertype as et, ipproto, loc, FlowKey, FRAG_ANY, FRAG_LATER, VLAN_PRESENT};
 
 /// Why parsing stopped early. Each reason is a drop counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -205,20 +205,20 @@ pub fn extract_into(pkt: &[u8], in_port: u32, k: &mut FlowKey) -> (Layout, Optio
 }
 
 // Words of the key written whole on this path (see key.rs for the layout):
-// 6 = dl_dst | dl_type, 7 = dl_src | vlan_tci, 8 = vlan_tci2, 9 = nw_src |
-// nw_dst, 14 = ipv6_label | nw_proto | nw_tos | nw_ttl | nw_frag, 19 =
-// tp_src | tp_dst | tcp_flags.
-const W_DL: usize = 6;
-const W_DL2: usize = 7;
-const W_VLAN2: usize = 8;
-const W_NW: usize = 9;
-const W_IPV6_SRC: usize = 10;
-const W_IPV6_DST: usize = 12;
-const W_NW_MISC: usize = 14;
-const W_ARP_SHA: usize = 15;
-const W_ARP_THA: usize = 16;
-const W_ND_TARGET: usize = 17;
-const W_TP: usize = 19;
+// dl_dst | dl_type, dl_src | vlan_tci, vlan_tci2, nw_src | nw_dst,
+// ipv6_label | nw_proto | nw_tos | nw_ttl | nw_frag, tp_src | tp_dst |
+// tcp_flags. Taken from the field locations, so the layout can change.
+const W_DL: usize = loc::DL_DST.word;
+const W_DL2: usize = loc::DL_SRC.word;
+const W_VLAN2: usize = loc::VLAN_TCI2.word;
+const W_NW: usize = loc::NW_SRC.word;
+const W_IPV6_SRC: usize = loc::IPV6_SRC.word;
+const W_IPV6_DST: usize = loc::IPV6_DST.word;
+const W_NW_MISC: usize = loc::NW_PROTO.word;
+const W_ARP_SHA: usize = loc::ARP_SHA.word;
+const W_ARP_THA: usize = loc::ARP_THA.word;
+const W_ND_TARGET: usize = loc::ND_TARGET.word;
+const W_TP: usize = loc::TP_SRC.word;
 
 #[inline(always)]
 fn nw_misc(label: u32, proto: u8, tos: u8, ttl: u8, frag: u8) -> u64 {

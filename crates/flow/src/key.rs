@@ -14,13 +14,13 @@
 //! prefixes are high bits and printing is direct.
 
 /// Number of 64-bit words in a flow key.
-pub const WORDS: usize = 20;
+pub const WORDS: usize = 24;
 /// First word of the L2 stage.
-pub const STAGE_L2: usize = 6;
+pub const STAGE_L2: usize = 10;
 /// First word of the L3 stage.
-pub const STAGE_L3: usize = 9;
+pub const STAGE_L3: usize = 13;
 /// First word of the L4 stage.
-pub const STAGE_L4: usize = 19;
+pub const STAGE_L4: usize = 23;
 /// Stage boundaries: `[0, L2, L3, L4, WORDS]`.
 pub const STAGES: [usize; 5] = [0, STAGE_L2, STAGE_L3, STAGE_L4, WORDS];
 
@@ -186,7 +186,7 @@ impl Loc {
 // Word layout. Changing it is cheap: everything goes through these `Loc`s.
 pub mod loc {
     use super::Loc;
-    // Metadata stage (words 0..6).
+    // Metadata stage (words 0..10).
     pub const IN_PORT: Loc = Loc::new(0, 0, 32);
     pub const RECIRC_ID: Loc = Loc::new(0, 32, 32);
     pub const PKT_MARK: Loc = Loc::new(1, 0, 32);
@@ -198,38 +198,46 @@ pub mod loc {
     pub const CT_STATE: Loc = Loc::new(5, 0, 8);
     pub const CT_ZONE: Loc = Loc::new(5, 16, 16);
     pub const CT_MARK: Loc = Loc::new(5, 32, 32);
-    // L2 stage (words 6..9).
-    pub const DL_DST: Loc = Loc::new(6, 0, 48);
-    pub const DL_TYPE: Loc = Loc::new(6, 48, 16);
-    pub const DL_SRC: Loc = Loc::new(7, 0, 48);
+    /// The connection's 128-bit label (words 6-7).
+    pub const CT_LABEL: Loc = Loc::new(6, 0, 128);
+    /// The connection's original-direction tuple (IPv4), as `ct()` found it.
+    pub const CT_NW_SRC: Loc = Loc::new(8, 0, 32);
+    pub const CT_NW_DST: Loc = Loc::new(8, 32, 32);
+    pub const CT_NW_PROTO: Loc = Loc::new(9, 0, 8);
+    pub const CT_TP_SRC: Loc = Loc::new(9, 16, 16);
+    pub const CT_TP_DST: Loc = Loc::new(9, 32, 16);
+    // L2 stage (words 10..13).
+    pub const DL_DST: Loc = Loc::new(10, 0, 48);
+    pub const DL_TYPE: Loc = Loc::new(10, 48, 16);
+    pub const DL_SRC: Loc = Loc::new(11, 0, 48);
     /// Outer 802.1Q/802.1ad TCI; bit 12 (0x1000) set means "a tag is present".
-    pub const VLAN_TCI: Loc = Loc::new(7, 48, 16);
+    pub const VLAN_TCI: Loc = Loc::new(11, 48, 16);
     /// Inner TCI of a double-tagged frame.
-    pub const VLAN_TCI2: Loc = Loc::new(8, 0, 16);
-    // L3 stage (words 9..19).
-    pub const NW_SRC: Loc = Loc::new(9, 0, 32);
-    pub const NW_DST: Loc = Loc::new(9, 32, 32);
-    pub const IPV6_SRC: Loc = Loc::new(10, 0, 128);
-    pub const IPV6_DST: Loc = Loc::new(12, 0, 128);
-    pub const IPV6_LABEL: Loc = Loc::new(14, 0, 20);
+    pub const VLAN_TCI2: Loc = Loc::new(12, 0, 16);
+    // L3 stage (words 13..23).
+    pub const NW_SRC: Loc = Loc::new(13, 0, 32);
+    pub const NW_DST: Loc = Loc::new(13, 32, 32);
+    pub const IPV6_SRC: Loc = Loc::new(14, 0, 128);
+    pub const IPV6_DST: Loc = Loc::new(16, 0, 128);
+    pub const IPV6_LABEL: Loc = Loc::new(18, 0, 20);
     /// IP protocol; for ARP the low 8 bits of the opcode.
-    pub const NW_PROTO: Loc = Loc::new(14, 32, 8);
+    pub const NW_PROTO: Loc = Loc::new(18, 32, 8);
     /// The whole TOS/traffic-class byte: DSCP in the high 6 bits, ECN low 2.
-    pub const NW_TOS: Loc = Loc::new(14, 40, 8);
-    pub const NW_TTL: Loc = Loc::new(14, 48, 8);
+    pub const NW_TOS: Loc = Loc::new(18, 40, 8);
+    pub const NW_TTL: Loc = Loc::new(18, 48, 8);
     /// Bit 0: a fragment; bit 1: a later (non-first) fragment.
-    pub const NW_FRAG: Loc = Loc::new(14, 56, 8);
+    pub const NW_FRAG: Loc = Loc::new(18, 56, 8);
     /// ARP sender hardware address, or IPv6 ND source link-layer address.
-    pub const ARP_SHA: Loc = Loc::new(15, 0, 48);
+    pub const ARP_SHA: Loc = Loc::new(19, 0, 48);
     /// ARP target hardware address, or IPv6 ND target link-layer address.
-    pub const ARP_THA: Loc = Loc::new(16, 0, 48);
-    pub const ND_TARGET: Loc = Loc::new(17, 0, 128);
-    // L4 stage (word 19).
+    pub const ARP_THA: Loc = Loc::new(20, 0, 48);
+    pub const ND_TARGET: Loc = Loc::new(21, 0, 128);
+    // L4 stage (word 23).
     /// TCP/UDP/SCTP source port; ICMP type.
-    pub const TP_SRC: Loc = Loc::new(19, 0, 16);
+    pub const TP_SRC: Loc = Loc::new(23, 0, 16);
     /// TCP/UDP/SCTP destination port; ICMP code.
-    pub const TP_DST: Loc = Loc::new(19, 16, 16);
-    pub const TCP_FLAGS: Loc = Loc::new(19, 32, 12);
+    pub const TP_DST: Loc = Loc::new(23, 16, 16);
+    pub const TCP_FLAGS: Loc = Loc::new(23, 32, 12);
 }
 
 /// `nw_frag` bits.
@@ -297,6 +305,12 @@ accessors! {
     ct_state set_ct_state CT_STATE u8;
     ct_zone set_ct_zone CT_ZONE u16;
     ct_mark set_ct_mark CT_MARK u32;
+    ct_label set_ct_label CT_LABEL u128;
+    ct_nw_src set_ct_nw_src CT_NW_SRC u32;
+    ct_nw_dst set_ct_nw_dst CT_NW_DST u32;
+    ct_nw_proto set_ct_nw_proto CT_NW_PROTO u8;
+    ct_tp_src set_ct_tp_src CT_TP_SRC u16;
+    ct_tp_dst set_ct_tp_dst CT_TP_DST u16;
 }
 
 impl FlowKey {
@@ -308,6 +322,23 @@ impl FlowKey {
     }
     pub fn is_ip_any(&self) -> bool {
         self.is_ip() || self.is_ipv6()
+    }
+}
+
+/// Clears every connection-tracking field of a key (`ct_clear`).
+pub fn clear_ct(k: &mut FlowKey) {
+    for l in [
+        loc::CT_STATE,
+        loc::CT_ZONE,
+        loc::CT_MARK,
+        loc::CT_LABEL,
+        loc::CT_NW_SRC,
+        loc::CT_NW_DST,
+        loc::CT_NW_PROTO,
+        loc::CT_TP_SRC,
+        loc::CT_TP_DST,
+    ] {
+        l.set(k, 0);
     }
 }
 

@@ -369,9 +369,7 @@ impl Ctx<'_> {
             Action::CtClear => {
                 self.commit();
                 self.actions.push(DpAction::CtClear);
-                self.key.set_ct_state(0);
-                self.key.set_ct_zone(0);
-                self.key.set_ct_mark(0);
+                flow::key::clear_ct(&mut self.key);
             }
             Action::OutputMaxLen(p, _) => self.do_action(&Action::Output(*p)),
             Action::Output(OfPort::Port(p)) => {

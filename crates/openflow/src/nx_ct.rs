@@ -253,6 +253,21 @@ pub fn encode_ct(v: Version, s: &CtSpec, out: &mut Vec<u8>) {
         }
     }
     if let Some((val, m)) = s.label {
+        // OpenFlow 1.0: a contiguous write of up to 64 bits is a Nicira
+        // load (load:V->NXM_NX_CT_LABEL[a..b]), as ovs-ofctl sends it.
+        let (ofs, nbits) = (m.trailing_zeros(), 128 - m.leading_zeros() - m.trailing_zeros());
+        if v == Version::Of10 && m != 0 && nbits <= 64 && (m >> ofs).count_ones() == nbits {
+            let st = nx_header(out, REG_LOAD);
+            out.u16(((ofs as u16) << 6) | (nbits as u16 - 1));
+            out.u32(CT_LABEL);
+            out.u64(((val & m) >> ofs) as u64);
+            finish(out, st);
+            if s.nat_last {
+                encode_nat(s, out);
+            }
+            out.patch_len(start + 2, start);
+            return;
+        }
         let mut t = Vec::new();
         t.u32(if m == u128::MAX { CT_LABEL } else { CT_LABEL_W });
         t.extend_from_slice(&val.to_be_bytes());

@@ -150,6 +150,12 @@ static ENTRIES: &[Entry] = &[
     e(NXM1, 105, 4, true, "ct_state", B),
     e(NXM1, 106, 2, false, "ct_zone", B),
     e(NXM1, 107, 4, true, "ct_mark", B),
+    e(NXM1, 108, 16, true, "ct_label", B),
+    e(NXM1, 119, 1, false, "ct_nw_proto", B),
+    e(NXM1, 120, 4, true, "ct_nw_src", B),
+    e(NXM1, 121, 4, true, "ct_nw_dst", B),
+    e(NXM1, 124, 2, true, "ct_tp_src", B),
+    e(NXM1, 125, 2, true, "ct_tp_dst", B),
     Entry { sp: Sp::Cookie, ..e(NXM1, 30, 8, true, "cookie", DEC) },
 ];
 

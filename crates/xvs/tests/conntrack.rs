@@ -126,14 +126,24 @@ fn source_nat_translates_and_replies_come_back() {
     for f in [
         "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,zone=7,nat)".to_string(),
         "table=0,priority=10,arp,actions=NORMAL".to_string(),
-        format!("table=1,priority=100,ip,in_port={p1},ct_state=+trk+new,actions=ct(commit,zone=7,nat(src=10.81.0.100)),output:{p2}"),
-        format!("table=1,priority=100,ip,in_port={p1},ct_state=+trk+est,actions=output:{p2}"),
-        format!("table=1,priority=100,ip,in_port={p2},ct_state=+trk+est,actions=output:{p1}"),
+        format!("table=1,priority=100,ip,in_port={p1},ct_state=+trk+new,actions=ct(commit,zone=7,nat(src=10.81.0.100),exec(set_field:0x1/0x1->ct_label)),output:{p2}"),
+        format!("table=1,priority=100,ip,in_port={p1},ct_state=+trk+est,ct_label=0x1/0x1,actions=output:{p2}"),
+        // Replies are let in by the connection's original tuple.
+        format!("table=1,priority=100,ip,in_port={p2},ct_state=+trk+est,ct_nw_src=10.81.0.1,ct_nw_proto=1,actions=output:{p1}"),
+        format!("table=1,priority=100,ip,in_port={p2},ct_state=+trk+est,ct_nw_src=10.81.0.1,ct_nw_proto=6,ct_tp_dst=5203,actions=output:{p1}"),
     ] {
         d.ofctl_ok(&["add-flow", &f]);
     }
     let dump = d.ofctl_ok(&["dump-flows"]);
-    assert!(dump.contains("actions=ct(commit,zone=7,nat(src=10.81.0.100)),output:"), "{dump}");
+    // dump-flows speaks OpenFlow 1.0 here: the label write is a Nicira load.
+    assert!(
+        dump.contains("actions=ct(commit,zone=7,nat(src=10.81.0.100),exec(load:0x1->NXM_NX_CT_LABEL[0])),output:"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("ct_nw_src=10.81.0.1") && dump.contains("ct_tp_dst=5203") && dump.contains("ct_label=0x1/0x1"),
+        "{dump}"
+    );
     assert!(dump.contains("actions=ct(table=1,zone=7,nat)"), "{dump}");
     let mut replies = 0;
     let seen = h2.capture(&["icmp"], || replies = h1.ping(&h2.ip, 3).unwrap()).unwrap();
