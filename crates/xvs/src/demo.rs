@@ -20,7 +20,7 @@ fn step(n: usize, total: usize, s: &str) {
 
 pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
     let n = opts.hosts.clamp(2, 8);
-    let total = 6;
+    let total = 7;
     let tag = std::process::id() % 10000;
     let check = || -> Result<()> {
         if interrupted.load(Ordering::Acquire) {
@@ -124,7 +124,28 @@ pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
     println!("  h2: {}", sent.as_ref().map(String::as_str).unwrap_or("failed"));
     println!("  h1: {}", got.as_ref().map(String::as_str).unwrap_or("failed"));
 
-    step(6, total, "what the switch saw");
+    step(6, total, "a stateful firewall with connection tracking: h1 may open connections to h2, h2 none to h1");
+    let rules = "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,zone=1)\n\
+                 table=0,priority=0,actions=NORMAL\n\
+                 table=1,priority=100,ip,in_port=1,ct_state=+trk+new,actions=ct(commit,zone=1),NORMAL\n\
+                 table=1,priority=100,ip,ct_state=+trk+est,actions=NORMAL\n\
+                 table=1,priority=1,actions=drop\n";
+    crate::commands::run(&sw, "del-flows", &[String::new()])?;
+    crate::commands::run(&sw, "add-flows", &[rules.to_string()])?;
+    for l in rules.lines() {
+        println!("  ovs-ofctl add-flow xvsbr0 '{}'", l.trim());
+    }
+    let fw_out = hosts[0].ping(&hosts[1].ip, 3)?;
+    let fw_in = hosts[1].ping(&hosts[0].ip, 3)?;
+    println!("  h1 -> h2: {fw_out}/3 replies (h1 opens the connection, the replies are +est)");
+    println!("  h2 -> h1: {fw_in}/3 replies (h2's echo requests are +new from the wrong side: dropped)");
+    let (conns, _) = crate::commands::run(&sw, "dump-conntrack", &[])?;
+    println!("== connections (ovs-appctl dpctl/dump-conntrack) ==\n{conns}");
+    crate::commands::run(&sw, "del-flows", &[String::new()])?;
+    crate::commands::run(&sw, "add-flows", &["priority=0,actions=NORMAL".to_string()])?;
+    check()?;
+
+    step(7, total, "what the switch saw");
     let (show, _) = crate::commands::run(&sw, "show", &[])?;
     println!("\n== ports (xvs show) ==\n{show}");
     let (fdb, _) = crate::commands::run(&sw, "fdb-show", &[])?;
@@ -152,6 +173,9 @@ pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
         bail!("only {ok_pairs} of {pairs} host pairs could ping each other");
     }
     sent.and(got).map(|_| ())?;
-    println!("demo finished: every host reached every other through xvs");
+    if fw_out != 3 || fw_in != 0 {
+        bail!("the firewall let {fw_out}/3 pings out and {fw_in}/3 in (expected 3 and 0)");
+    }
+    println!("demo finished: every host reached every other through xvs, and the stateful firewall held");
     Ok(())
 }
