@@ -5,7 +5,9 @@ set -euo pipefail
 
 # openvswitch-switch: the real ovs-ofctl, ovs-vsctl, ovs-appctl and
 # ovsdb-server (with the Open_vSwitch schema) that the tests drive xvs with.
-need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch)
+# python3-prometheus-client: the real Prometheus text parser the metrics
+# test reads xvs's /metrics with.
+need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -16,6 +16,7 @@ pub mod control;
 pub mod ctcmd;
 pub mod db;
 pub mod demo;
+pub mod metrics;
 pub mod netns;
 pub mod ofconn;
 pub mod offload;

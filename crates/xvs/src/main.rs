@@ -86,6 +86,10 @@ enum Cmd {
         /// Packets per second a flow needs before it is offloaded.
         #[arg(long, default_value_t = 1000)]
         xdp_offload_pps: u64,
+        /// Serve Prometheus metrics at http://ADDR/metrics (e.g.
+        /// 127.0.0.1:9477); off by default.
+        #[arg(long)]
+        metrics: Option<String>,
     },
     /// Bridge, ports, XDP modes, counters.
     Show(ClientArgs),
@@ -284,6 +288,7 @@ struct OfArgs {
     tx_flush_us: u32,
     /// Kernel fast path: packets per second a flow needs, or `None` (off).
     offload_pps: Option<u64>,
+    metrics: Option<String>,
 }
 
 /// Removes a bridge's `.mgmt` and `.snoop` sockets when dropped.
@@ -377,6 +382,9 @@ fn run_switch(
     if let Some(pps) = of.offload_pps {
         sw.enable_offload(pps)?;
     }
+    if let Some(addr) = &of.metrics {
+        xvs::metrics::serve(addr, vec![std::sync::Arc::clone(&sw.shared)])?;
+    }
     let ofm = xvs::ofconn::OfManager::start(
         std::sync::Arc::clone(&sw.shared),
         xvs::ofconn::OfConfig { dpid, controllers: of.controllers, fail_mode, run_dir: run_dir.clone() },
@@ -418,9 +426,13 @@ fn main() -> ExitCode {
             db,
             xdp_offload,
             xdp_offload_pps,
+            metrics,
         } => match group.as_deref().map(xvs::runfiles::group_id).transpose() {
             Err(e) => Err(e),
             Ok(group) => match db {
+                Some(_) if metrics.is_some() => {
+                    Err(anyhow::anyhow!("--metrics: not available with --db yet (use the standalone switch)"))
+                }
                 Some(_) if !ports.is_empty() || !controllers.is_empty() || flows.is_some() => Err(anyhow::anyhow!(
                 "--db: bridges, ports, controllers and flows come from the database; drop --port/--controller/--flows"
             )),
@@ -447,6 +459,7 @@ fn main() -> ExitCode {
                         datapath_id,
                         tx_flush_us,
                         offload_pps: (xdp_offload == "on").then_some(xdp_offload_pps),
+                        metrics,
                     },
                 ),
             },

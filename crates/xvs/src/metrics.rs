@@ -1,0 +1,155 @@
+//! A Prometheus endpoint: `xvs switch --metrics 127.0.0.1:9477` serves
+//! `GET /metrics` in the text exposition format, with counters as counters
+//! (`_total`, monotonic) and only current quantities as gauges, so rates
+//! and alerts work as Prometheus intends (the common OVS exporters scrape
+//! CLI output and export counters as gauges).
+//!
+//! One small thread serves one request at a time with a 2-second deadline
+//! for reading and writing: a slow or stuck scraper delays only the next
+//! scrape, never forwarding or the control sockets.
+
+use crate::switch::{collect_reports_of, Shared};
+use anyhow::{Context, Result};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The metrics of `bridges`, in the text exposition format.
+pub fn render(bridges: &[Arc<Shared>]) -> String {
+    let mut families: Vec<(&str, &str, &str, Vec<(String, f64)>)> = Vec::new();
+    let mut fam = |name: &'static str, kind: &'static str, help: &'static str, labels: String, v: f64| match families
+        .iter_mut()
+        .find(|f| f.0 == name)
+    {
+        Some(f) => f.3.push((labels, v)),
+        None => families.push((name, kind, help, vec![(labels, v)])),
+    };
+    for sh in bridges {
+        let b = esc(&sh.bridge);
+        for p in sh.ports.read().expect("ports lock").values() {
+            let s = p.dev.lock().expect("port lock").stats();
+            let l = format!("bridge=\"{b}\",port=\"{}\",ofport=\"{}\"", esc(&p.spec.name), p.ofport);
+            fam(
+                "xvs_port_rx_packets_total",
+                "counter",
+                "Packets received on the port.",
+                l.clone(),
+                s.rx_packets as f64,
+            );
+            fam("xvs_port_rx_bytes_total", "counter", "Bytes received on the port.", l.clone(), s.rx_bytes as f64);
+            fam("xvs_port_tx_packets_total", "counter", "Packets sent on the port.", l.clone(), s.tx_packets as f64);
+            fam("xvs_port_tx_bytes_total", "counter", "Bytes sent on the port.", l.clone(), s.tx_bytes as f64);
+            fam(
+                "xvs_port_rx_dropped_total",
+                "counter",
+                "Received packets lost before the datapath.",
+                l.clone(),
+                s.rx_dropped as f64,
+            );
+            fam("xvs_port_tx_dropped_total", "counter", "Packets the port could not send.", l, s.tx_dropped as f64);
+        }
+        let mut megaflows = 0usize;
+        for r in collect_reports_of(sh, false) {
+            let l = format!("bridge=\"{b}\",pmd=\"{}\"", r.id);
+            let st = &r.stats;
+            fam("xvs_pmd_packets_total", "counter", "Packets a poll thread looked up.", l.clone(), st.packets as f64);
+            fam("xvs_pmd_emc_hits_total", "counter", "Exact-match cache hits.", l.clone(), st.emc_hits as f64);
+            fam("xvs_pmd_megaflow_hits_total", "counter", "Megaflow cache hits.", l.clone(), st.megaflow_hits as f64);
+            fam(
+                "xvs_pmd_upcalls_total",
+                "counter",
+                "Cache misses translated by the OpenFlow layer.",
+                l.clone(),
+                st.upcalls as f64,
+            );
+            fam(
+                "xvs_pmd_busy_seconds_total",
+                "counter",
+                "Time in iterations that moved packets.",
+                l.clone(),
+                r.busy_ns as f64 / 1e9,
+            );
+            fam(
+                "xvs_pmd_idle_seconds_total",
+                "counter",
+                "Time in iterations that moved none.",
+                l.clone(),
+                r.idle_ns as f64 / 1e9,
+            );
+            for (reason, n) in &st.drops {
+                fam(
+                    "xvs_pmd_drops_total",
+                    "counter",
+                    "Packets dropped, by reason.",
+                    format!("{l},reason=\"{reason}\""),
+                    *n as f64,
+                );
+            }
+            megaflows += r.n_megaflows;
+        }
+        let bl = format!("bridge=\"{b}\"");
+        fam("xvs_megaflows", "gauge", "Megaflows in the datapath caches.", bl.clone(), megaflows as f64);
+        let ct = Arc::clone(sh.ofproto.read().expect("ofproto lock").conntrack());
+        fam("xvs_conntrack_connections", "gauge", "Connections in the tracker.", bl.clone(), ct.n_conns() as f64);
+        fam(
+            "xvs_conntrack_created_total",
+            "counter",
+            "Connections committed.",
+            bl.clone(),
+            ct.counters.created.load(Ordering::Relaxed) as f64,
+        );
+        if let Some(o) = sh.offload.lock().expect("offload").as_ref() {
+            let k = o.kernel_stats();
+            fam(
+                "xvs_offload_kernel_hits_total",
+                "counter",
+                "Packets the XDP fast path forwarded.",
+                bl.clone(),
+                k.hit as f64,
+            );
+            fam("xvs_offload_flows", "gauge", "Flows in the XDP fast path.", bl, o.n_entries() as f64);
+        }
+    }
+    let mut out = String::new();
+    for (name, kind, help, samples) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        }
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `addr` for `bridges` until the process ends.
+pub fn serve(addr: &str, bridges: Vec<Arc<Shared>>) -> Result<()> {
+    let l = TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))?;
+    std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+            let mut req = [0u8; 1024];
+            let n = s.read(&mut req).unwrap_or(0);
+            let line = String::from_utf8_lossy(&req[..n]);
+            let path = line.split_whitespace().nth(1).unwrap_or("");
+            let (status, body) = if line.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+                ("200 OK", render(&bridges))
+            } else {
+                ("404 Not Found", "only GET /metrics is served\n".to_string())
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    })?;
+    Ok(())
+}
