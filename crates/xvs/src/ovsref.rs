@@ -155,6 +155,15 @@ impl Sut {
         self.ovs.is_some()
     }
 
+    /// "xvs" or "OVS 3.1", for test output.
+    pub fn name(&self) -> &'static str {
+        if self.is_ovs() {
+            "OVS 3.1"
+        } else {
+            "xvs"
+        }
+    }
+
     /// ovs-ofctl on the bridge (options first): success, and stdout with
     /// stderr after it.
     pub fn ofctl(&self, args: &[&str]) -> (bool, String) {

@@ -81,6 +81,7 @@ fn stateful_firewall_lets_replies_in_and_keeps_new_connections_out() {
 
     // The operator's view, with the real ovs-appctl.
     let conns = d.appctl_ok(&["dpctl/dump-conntrack"]);
+    eprintln!("{} dump-flows:\n{dump}\n{} dpctl/dump-conntrack:\n{conns}", d.name(), d.name());
     assert!(
         conns
             .lines()
