@@ -91,8 +91,6 @@ pub struct MegaflowInfo {
     pub matched: Match,
     /// The key whose translation created the megaflow.
     pub orig: FlowKey,
-    /// The key of a recent packet of the megaflow (sampled).
-    pub sample: FlowKey,
     pub actions: Vec<DpAction>,
     pub packets: u64,
     pub bytes: u64,
@@ -104,8 +102,6 @@ struct Megaflow {
     actions: Vec<DpAction>,
     /// The key whose translation created this megaflow (for revalidation).
     orig: FlowKey,
-    /// The key of a recent packet (every 64th).
-    sample: FlowKey,
     /// Rule generation this megaflow was last known valid at.
     generation: u64,
     /// Its translation hit the resubmit depth limit.
@@ -160,7 +156,16 @@ pub struct Pmd {
     /// Set while [`Pmd::poll_deferred`] replays the queue: only then may
     /// a packet use the slow path while others are parked.
     draining: bool,
+    /// Keys of recent cache-hit packets (every 16th), a ring: which exact
+    /// flows are hot, for the kernel fast path.
+    samples: Vec<FlowKey>,
+    sample_next: usize,
+    sample_tick: u32,
 }
+
+/// Capacity of the recent-key ring, and how often a packet is sampled.
+const SAMPLES: usize = 256;
+const SAMPLE_EVERY: u32 = 16;
 
 /// The outcome of [`Pmd::validate`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -205,6 +210,9 @@ impl Pmd {
             last_rank_ms: 0,
             deferred: std::collections::VecDeque::new(),
             draining: false,
+            samples: Vec::with_capacity(SAMPLES),
+            sample_next: 0,
+            sample_tick: 0,
         }
     }
 
@@ -347,12 +355,19 @@ impl Pmd {
                 f.packets += 1;
                 f.bytes += len;
                 f.used_ms = now_ms;
-                // A recent packet's key, for the kernel fast path (which
-                // serves exact flows): sampled, so it costs one branch.
-                if f.packets & 63 == 1 {
-                    f.sample = *key;
-                }
                 self.stats.drop_resubmit_depth += f.too_deep as u64;
+                // Sample one packet in 16 into the recent-key ring (the
+                // kernel fast path serves exact flows; this is how it
+                // learns which ones are hot without a per-packet cost).
+                self.sample_tick = self.sample_tick.wrapping_add(1);
+                if self.sample_tick % SAMPLE_EVERY == 0 {
+                    if self.samples.len() < SAMPLES {
+                        self.samples.push(*key);
+                    } else {
+                        self.samples[self.sample_next] = *key;
+                    }
+                    self.sample_next = (self.sample_next + 1) % SAMPLES;
+                }
                 execute(&f.actions, pkt, key, layout, &mut self.out, sink, now_ms)
             }
             Found::Uncached(t) => {
@@ -484,7 +499,6 @@ impl Pmd {
             pushed_packets: 0,
             pushed_bytes: 0,
             orig: *key,
-            sample: *key,
             generation: self.generation,
             subtable,
             packets: 0,
@@ -602,6 +616,11 @@ impl Pmd {
         self.emc.clear();
     }
 
+    /// Keys of recent cache-hit packets (one in 16, the last 256 of them).
+    pub fn recent_keys(&self) -> &[FlowKey] {
+        &self.samples
+    }
+
     pub fn dump_megaflows(&self) -> Vec<MegaflowInfo> {
         self.flows
             .iter()
@@ -609,7 +628,6 @@ impl Pmd {
             .map(|f| MegaflowInfo {
                 matched: f.m,
                 orig: f.orig,
-                sample: f.sample,
                 actions: f.actions.clone(),
                 packets: f.packets,
                 bytes: f.bytes,

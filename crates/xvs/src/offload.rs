@@ -271,8 +271,9 @@ pub struct OffloadStats {
 
 /// Offers hot flows to the kernel fast path and keeps them sound:
 ///
-/// * **What**: a megaflow whose packet rate reached `threshold_pps`, for
-///   the exact flow that created it, if [`entry`] accepts it.
+/// * **What**: exact flows whose packet rate reached `threshold_pps`,
+///   estimated from the poll threads' rings of sampled packet keys (one
+///   packet in 16), if [`entry`] accepts them.
 /// * **Generation**: the bridge calls [`Offloader::set_generation`] from
 ///   its generation hook, i.e. before a rule, port, group, meter or MAC
 ///   change returns to whoever made it (and so before any OpenFlow barrier
@@ -295,8 +296,8 @@ pub struct Offloader {
     ports: Mutex<BTreeMap<u32, PortFp>>,
     gen: Mutex<u64>,
     entries: Mutex<(HashMap<FastKey, Entry>, Vec<u32>)>,
-    /// Megaflow packet counts at the previous tick, by creating key.
-    seen: Mutex<HashMap<FlowKey, u64>>,
+    /// The poll threads' packet count at the previous tick.
+    seen: Mutex<u64>,
     pub threshold_pps: u64,
     pub stats: OffloadStats,
 }
@@ -307,7 +308,7 @@ impl Offloader {
             ports: Mutex::new(BTreeMap::new()),
             gen: Mutex::new(0),
             entries: Mutex::new((HashMap::new(), Vec::new())),
-            seen: Mutex::new(HashMap::new()),
+            seen: Mutex::new(0),
             threshold_pps,
             stats: OffloadStats::default(),
         }
@@ -384,11 +385,17 @@ impl Offloader {
     }
 
     /// One round: credit kernel counts, revalidate stale entries, offload
-    /// megaflows that became hot. `translate` re-translates a key without
-    /// side effects and returns it with the generation it is valid at.
+    /// flows that became hot. `samples` are recent packets' keys, each with
+    /// the size of the sample it came from (a poll thread's ring);
+    /// `packets` is the poll threads' packet count so far. A key that is a
+    /// fraction f of its ring, while the threads forward R packets per
+    /// second, carries about f * R of them. `translate` re-translates a key
+    /// without side effects and returns it with the generation it is valid
+    /// at.
     pub fn tick(
         &self,
-        megaflows: &[dpif::MegaflowInfo],
+        samples: &[(FlowKey, u64)],
+        packets: u64,
         dt_ms: u64,
         now_ms: u64,
         translate: &dyn Fn(&FlowKey) -> Option<(dpif::Translation, u64)>,
@@ -423,23 +430,21 @@ impl Offloader {
                 }
             }
         }
-        // 2. Hot megaflows not in the kernel yet.
+        // 2. Hot flows not in the kernel yet.
         let mut hot: Vec<FlowKey> = Vec::new();
         {
             let mut seen = self.seen.lock().expect("seen");
-            let mut next = HashMap::with_capacity(megaflows.len());
-            for f in megaflows {
-                let before = seen.get(&f.orig).copied().unwrap_or(f.packets);
-                let rate = f.packets.saturating_sub(before) * 1000 / dt_ms.max(1);
-                // The flow to offload: a recent packet's (a megaflow can be
-                // wider than one flow, and the packet that created it may
-                // have been an ARP or the first of another flow).
-                if rate >= self.threshold_pps && ifindex(f.sample.in_port()).is_some() {
-                    hot.push(f.sample);
-                }
-                next.insert(f.orig, f.packets);
+            let rate = packets.saturating_sub(*seen) * 1000 / dt_ms.max(1);
+            *seen = packets;
+            let mut share: HashMap<FlowKey, f64> = HashMap::new();
+            for (k, n) in samples {
+                *share.entry(*k).or_default() += 1.0 / *n as f64;
             }
-            *seen = next;
+            for (k, f) in share {
+                if f * rate as f64 >= self.threshold_pps as f64 && ifindex(k.in_port()).is_some() {
+                    hot.push(k);
+                }
+            }
         }
         // 3. Translate outside every offloader lock, then write.
         let mut todo: Vec<(FlowKey, Option<FastKey>)> = stale.into_iter().map(|(fk, k)| (k, Some(fk))).collect();

@@ -54,6 +54,8 @@ pub struct PmdReport {
     pub rxqs: Vec<(String, usize)>,
     pub megaflows: Vec<dpif::MegaflowInfo>,
     pub n_megaflows: usize,
+    /// Keys of recent packets (a sample: see `dpif::Pmd::recent_keys`).
+    pub samples: Vec<flow::FlowKey>,
     /// Packets sent to a controller that is not there (dropped).
     pub userspace_dropped: u64,
 }
@@ -303,21 +305,24 @@ impl Switch {
                 std::thread::sleep(Duration::from_millis(250));
                 let dt = last.elapsed().as_millis() as u64;
                 last = Instant::now();
-                // Megaflow dumps cost the poll threads a copy each: only
-                // while the cache is small enough for that to be cheap.
-                let small = collect_reports_of(&sh, false).iter().map(|r| r.n_megaflows).sum::<usize>() <= 20_000;
-                let flows: Vec<dpif::MegaflowInfo> = if small {
-                    collect_reports_of(&sh, true).into_iter().flat_map(|r| r.megaflows).collect()
-                } else {
-                    Vec::new()
-                };
+                // Every poll thread publishes a sample of recent packets'
+                // keys with its counters (no megaflow dump needed).
+                let reports = collect_reports_of(&sh, false);
+                let packets: u64 = reports.iter().map(|r| r.stats.packets).sum();
+                let samples: Vec<(flow::FlowKey, u64)> = reports
+                    .iter()
+                    .flat_map(|r| {
+                        let n = r.samples.len().max(1) as u64;
+                        r.samples.iter().map(move |k| (*k, n))
+                    })
+                    .collect();
                 let now = sh.ofproto.read().expect("ofproto lock").now();
                 let translate = |k: &flow::FlowKey| {
                     let of = sh.ofproto.read().expect("ofproto lock");
                     let g = of.generation();
                     dpif::Upcall::revalidate(&*of, k).map(|t| (t, g))
                 };
-                off.tick(&flows, dt, now, &translate);
+                off.tick(&samples, packets, dt, now, &translate);
             }
             off.clear();
         })?;
@@ -629,6 +634,10 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             report.stats = pmd.stats().clone();
             report.n_megaflows = pmd.n_megaflows();
             report.userspace_dropped = userspace_dropped;
+            if sh.offload.lock().expect("offload").is_some() {
+                report.samples.clear();
+                report.samples.extend_from_slice(pmd.recent_keys());
+            }
             if want {
                 report.megaflows = pmd.dump_megaflows();
             }
