@@ -152,15 +152,7 @@ impl fmt::Display for FlowModError {
 }
 impl std::error::Error for FlowModError {}
 
-/// A flow modification command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlowModCmd {
-    Add,
-    Modify,
-    ModifyStrict,
-    Delete,
-    DeleteStrict,
-}
+pub use ofp_types::FlowModCmd;
 
 pub struct Ofproto {
     pub name: String,

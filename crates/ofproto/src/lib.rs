@@ -18,19 +18,21 @@
 //! [`Ofproto::generation`], which tells datapath caches to revalidate.
 //!
 //! [`parse`] reads ovs-ofctl's flow syntax; [`actions`] holds the OpenFlow
-//! action and instruction types.
+//! action and instruction types. Both live in the `ofp-types` crate (shared
+//! with the wire codec) and are re-exported here under their old paths.
 #![deny(unsafe_code)]
 
-pub mod actions;
+pub use ofp_types::actions;
 pub mod bridge;
 pub mod ct;
 pub mod group;
 pub mod normal;
-pub mod parse;
+pub use ofp_types::parse;
 pub mod xlate;
 
 pub use actions::{Action, Instruction, OfPort};
-pub use bridge::{FlowModCmd, FlowModError, Mirror, Ofproto, PortConfig, Rule, TableMiss};
+pub use bridge::{FlowModError, Mirror, Ofproto, PortConfig, Rule, TableMiss};
 pub use normal::{MacTable, VlanMode};
+pub use ofp_types::FlowModCmd;
 pub use parse::{parse_flow, parse_flow_file, FlowSpec, Need};
 pub use xlate::Trace;

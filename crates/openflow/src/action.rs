@@ -16,8 +16,8 @@ use crate::error::ErrorKind;
 use crate::header::Version;
 use crate::oxm::{self, port_from_of11, port_to_of11, Flavor};
 use flow::fields::by_name;
-use ofproto::actions::ofpp;
-use ofproto::{Action, Instruction, OfPort};
+use ofp_types::actions::ofpp;
+use ofp_types::{Action, Instruction, OfPort};
 
 /// Nicira's vendor / experimenter id.
 pub const NX_VENDOR: u32 = 0x0000_2320;
@@ -50,7 +50,7 @@ pub fn ofport_from_wire(p: u32) -> Result<OfPort, ErrorKind> {
 }
 
 /// Our reserved-port enum -> OpenFlow 1.0 numbering.
-pub use ofproto::actions::ofport_number as ofport_to_wire;
+pub use ofp_types::actions::ofport_number as ofport_to_wire;
 
 fn output(port: u32, max_len: u16) -> Result<Action, ErrorKind> {
     let p = ofport_from_wire(port)?;
@@ -587,7 +587,7 @@ mod tests {
     }
 
     fn rt(v: Version, text: &str) {
-        let ins = canon(ofproto::actions::parse_actions(text).unwrap());
+        let ins = canon(ofp_types::actions::parse_actions(text).unwrap());
         let mut b = Vec::new();
         encode_instructions(v, &ins, &mut b);
         assert_eq!(b.len() % 8, 0);

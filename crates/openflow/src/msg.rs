@@ -14,8 +14,8 @@ use crate::header::{Header, Message, Version, HEADER_LEN};
 use crate::of10;
 use crate::oxm::{self, port_from_of11, port_to_of11, Flavor};
 use flow::Match;
-use ofproto::actions::ofpp;
-use ofproto::{Action, FlowModCmd, FlowSpec, Instruction};
+use ofp_types::actions::ofpp;
+use ofp_types::{Action, FlowModCmd, FlowSpec, Instruction};
 
 /// Message type numbers (1.3+ numbering; 1.0's are mapped by [`ty`]).
 pub mod t {
@@ -1736,7 +1736,7 @@ mod tests {
                 "table=3,cookie=0x5,idle_timeout=10,in_port=1,actions=drop",
                 "udp6,ipv6_src=::1,actions=dec_ttl,resubmit(,4)",
             ] {
-                let spec = ofproto::parse_flow(text, ofproto::Need::Actions).unwrap();
+                let spec = ofp_types::parse_flow(text, ofp_types::Need::Actions).unwrap();
                 let fm = FlowMod {
                     cmd: FlowModCmd::Add,
                     spec,
@@ -1766,7 +1766,7 @@ mod tests {
             let po = PacketOut {
                 buffer_id: NO_BUFFER,
                 in_port: ofpp::CONTROLLER,
-                actions: vec![Action::Output(ofproto::OfPort::Port(2))],
+                actions: vec![Action::Output(ofp_types::OfPort::Port(2))],
                 data: vec![1, 2, 3],
             };
             let b = encode_packet_out(v, 1, &po);

@@ -24,8 +24,8 @@ use crate::bytes::{Rd, Wr};
 use crate::error::ErrorKind;
 use crate::header::Version;
 use conntrack::{Nat, NatFlags, NatRange};
-use ofproto::ct::CtSpec;
-use ofproto::Action;
+use ofp_types::ct::CtSpec;
+use ofp_types::Action;
 
 pub const CT: u16 = 35;
 pub const NAT: u16 = 36;

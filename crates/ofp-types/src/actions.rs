@@ -139,7 +139,7 @@ impl fmt::Display for ParseError {
 }
 impl std::error::Error for ParseError {}
 
-pub(crate) fn perr(token: &str, reason: impl Into<String>) -> ParseError {
+pub fn perr(token: &str, reason: impl Into<String>) -> ParseError {
     ParseError { token: token.to_string(), reason: reason.into() }
 }
 
