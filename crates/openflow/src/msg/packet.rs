@@ -1,0 +1,163 @@
+//! Packets to and from the controller: PACKET_OUT and PACKET_IN (standard
+//! and Nicira NXT_PACKET_IN).
+
+use super::*;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PacketOut {
+    pub buffer_id: u32,
+    /// Our numbering.
+    pub in_port: u32,
+    pub actions: Vec<Action>,
+    pub data: Vec<u8>,
+}
+
+pub(crate) fn decode_packet_out(v: Version, rd: &mut Rd) -> Result<PacketOut, ErrorKind> {
+    let buffer_id = rd.u32()?;
+    let (in_port, alen) = match v {
+        Version::Of10 => {
+            let p = port10(rd.u16()?);
+            (p, rd.u16()? as usize)
+        }
+        Version::Of13 | Version::Of14 => {
+            let p = port11(rd.u32()?)?;
+            let l = rd.u16()? as usize;
+            rd.skip(6)?;
+            (p, l)
+        }
+        Version::Of15 => {
+            let l = rd.u16()? as usize;
+            rd.skip(2)?;
+            let m = oxm::decode_ofp_match(rd)?;
+            let f = flow::fields::by_name("in_port").expect("in_port");
+            let p = if f.get(&m.mask) != 0 { f.get(&m.key) as u32 } else { ofpp::CONTROLLER };
+            (p, l)
+        }
+    };
+    let ab = rd.bytes(alen).map_err(|_| ErrorKind::BadLen)?;
+    let (actions, _) = action::decode_actions(v, ab)?;
+    let in_port = if in_port == 0 { return Err(ErrorKind::BadRequestPort) } else { in_port };
+    Ok(PacketOut { buffer_id, in_port, actions, data: rd.rest().to_vec() })
+}
+
+/// PACKET_IN. `format` is the Nicira packet-in format (0 standard, 1
+/// NXT_PACKET_IN); 1.0 standard packet-ins carry only the in_port.
+#[allow(clippy::too_many_arguments, reason = "one field per wire field")]
+pub fn encode_packet_in(
+    v: Version,
+    xid: u32,
+    reason: u8,
+    table: u8,
+    cookie: u64,
+    in_port: u32,
+    total_len: u16,
+    data: &[u8],
+) -> Vec<u8> {
+    if v == Version::Of10 {
+        let mut out = begin(v, t::PACKET_IN, xid);
+        out.u32(NO_BUFFER);
+        out.u16(total_len);
+        out.u16(in_port as u16);
+        out.u8(reason);
+        out.u8(0);
+        out.extend_from_slice(data);
+        return end(out);
+    }
+    let mut out = begin(v, t::PACKET_IN, xid);
+    out.u32(NO_BUFFER);
+    out.u16(total_len);
+    out.u8(reason);
+    out.u8(table);
+    out.u64(cookie);
+    let mut m = Match::CATCHALL;
+    if let Some(f) = flow::fields::by_name("in_port") {
+        m.set_field(f, in_port as u128);
+    }
+    oxm::encode_ofp_match(&m, &mut out);
+    out.zeros(2);
+    out.extend_from_slice(data);
+    end(out)
+}
+
+/// Encodes a packet-out (for tests and controllers).
+pub fn encode_packet_out(v: Version, xid: u32, po: &PacketOut) -> Vec<u8> {
+    let mut out = begin(v, t::PACKET_OUT, xid);
+    out.u32(po.buffer_id);
+    let mut acts = Vec::new();
+    action::encode_actions(v, &po.actions, &mut acts);
+    match v {
+        Version::Of10 => {
+            out.u16(po.in_port as u16);
+            out.u16(acts.len() as u16);
+        }
+        Version::Of13 | Version::Of14 => {
+            out.u32(port_to_of11(po.in_port));
+            out.u16(acts.len() as u16);
+            out.zeros(6);
+        }
+        Version::Of15 => {
+            out.u16(acts.len() as u16);
+            out.zeros(2);
+            let mut m = Match::CATCHALL;
+            if let Some(f) = flow::fields::by_name("in_port") {
+                m.set_field(f, po.in_port as u128);
+            }
+            oxm::encode_ofp_match(&m, &mut out);
+        }
+    }
+    out.extend_from_slice(&acts);
+    out.extend_from_slice(&po.data);
+    end(out)
+}
+
+/// Decoded PACKET_IN (for controllers and tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PacketIn {
+    pub reason: u8,
+    pub table: u8,
+    pub cookie: u64,
+    pub in_port: u32,
+    pub total_len: u16,
+    pub data: Vec<u8>,
+}
+
+pub fn decode_packet_in(v: Version, m: &Message) -> Result<PacketIn, ErrorKind> {
+    let mut rd = Rd::new(m.bytes.get(HEADER_LEN..).unwrap_or(&[]), ErrorKind::BadLen);
+    let _buffer = rd.u32()?;
+    let total_len = rd.u16()?;
+    if v == Version::Of10 {
+        let in_port = rd.u16()? as u32;
+        let reason = rd.u8()?;
+        rd.skip(1)?;
+        return Ok(PacketIn { reason, table: 0, cookie: 0, in_port, total_len, data: rd.rest().to_vec() });
+    }
+    let reason = rd.u8()?;
+    let table = rd.u8()?;
+    let cookie = rd.u64()?;
+    let mm = oxm::decode_ofp_match(&mut rd)?;
+    rd.skip(2)?;
+    let f = flow::fields::by_name("in_port").expect("in_port");
+    Ok(PacketIn { reason, table, cookie, in_port: f.get(&mm.key) as u32, total_len, data: rd.rest().to_vec() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packet_out_and_in_round_trip() {
+        for v in Version::ALL {
+            let po = PacketOut {
+                buffer_id: NO_BUFFER,
+                in_port: ofpp::CONTROLLER,
+                actions: vec![Action::Output(ofp_types::OfPort::Port(2))],
+                data: vec![1, 2, 3],
+            };
+            let b = encode_packet_out(v, 1, &po);
+            assert_eq!(decode(&Ctx::new(v), &frame(&b)).unwrap(), Msg::PacketOut(po));
+            let pi = encode_packet_in(v, 0, 1, 0, 9, 3, 60, &[9, 9]);
+            let d = decode_packet_in(v, &frame(&pi)).unwrap();
+            assert_eq!((d.in_port, d.reason, d.data), (3, 1, vec![9, 9]));
+        }
+    }
+}
