@@ -21,6 +21,7 @@ pub mod netns;
 pub mod ofconn;
 pub mod offload;
 pub mod oflock;
+pub mod ofout;
 pub mod ovsref;
 pub mod ports;
 pub mod routes;

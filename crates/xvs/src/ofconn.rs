@@ -3,9 +3,10 @@
 //! (`<bridge>.snoop`), and controller connections (active `tcp:IP:PORT`
 //! with reconnect backoff and echo keepalive, passive `ptcp:PORT[:IP]`).
 //!
-//! Threads: one per listener, one per connection (blocking reads of
-//! framed messages; replies written under the connection's writer lock),
-//! and one housekeeping thread that delivers asynchronous messages
+//! Threads: one per listener, two per connection (blocking reads of
+//! framed messages; a writer draining the connection's bounded outgoing
+//! queue, [`crate::ofout`], so that no peer that stops reading can block
+//! another connection or housekeeping), and one housekeeping thread that delivers asynchronous messages
 //! (packet-in from the poll threads' queue, flow-removed, port-status),
 //! expires rules and follows link state and the fail mode.
 //!
@@ -13,6 +14,7 @@
 //! malformed one is answered with the spec's error carrying its first
 //! bytes, and the connection stays up unless the framing itself is lost.
 
+use crate::ofout::{OutQueue, Pushed};
 use crate::switch::{PacketInEvent, Shared};
 use anyhow::{bail, Context, Result};
 use ofproto::actions::ofpp;
@@ -239,21 +241,48 @@ struct ConnState {
 struct Conn {
     kind: Kind,
     name: String,
-    out: Mutex<Stream>,
+    /// Bounded outgoing queue, drained by the connection's writer thread
+    /// (see [`crate::ofout`]): no sender ever blocks on this peer.
+    out: OutQueue,
+    /// A handle on the socket, only to shut it down.
+    ctl: Stream,
     st: Mutex<ConnState>,
     alive: AtomicBool,
 }
 
 impl Conn {
+    /// Queues a reply to this peer's own request; a peer that asks
+    /// without reading past [`crate::ofout::REPLY_CAP`] is disconnected.
     fn send(&self, b: &[u8]) {
         if !self.alive.load(Ordering::Acquire) {
             return;
         }
-        let mut o = self.out.lock().expect("conn writer");
-        if o.write_all(b).is_err() {
-            self.alive.store(false, Ordering::Release);
-            o.shutdown();
+        if let Pushed::Overflow | Pushed::Closed = self.out.push_reply(b) {
+            eprintln!("xvs: OpenFlow peer {}: closing, it does not read its replies", self.name);
+            self.close();
         }
+    }
+
+    /// Queues an asynchronous message (snoop copy, packet-in,
+    /// flow-removed, port-status); dropped if the peer is behind.
+    fn send_async(&self, b: &[u8]) {
+        if !self.alive.load(Ordering::Acquire) {
+            return;
+        }
+        match self.out.push_async(b) {
+            Pushed::Dropped { log: true, total } => eprintln!(
+                "xvs: OpenFlow peer {} is not reading: dropped {total} asynchronous messages so far",
+                self.name
+            ),
+            Pushed::Closed => self.close(),
+            _ => {}
+        }
+    }
+
+    fn close(&self) {
+        self.alive.store(false, Ordering::Release);
+        self.out.close();
+        self.ctl.shutdown();
     }
 
     fn version(&self) -> Option<Version> {
@@ -370,8 +399,7 @@ impl OfManager {
     pub fn shutdown(&self) {
         self.own_stop.store(true, Ordering::Release);
         for c in self.conns.lock().expect("conns").iter() {
-            c.alive.store(false, Ordering::Release);
-            c.out.lock().expect("conn writer").shutdown();
+            c.close();
         }
         // Wake the accept loops, then remove the sockets.
         for kind in ["mgmt", "snoop"] {
@@ -416,11 +444,12 @@ impl OfManager {
     }
 
     fn serve_conn(&self, s: Stream, kind: Kind, name: String) {
-        let Ok(out) = s.try_clone() else { return };
+        let (Ok(mut out), Ok(ctl)) = (s.try_clone(), s.try_clone()) else { return };
         let conn = Arc::new(Conn {
             kind,
             name,
-            out: Mutex::new(out),
+            out: OutQueue::default(),
+            ctl,
             st: Mutex::new(ConnState {
                 ctx: None,
                 role: ROLE_EQUAL,
@@ -431,10 +460,20 @@ impl OfManager {
             }),
             alive: AtomicBool::new(true),
         });
+        let wc = Arc::clone(&conn);
+        let writer = std::thread::Builder::new().name("of-write".into()).spawn(move || {
+            wc.out.run_writer(&mut out);
+            wc.close();
+        });
+        if writer.is_err() {
+            return;
+        }
         self.conns.lock().expect("conns").push(Arc::clone(&conn));
         conn.send(&openflow::header::hello(&VERSIONS, self.next_xid()));
         self.read_loop(&conn, s);
+        // Let the writer flush what is queued (e.g. a final error), then stop it.
         conn.alive.store(false, Ordering::Release);
+        conn.out.close();
         self.conns.lock().expect("conns").retain(|c| !Arc::ptr_eq(c, &conn));
         if kind == Kind::Controller {
             self.update_fail_mode();
@@ -453,6 +492,12 @@ impl OfManager {
         let mut echo_sent = false;
         let mut spin_until: Option<Instant> = None;
         while conn.alive.load(Ordering::Acquire) && !self.stopping() {
+            // Flow control: a peer that does not read its replies gets no
+            // more of its requests read (this waits only on this peer).
+            if conn.out.queued_bytes() > crate::ofout::READ_PAUSE {
+                conn.out.wait_below_pause(Duration::from_secs(1));
+                continue;
+            }
             // Request/reply tools (ovs-ofctl sends each flow mod with a
             // barrier and waits) answer within microseconds: poll briefly
             // before sleeping, which saves a cross-CPU wakeup per message.
@@ -561,7 +606,7 @@ impl OfManager {
     fn snoop(&self, bytes: &[u8]) {
         let conns = self.conns.lock().expect("conns").clone();
         for c in conns.iter().filter(|c| c.kind == Kind::Snoop && c.version().is_some()) {
-            c.send(bytes);
+            c.send_async(bytes);
         }
     }
 
@@ -757,7 +802,7 @@ impl OfManager {
             let conns = self.conns.lock().expect("conns").clone();
             for c in conns.iter().filter(|c| c.wants_async()) {
                 let (Some(v), nxm) = (c.version(), c.st.lock().expect("conn state").nxm) else { continue };
-                c.send(&msg::encode_flow_removed(v, self.next_xid(), r.reason, &fs, nxm));
+                c.send_async(&msg::encode_flow_removed(v, self.next_xid(), r.reason, &fs, nxm));
             }
         }
     }
@@ -1065,7 +1110,7 @@ impl OfManager {
             if let Some(v) = c.version() {
                 let b = build(v);
                 self.snoop(&b);
-                c.send(&b);
+                c.send_async(&b);
             }
         }
     }
@@ -1207,7 +1252,7 @@ impl OfManager {
                 data,
             );
             self.snoop(&b);
-            c.send(&b);
+            c.send_async(&b);
             sent = true;
         }
         if !sent {
@@ -1439,11 +1484,17 @@ pub(crate) fn read_sys(dev: &str, what: &str) -> Option<String> {
     std::fs::read_to_string(format!("/sys/class/net/{dev}/{what}")).ok().map(|s| s.trim().to_string())
 }
 
+/// A device's carrier: `None` when it is not known, which callers treat
+/// as "no change". The kernel answers EINVAL for a device that is
+/// administratively down (no carrier); any other failure (EMFILE when
+/// many peers hold descriptors, ENOMEM) says nothing about the link and
+/// must not turn into "link down".
 pub(crate) fn read_carrier(dev: &str) -> Option<bool> {
-    if std::fs::metadata(format!("/sys/class/net/{dev}")).is_err() {
-        return None;
+    match std::fs::read_to_string(format!("/sys/class/net/{dev}/carrier")) {
+        Ok(s) => Some(s.trim() == "1"),
+        Err(e) if e.raw_os_error() == Some(22) => Some(false),
+        Err(_) => None,
     }
-    Some(read_sys(dev, "carrier").as_deref() == Some("1"))
 }
 
 pub(crate) fn read_mac(dev: &str) -> Option<[u8; 6]> {
