@@ -7,7 +7,9 @@ set -euo pipefail
 # ovsdb-server (with the Open_vSwitch schema) that the tests drive xvs with.
 # python3-prometheus-client: the real Prometheus text parser the metrics
 # test reads xvs's /metrics with.
-need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client)
+# dpdk-dev: dpdk-testpmd, the virtio-net frontend (net_virtio_user) the
+# vhost-user port is tested against (it runs with --no-huge: no hugepages).
+need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client dpdk-dev)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

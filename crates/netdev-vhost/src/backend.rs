@@ -1,0 +1,84 @@
+//! The vhost-user device model: features offered to the frontend, and the
+//! hand-over of the vrings to the polling port.
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Mutex;
+
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VringRwLock};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+
+/// State shared between the message loop and the polling port.
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub connected: AtomicBool,
+    pub connects: AtomicU64,
+    /// The device's vrings, known from the first event the loop delivers.
+    pub vrings: Mutex<Vec<VringRwLock>>,
+    pub shutdown: Mutex<Option<ShutdownHandle>>,
+    pub last_error: Mutex<String>,
+}
+
+#[derive(Clone)]
+pub(crate) struct NetBackend {
+    shared: std::sync::Arc<Shared>,
+}
+
+impl NetBackend {
+    pub fn new(shared: std::sync::Arc<Shared>) -> Self {
+        NetBackend { shared }
+    }
+}
+
+impl VhostUserBackend for NetBackend {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        2
+    }
+
+    fn max_queue_size(&self) -> usize {
+        1024
+    }
+
+    fn features(&self) -> u64 {
+        (1 << VIRTIO_F_VERSION_1) | (1 << VIRTIO_NET_F_MRG_RXBUF) | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::REPLY_ACK
+    }
+
+    fn set_event_idx(&self, _enabled: bool) {}
+
+    /// Lets the device's event thread end when the connection's device is
+    /// dropped (without it, dropping would wait forever).
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
+    }
+
+    fn update_memory(&self, _mem: GuestMemoryAtomic<GuestMemoryMmap<()>>) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// A kick: the port polls, so the only use of an event is to learn the
+    /// vrings (delivered with every event).
+    fn handle_event(
+        &self,
+        _device_event: u16,
+        _evset: EventSet,
+        vrings: &[VringRwLock],
+        _thread_id: usize,
+    ) -> std::io::Result<()> {
+        let mut v = self.shared.vrings.lock().unwrap();
+        if v.len() != vrings.len() {
+            *v = vrings.to_vec();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! The vhost-user port against a frontend no one here wrote: DPDK's
+//! `dpdk-testpmd` with a `net_virtio_user` vdev in server mode (it owns the
+//! socket, as QEMU does for `dpdkvhostuserclient`). Needs root and
+//! `dpdk-testpmd` (Debian's dpdk-dev); DPDK runs with `--no-huge`, its
+//! memory shared with the port through memfd file descriptors, so no
+//! hugepages are reserved.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use netdev::{Netdev, Packet};
+use netdev_vhost::VhostUserClientPort;
+
+/// A running testpmd, driven through its interactive prompt.
+struct Testpmd {
+    child: Child,
+    stdin: ChildStdin,
+    out: Arc<Mutex<String>>,
+    prefix: String,
+    sock: PathBuf,
+}
+
+impl Testpmd {
+    fn start(sock: &Path, prefix: &str) -> Testpmd {
+        let vdev = format!("net_virtio_user0,path={},server=1,queues=1", sock.display());
+        let args = [
+            "-l",
+            "0,1",
+            "--no-huge",
+            "-m",
+            "256",
+            "--no-pci",
+            "--file-prefix",
+            prefix,
+            "--vdev",
+            &vdev,
+            "--",
+            "-i",
+            "--total-num-mbufs=4096",
+            "--txd=256",
+            "--rxd=256",
+        ];
+        eprintln!("dpdk-testpmd {}", args.join(" "));
+        // testpmd's stdout is a pipe here: unbuffer it to see replies.
+        let mut child = Command::new("stdbuf")
+            .args(["-o0", "dpdk-testpmd"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dpdk-testpmd");
+        let out = Arc::new(Mutex::new(String::new()));
+        for r in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let o = out.clone();
+            std::thread::spawn(move || {
+                let mut r = r;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = r.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    o.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let stdin = child.stdin.take().unwrap();
+        Testpmd { child, stdin, out, prefix: prefix.to_string(), sock: sock.to_path_buf() }
+    }
+
+    fn cmd(&mut self, c: &str) {
+        writeln!(self.stdin, "{c}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Waits until the output contains `needle` after byte `from`.
+    fn wait_for(&self, needle: &str, from: usize, secs: u64) -> bool {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            if self.output()[from.min(self.output().len())..].contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// `show port stats 0` -> (RX-packets, TX-packets).
+    fn port_stats(&mut self) -> (u64, u64) {
+        let from = self.output().len();
+        self.cmd("show port stats 0");
+        assert!(self.wait_for("Throughput (since last show)", from, 10), "no stats:\n{}", self.output());
+        let o = self.output()[from..].to_string();
+        let num = |key: &str| -> u64 {
+            let i = o.find(key).unwrap_or_else(|| panic!("{key} missing in {o}")) + key.len();
+            o[i..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        (num("RX-packets:"), num("TX-packets:"))
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn usable() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false);
+    let have =
+        Command::new("dpdk-testpmd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !root || !have {
+        eprintln!("skipped: needs root and dpdk-testpmd (apt-get install dpdk-dev)");
+    }
+    root && have
+}
+
+fn sock_path(name: &str) -> PathBuf {
+    let p = PathBuf::from(format!("/tmp/xvs-vhost-{name}-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn wait_connected(port: &VhostUserClientPort, pmd: &Testpmd, secs: u64) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !port.is_connected() {
+        assert!(Instant::now() < end, "port never came up ({}); testpmd said:\n{}", port.last_error(), pmd.output());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls the port for `dur`, counting what it receives.
+fn receive_for(port: &mut VhostUserClientPort, dur: Duration) -> u64 {
+    let end = Instant::now() + dur;
+    let mut got = 0;
+    let mut v = Vec::new();
+    while Instant::now() < end {
+        v.clear();
+        got += port.rx_batch(0, &mut v, 32).unwrap() as u64;
+        if v.is_empty() {
+            std::thread::yield_now();
+        }
+    }
+    got
+}
+
+fn frame(i: u32) -> Packet {
+    let mut f = vec![0u8; 64];
+    f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    f[14..18].copy_from_slice(&i.to_be_bytes());
+    Packet::from_slice(&f)
+}
+
+/// Sends `n` frames; a frame the guest had no free receive buffer for is
+/// dropped and counted by the port, then sent again (a bounded number of
+/// times: testpmd shares two cores with everything else here).
+fn send(port: &mut VhostUserClientPort, n: u32) {
+    for i in 0..n {
+        for _ in 0..1000 {
+            let d = port.stats().tx_dropped;
+            port.tx_batch(&mut vec![frame(i)]).unwrap();
+            if port.stats().tx_dropped == d {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// testpmd -> port (txonly) and port -> testpmd (rxonly), counted at both ends.
+fn exchange(port: &mut VhostUserClientPort, pmd: &mut Testpmd, label: &str) {
+    pmd.cmd("set fwd txonly");
+    pmd.cmd("start");
+    let got = receive_for(port, Duration::from_millis(700));
+    pmd.cmd("stop");
+    std::thread::sleep(Duration::from_millis(200));
+    got_more(port, &mut Vec::new());
+    let (_, pmd_tx) = pmd.port_stats();
+    let st = port.stats();
+    eprintln!("{label}: testpmd TX-packets {pmd_tx}, port rx_packets {} (this round {got})", st.rx_packets);
+    assert!(got > 0, "{label}: port received nothing; testpmd:\n{}", pmd.output());
+
+    pmd.cmd("clear port stats 0");
+    pmd.cmd("set fwd rxonly");
+    pmd.cmd("start");
+    std::thread::sleep(Duration::from_millis(200));
+    let before = port.stats().tx_packets;
+    let dropped_before = port.stats().tx_dropped;
+    send(port, 1000);
+    std::thread::sleep(Duration::from_millis(300));
+    let (pmd_rx, _) = pmd.port_stats();
+    pmd.cmd("stop");
+    let st = port.stats();
+    let sent = st.tx_packets - before;
+    eprintln!(
+        "{label}: port tx_packets +{sent} (tx_dropped +{}), testpmd RX-packets {pmd_rx}",
+        st.tx_dropped - dropped_before
+    );
+    assert!(sent > 0, "{label}: port sent nothing");
+    assert_eq!(pmd_rx, sent, "{label}: testpmd counted what the port sent");
+}
+
+fn got_more(port: &mut VhostUserClientPort, v: &mut Vec<Packet>) {
+    while port.rx_batch(0, v, 32).unwrap() > 0 {
+        v.clear();
+    }
+}
+
+#[test]
+fn vhost_testpmd_both_directions() {
+    if !usable() {
+        return;
+    }
+    let sock = sock_path("both");
+    let mut pmd = Testpmd::start(&sock, "xvsvh-both");
+    let mut port = VhostUserClientPort::new("vh-both", &sock).unwrap();
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.output());
+    wait_connected(&port, &pmd, 10);
+    exchange(&mut port, &mut pmd, "both");
+    assert_eq!(port.offload_refused(), 0);
+}
+
+#[test]
+fn vhost_testpmd_reconnect() {
+    if !usable() {
+        return;
+    }
+    let sock = sock_path("reconn");
+    let mut pmd = Testpmd::start(&sock, "xvsvh-reconn");
+    let mut port = VhostUserClientPort::new("vh-reconn", &sock).unwrap();
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.output());
+    wait_connected(&port, &pmd, 10);
+    exchange(&mut port, &mut pmd, "first");
+
+    pmd.kill();
+    let end = Instant::now() + Duration::from_secs(5);
+    while port.is_connected() {
+        assert!(Instant::now() < end, "port still up after the frontend died");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Link down: sends are dropped and counted, nothing blocks.
+    let d = port.stats().tx_dropped;
+    port.tx_batch(&mut (0..5).map(frame).collect()).unwrap();
+    assert_eq!(port.stats().tx_dropped, d + 5);
+
+    let _ = std::fs::remove_file(&sock);
+    let mut pmd = Testpmd::start(&sock, "xvsvh-reconn");
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not restart:\n{}", pmd.output());
+    wait_connected(&port, &pmd, 10);
+    assert!(port.connects() >= 2);
+    exchange(&mut port, &mut pmd, "after restart");
+}
+
+#[test]
+fn vhost_bad_socket_path() {
+    for bad in ["", "relative.sock", "/nonexistent-xvs-dir/x.sock", "/etc/passwd"] {
+        let e = VhostUserClientPort::new("vh-bad", Path::new(bad)).err().expect("refused");
+        let msg = e.to_string();
+        assert!(msg.contains("vhost-server-path"), "{bad}: {msg}");
+        eprintln!("{bad:?}: {msg}");
+    }
+}
