@@ -334,6 +334,15 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
                     finish(out, s);
                     continue;
                 }
+                // mod_vlan_pcp as OpenFlow 1.0's own SET_VLAN_PCP (it
+                // decodes to this write), not as a Nicira load.
+                if of10 && field.name == "vlan_tci" && *mask == 0xf000 && value & 0x1000 != 0 {
+                    let s = simple(out, 2);
+                    out.u8((*value >> 13) as u8);
+                    out.zeros(3);
+                    finish(out, s);
+                    continue;
+                }
                 // OpenFlow 1.0's own actions for whole-field writes, as
                 // ovs-ofctl sends mod_dl_src, mod_nw_dst, mod_tp_dst... (not
                 // Nicira REG_LOAD2), so they are echoed as they came.
@@ -614,6 +623,52 @@ mod tests {
             let mut again = Vec::new();
             encode_actions(v, &acts, &mut again);
             assert_eq!(again, b, "{v:?}");
+        }
+    }
+
+    /// NXAST_REG_LOAD2 in Open vSwitch's layout: the 10-byte Nicira
+    /// header, the TLV right after it, the action padded to 8. The bytes
+    /// were checked with OVS 3.1's decoder (`ovs-ofctl ofp-print` of a
+    /// 1.3 packet-out carrying them prints `set_field:0x5/0xff->pkt_mark`
+    /// and `set_field:0x5->pkt_mark`). A masked write is encoded exactly
+    /// so; a whole-field write goes out as a standard set_field with the
+    /// NXM header (as OVS sends it; `ofp-print` prints the same text).
+    #[test]
+    fn reg_load2_is_byte_compatible_with_ovs() {
+        let unhex = |h: &str| -> Vec<u8> {
+            (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect()
+        };
+        let pkt_mark = flow::fields::by_name("pkt_mark").unwrap();
+        for (hex, value, mask, back) in [
+            ("ffff00180000232000210001430800000005000000ff0000", 5u128, 0xffu128, None),
+            (
+                "ffff0018000023200021000142040000000500000000000000",
+                5,
+                0xffff_ffff,
+                Some("00190010000142040000000500000000"),
+            ),
+        ] {
+            let bytes = unhex(&hex[..48]);
+            let want = Action::SetField { field: pkt_mark, value, mask };
+            for v in [Version::Of13, Version::Of14] {
+                let (acts, _) = decode_actions(v, &bytes).unwrap();
+                assert_eq!(acts, vec![want.clone()], "{v:?} decode {hex}");
+                let mut out = Vec::new();
+                encode_actions(v, &[want.clone()], &mut out);
+                assert_eq!(out, back.map(unhex).unwrap_or(bytes.clone()), "{v:?} encode");
+            }
+        }
+    }
+
+    /// OpenFlow 1.0's mod_vlan_vid / mod_vlan_pcp come back as the 1.0
+    /// actions (types 1 and 2), not as Nicira loads.
+    #[test]
+    fn of10_vlan_actions_keep_their_encoding() {
+        for (bytes, name) in [([0u8, 1, 0, 8, 0, 7, 0, 0], "vid"), ([0, 2, 0, 8, 3, 0, 0, 0], "pcp")] {
+            let (acts, _) = decode_actions(Version::Of10, &bytes).unwrap();
+            let mut out = Vec::new();
+            encode_actions(Version::Of10, &acts, &mut out);
+            assert_eq!(out, bytes, "mod_vlan_{name}");
         }
     }
 

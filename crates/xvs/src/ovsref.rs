@@ -151,6 +151,15 @@ impl Sut {
         Sut { child: Some(child), run_dir, bridge: bridge.into(), ovs: None }
     }
 
+    /// Open vSwitch 3.1 whatever `XVS_SWITCH` says: the reference beside
+    /// an xvs [`Sut`] in tests that compare the two dumps for one input
+    /// (OVS's netdev datapath device has a fixed name: one such test at a
+    /// time per machine).
+    pub fn start_ovs(tag: &str, bridge: &str, ports: &[&str]) -> Sut {
+        let o = Ovs::start(tag, bridge, ports).expect("Open vSwitch starts");
+        Sut { child: None, run_dir: o.run_dir.clone(), bridge: bridge.into(), ovs: Some(o) }
+    }
+
     pub fn is_ovs(&self) -> bool {
         self.ovs.is_some()
     }
@@ -217,4 +226,30 @@ impl Drop for Sut {
             let _ = std::fs::remove_dir_all(&self.run_dir);
         }
     }
+}
+
+/// An `ovs-ofctl dump-flows/dump-groups/dump-meters` output with what
+/// differs between two switches holding the same state removed: durations,
+/// ages and packet/byte counters; the reply header line; blank lines.
+/// Sorted: OVS dumps flows in its classifier's order, not by priority.
+pub fn normalise_dump(dump: &str) -> Vec<String> {
+    let mut v: Vec<String> = dump
+        .lines()
+        .filter(|l| {
+            !l.trim().is_empty() && !l.contains("_REPLY") && !l.starts_with("OFPST_") && !l.starts_with("NXST_")
+        })
+        .map(|l| {
+            l.trim()
+                .split(", ")
+                .filter(|w| {
+                    !["duration=", "n_packets=", "n_bytes=", "idle_age=", "hard_age=", "packet_count=", "byte_count="]
+                        .iter()
+                        .any(|p| w.starts_with(p))
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .collect();
+    v.sort();
+    v
 }
