@@ -353,14 +353,12 @@ impl OfManager {
         }
         for (listener, kind) in [(mgmt, Kind::Service), (snoop, Kind::Snoop)] {
             let mm = Arc::clone(&m);
+            let what = format!("{}.{}", mm.sh.bridge, if kind == Kind::Snoop { "snoop" } else { "mgmt" });
             std::thread::Builder::new().name(format!("of-{kind:?}")).spawn(move || {
-                for s in listener.incoming() {
-                    if mm.stopping() {
-                        break;
-                    }
-                    if let Ok(s) = s {
-                        mm.spawn_conn(Stream::Unix(s), kind, "unix".into());
-                    }
+                let l = Limit::new(what);
+                let mut accept = || listener.accept().map(|(s, _)| s);
+                while let Some(s) = mm.accept_next(&mut accept, &l) {
+                    mm.spawn_conn(Stream::Unix(s), kind, "unix".into(), l.slot());
                 }
             })?;
         }
@@ -372,15 +370,12 @@ impl OfManager {
                 let l = TcpListener::bind(&addr).with_context(|| format!("controller: listening on {addr}"))?;
                 m.passive.lock().expect("passive").push(addr.clone());
                 std::thread::Builder::new().name("of-passive".into()).spawn(move || {
-                    for s in l.incoming() {
-                        if mm.stopping() {
-                            break;
-                        }
-                        if let Ok(s) = s {
-                            let name = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                            let _ = s.set_nodelay(true);
-                            mm.spawn_conn(Stream::Tcp(s), Kind::Controller, name);
-                        }
+                    let lim = Limit::new(format!("ptcp:{addr}"));
+                    let mut accept = || l.accept().map(|(s, _)| s);
+                    while let Some(s) = mm.accept_next(&mut accept, &lim) {
+                        let name = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                        let _ = s.set_nodelay(true);
+                        mm.spawn_conn(Stream::Tcp(s), Kind::Controller, name, lim.slot());
                     }
                 })?;
             }
@@ -438,9 +433,38 @@ impl OfManager {
         }
     }
 
-    fn spawn_conn(self: &Arc<Self>, s: Stream, kind: Kind, name: String) {
+    /// Accepts the listener's next connection that fits under its
+    /// [`Limit`]: connections past the limit are closed at once (one log
+    /// line each time the limit is reached), and a failing accept (EMFILE,
+    /// ENFILE, ENOMEM: local resource exhaustion) backs off 100 ms instead
+    /// of spinning. `None` when the bridge stops.
+    fn accept_next<S>(&self, accept: &mut impl FnMut() -> std::io::Result<S>, lim: &Limit) -> Option<S> {
+        loop {
+            let r = accept();
+            if self.stopping() {
+                return None;
+            }
+            match r {
+                Ok(s) => {
+                    if lim.try_take() {
+                        return Some(s);
+                    }
+                    drop(s);
+                }
+                Err(e) => {
+                    lim.log_error(&e);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    fn spawn_conn(self: &Arc<Self>, s: Stream, kind: Kind, name: String, slot: Slot) {
         let me = Arc::clone(self);
-        let _ = std::thread::Builder::new().name("of-conn".into()).spawn(move || me.serve_conn(s, kind, name));
+        let _ = std::thread::Builder::new().name("of-conn".into()).spawn(move || {
+            me.serve_conn(s, kind, name);
+            drop(slot);
+        });
     }
 
     fn serve_conn(&self, s: Stream, kind: Kind, name: String) {
@@ -1508,4 +1532,83 @@ pub(crate) fn read_mac(dev: &str) -> Option<[u8; 6]> {
 
 pub(crate) fn read_speed(dev: &str) -> u64 {
     read_sys(dev, "speed").and_then(|s| s.parse::<i64>().ok()).filter(|&s| s > 0).unwrap_or(10_000) as u64
+}
+
+/// Connections one listener serves at once. Each connection costs two
+/// threads (reader, writer) and two descriptors; 1,000 per listener keeps
+/// a bridge's worst case (mgmt + snoop + a ptcp listener) near 6,000
+/// threads, well inside default kernel limits, while being far more than
+/// any real deployment opens (a handful of controllers and tools).
+pub const MAX_CONNS_PER_LISTENER: usize = 1000;
+
+/// One listener's connection count and its log rate limits.
+struct Limit {
+    what: String,
+    n: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether "limit reached" was logged since the count last dropped below it.
+    full_logged: AtomicBool,
+    last_err_log: Mutex<Option<Instant>>,
+}
+
+/// A connection's place under its listener's [`Limit`], given back on drop.
+struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Limit {
+    fn new(what: String) -> Limit {
+        Limit { what, n: Arc::default(), full_logged: AtomicBool::new(false), last_err_log: Mutex::new(None) }
+    }
+
+    /// Counts one more connection if it fits; logs once when the limit is reached.
+    fn try_take(&self) -> bool {
+        let n = self.n.fetch_add(1, Ordering::AcqRel);
+        if n < MAX_CONNS_PER_LISTENER {
+            self.full_logged.store(false, Ordering::Relaxed);
+            return true;
+        }
+        self.n.fetch_sub(1, Ordering::AcqRel);
+        if !self.full_logged.swap(true, Ordering::Relaxed) {
+            eprintln!("xvs: {}: {MAX_CONNS_PER_LISTENER} connections open, refusing more until some close", self.what);
+        }
+        false
+    }
+
+    /// The slot of the connection [`Limit::try_take`] just counted.
+    fn slot(&self) -> Slot {
+        Slot(Arc::clone(&self.n))
+    }
+
+    fn log_error(&self, e: &std::io::Error) {
+        let mut last = self.last_err_log.lock().expect("limit log");
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            *last = Some(Instant::now());
+            eprintln!("xvs: {}: accept failed ({e}); retrying every 100 ms", self.what);
+        }
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn limit_counts_and_slots_give_back() {
+        let l = Limit::new("t".into());
+        let mut slots: Vec<Slot> = (0..MAX_CONNS_PER_LISTENER)
+            .map(|_| {
+                assert!(l.try_take());
+                l.slot()
+            })
+            .collect();
+        assert!(!l.try_take());
+        assert!(!l.try_take());
+        slots.pop();
+        assert!(l.try_take());
+        assert!(!l.try_take());
+    }
 }

@@ -211,3 +211,59 @@ fn stalled_monitor_does_not_block_expiry_or_port_status() {
     good.stderr.take().unwrap().read_to_string(&mut text).unwrap();
     assert!(text.contains("PORT_STATUS") && text.contains(&hs[1].port), "the reading monitor saw: {text}");
 }
+
+/// Raises this process's descriptor limit (root may), so it and the
+/// switch it starts can hold a few thousand connections.
+fn raise_nofile(n: u64) {
+    let pid = std::process::id().to_string();
+    let _ = Command::new("prlimit").args(["--pid", &pid, &format!("--nofile={n}:{n}")]).status();
+}
+
+/// Whether the switch closed this connection (it was over the limit):
+/// reads EOF (after the switch's HELLO, if any) within a second.
+fn closed_by_switch(s: &mut UnixStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(1000))).unwrap();
+    let mut buf = [0u8; 64];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// About 2,000 idle connections held open (1,000 on snoop, the mgmt
+/// listener filled to its limit and beyond): connections past the limit
+/// are closed at once, forwarding goes on, and once a few idle ones close
+/// `ovs-ofctl add-flow` / `dump-flows` answer.
+#[test]
+fn idle_connection_flood_is_limited_and_the_switch_keeps_working() {
+    raise_nofile(20000);
+    let hs = hosts("fl", 2);
+    let d = Daemon::start("fl", &[&hs[0], &hs[1]]);
+    let limit = xvs::ofconn::MAX_CONNS_PER_LISTENER;
+    let t0 = Instant::now();
+    let snoops: Vec<UnixStream> = (0..limit).map(|_| stalled_client(&d.sock("snoop"), false)).collect();
+    let mut mgmt: Vec<UnixStream> = (0..limit).map(|_| stalled_client(&d.sock("mgmt"), false)).collect();
+    println!("opened {} idle connections in {:?}", snoops.len() + mgmt.len(), t0.elapsed());
+    // Past the limit: closed by the switch.
+    let mut extra: Vec<UnixStream> = (0..20).map(|_| UnixStream::connect(d.sock("mgmt")).unwrap()).collect();
+    let refused = extra.iter_mut().map(closed_by_switch).filter(|&c| c).count();
+    println!("{refused} of 20 connections past the limit closed by the switch");
+    assert_eq!(refused, 20, "connections past the limit are closed");
+    // Forwarding goes on meanwhile (the default table is NORMAL).
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
+    // Free a few mgmt slots: ovs-ofctl works again, within bounded time.
+    mgmt.truncate(limit - 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let lim = Duration::from_secs(30);
+    let (ok, _, took) = d.ofctl_within(lim, &["add-flow", "priority=9,ip,nw_dst=10.9.9.9,actions=drop"]);
+    println!("add-flow with {} idle connections: {took:?}", snoops.len() + mgmt.len());
+    assert!(ok);
+    let (ok, dump, took) = d.ofctl_within(lim, &["dump-flows"]);
+    println!("dump-flows with {} idle connections: {took:?}", snoops.len() + mgmt.len());
+    assert!(ok && dump.contains("nw_dst=10.9.9.9"), "{dump}");
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
+}
