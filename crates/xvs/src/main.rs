@@ -56,9 +56,10 @@ enum Cmd {
         /// without it the bridge has one rule: priority=0,actions=NORMAL.
         #[arg(long)]
         flows: Option<PathBuf>,
-        /// OpenFlow controller: tcp:IP:PORT (connect, reconnect with backoff)
-        /// or ptcp:PORT[:IP] (listen). Repeatable. With a controller the
-        /// bridge starts with an empty flow table.
+        /// OpenFlow controller: tcp:IP[:PORT] or unix:PATH (connect,
+        /// reconnect with backoff), ptcp:[PORT][:IP] or punix:PATH (listen);
+        /// IPv6 in brackets (tcp:[::1]:6653). Repeatable. With a controller
+        /// the bridge starts with an empty flow table.
         #[arg(long = "controller")]
         controllers: Vec<String>,
         /// While no controller is connected: standalone (act as a learning

@@ -1,7 +1,8 @@
 //! The OpenFlow connection manager: the per-bridge management socket that
 //! `ovs-ofctl` talks to (`<run-dir>/<bridge>.mgmt`), the snoop socket
 //! (`<bridge>.snoop`), and controller connections (active `tcp:IP:PORT`
-//! with reconnect backoff and echo keepalive, passive `ptcp:PORT[:IP]`).
+//! or `unix:PATH` with reconnect backoff and echo keepalive, passive
+//! `ptcp:PORT[:IP]` or `punix:PATH`).
 //!
 //! Threads: one per listener, two per connection (blocking reads of
 //! framed messages; a writer draining the connection's bounded outgoing
@@ -52,7 +53,7 @@ impl FailMode {
 #[derive(Clone, Debug)]
 pub struct OfConfig {
     pub dpid: u64,
-    /// `tcp:IP:PORT` (active) or `ptcp:PORT[:IP]` (passive).
+    /// Targets as [`parse_target`] reads them.
     pub controllers: Vec<String>,
     pub fail_mode: FailMode,
     pub run_dir: PathBuf,
@@ -78,13 +79,35 @@ fn target_port(s: &str, what: &str) -> Result<u16> {
     s.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| anyhow::anyhow!("{what}: bad port '{s}'"))
 }
 
+/// A controller target: where to connect (active) or listen (passive).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `tcp:`: a socket address (`IP:PORT`, IPv6 bracketed).
+    Tcp(String),
+    /// `ptcp:`: the address to listen on.
+    Ptcp(String),
+    /// `unix:PATH`: connect to a Unix socket.
+    Unix(PathBuf),
+    /// `punix:PATH`: listen on a Unix socket.
+    Punix(PathBuf),
+}
+
 /// Parses a controller target in Open vSwitch's syntax: `tcp:IP[:PORT]`
 /// (connect) or `ptcp:[PORT][:IP]` (listen), IPv6 addresses in brackets
-/// (`tcp:[::1]:6653`, `ptcp:6653:[::1]`), port 6653 by default. Returns
-/// whether the target is active and the socket address (`IP:PORT`, IPv6
-/// bracketed). Anything else is refused with a message naming the target.
-pub fn parse_target(s: &str) -> Result<(bool, String)> {
+/// (`tcp:[::1]:6653`, `ptcp:6653:[::1]`), port 6653 by default, and
+/// `unix:PATH` / `punix:PATH`. Anything else is refused with a message
+/// naming the target.
+pub fn parse_target(s: &str) -> Result<Target> {
     let what = format!("controller '{s}'");
+    for (prefix, active) in [("unix:", true), ("punix:", false)] {
+        if let Some(path) = s.strip_prefix(prefix) {
+            if path.is_empty() {
+                bail!("{what}: expected {prefix}PATH");
+            }
+            let path = PathBuf::from(path);
+            return Ok(if active { Target::Unix(path) } else { Target::Punix(path) });
+        }
+    }
     if let Some(rest) = s.strip_prefix("tcp:") {
         // IP, or IP:PORT; a bracketed IPv6 address may carry colons.
         let (ip, port) = match rest.rfind(']') {
@@ -100,7 +123,7 @@ pub fn parse_target(s: &str) -> Result<(bool, String)> {
         }
         let ip = target_ip(ip, &what)?;
         let port = port.map(|p| target_port(p, &what)).transpose()?.unwrap_or(6653);
-        Ok((true, std::net::SocketAddr::new(ip, port).to_string()))
+        Ok(Target::Tcp(std::net::SocketAddr::new(ip, port).to_string()))
     } else if let Some(rest) = s.strip_prefix("ptcp:") {
         let (port, ip) = match rest.split_once(':') {
             Some((p, ip)) => (p, Some(ip)),
@@ -111,31 +134,41 @@ pub fn parse_target(s: &str) -> Result<(bool, String)> {
             Some(ip) => target_ip(ip, &what)?,
             None => std::net::Ipv4Addr::UNSPECIFIED.into(),
         };
-        Ok((false, std::net::SocketAddr::new(ip, port).to_string()))
-    } else if s.starts_with("unix:") || s.starts_with("punix:") || s.starts_with("ssl:") || s.starts_with("pssl:") {
-        bail!("{what}: only tcp: and ptcp: controllers are supported (ovs-ofctl reaches the bridge's .mgmt socket)")
+        Ok(Target::Ptcp(std::net::SocketAddr::new(ip, port).to_string()))
+    } else if s.starts_with("ssl:") || s.starts_with("pssl:") {
+        bail!("{what}: ssl: and pssl: controllers are not supported (use tcp:, ptcp:, unix: or punix:)")
     } else {
-        bail!("{what}: not tcp:IP[:PORT] or ptcp:[PORT][:IP]")
+        bail!("{what}: not tcp:IP[:PORT], ptcp:[PORT][:IP], unix:PATH or punix:PATH")
     }
 }
 
 #[cfg(test)]
 mod target_tests {
-    use super::parse_target;
+    use super::{parse_target, Target};
+    use std::path::PathBuf;
+
+    fn tcp(a: &str) -> Target {
+        Target::Tcp(a.into())
+    }
+    fn ptcp(a: &str) -> Target {
+        Target::Ptcp(a.into())
+    }
 
     #[test]
     fn ovs_target_syntax() {
-        assert_eq!(parse_target("tcp:127.0.0.1:6653").unwrap(), (true, "127.0.0.1:6653".into()));
-        assert_eq!(parse_target("tcp:127.0.0.1").unwrap(), (true, "127.0.0.1:6653".into()));
-        assert_eq!(parse_target("tcp:[::1]:6654").unwrap(), (true, "[::1]:6654".into()));
-        assert_eq!(parse_target("tcp:[::1]").unwrap(), (true, "[::1]:6653".into()));
-        assert_eq!(parse_target("ptcp:6653").unwrap(), (false, "0.0.0.0:6653".into()));
-        assert_eq!(parse_target("ptcp:").unwrap(), (false, "0.0.0.0:6653".into()));
-        assert_eq!(parse_target("ptcp:6653:[::1]").unwrap(), (false, "[::1]:6653".into()));
-        assert_eq!(parse_target("ptcp:6653:127.0.0.1").unwrap(), (false, "127.0.0.1:6653".into()));
+        assert_eq!(parse_target("tcp:127.0.0.1:6653").unwrap(), tcp("127.0.0.1:6653"));
+        assert_eq!(parse_target("tcp:127.0.0.1").unwrap(), tcp("127.0.0.1:6653"));
+        assert_eq!(parse_target("tcp:[::1]:6654").unwrap(), tcp("[::1]:6654"));
+        assert_eq!(parse_target("tcp:[::1]").unwrap(), tcp("[::1]:6653"));
+        assert_eq!(parse_target("ptcp:6653").unwrap(), ptcp("0.0.0.0:6653"));
+        assert_eq!(parse_target("ptcp:").unwrap(), ptcp("0.0.0.0:6653"));
+        assert_eq!(parse_target("ptcp:6653:[::1]").unwrap(), ptcp("[::1]:6653"));
+        assert_eq!(parse_target("ptcp:6653:127.0.0.1").unwrap(), ptcp("127.0.0.1:6653"));
+        assert_eq!(parse_target("unix:/run/c.sock").unwrap(), Target::Unix(PathBuf::from("/run/c.sock")));
+        assert_eq!(parse_target("punix:/run/l.sock").unwrap(), Target::Punix(PathBuf::from("/run/l.sock")));
         // Every parsed address is one the socket layer takes.
         for t in ["tcp:[::1]:6654", "ptcp:6653:[::1]", "tcp:10.0.0.1"] {
-            let (_, a) = parse_target(t).unwrap();
+            let (Target::Tcp(a) | Target::Ptcp(a)) = parse_target(t).unwrap() else { panic!("{t}") };
             assert!(a.parse::<std::net::SocketAddr>().is_ok(), "{t} -> {a}");
         }
         for bad in [
@@ -147,6 +180,9 @@ mod target_tests {
             "udp:1.2.3.4",
             "tcp:",
             "ptcp:99999",
+            "unix:",
+            "punix:",
+            "ssl:1.2.3.4:6653",
         ] {
             let e = parse_target(bad).unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");
@@ -317,7 +353,7 @@ pub struct OfManager {
     /// Set by [`OfManager::shutdown`] (this bridge only; `stop` is the process's).
     own_stop: AtomicBool,
     /// Passive controller listeners, to wake their accept on shutdown.
-    passive: Mutex<Vec<String>>,
+    passive: Mutex<Vec<Target>>,
 }
 
 impl OfManager {
@@ -362,13 +398,24 @@ impl OfManager {
                 }
             })?;
         }
-        for (active, addr) in targets {
+        for target in targets {
             let mm = Arc::clone(&m);
-            if active {
-                std::thread::Builder::new().name("of-active".into()).spawn(move || mm.run_active(&addr))?;
-            } else {
+            if let Target::Tcp(_) | Target::Unix(_) = target {
+                std::thread::Builder::new().name("of-active".into()).spawn(move || mm.run_active(&target))?;
+            } else if let Target::Punix(path) = target {
+                let l = bind_unix(&path).with_context(|| format!("controller punix:{}", path.display()))?;
+                m.passive.lock().expect("passive").push(Target::Punix(path.clone()));
+                std::thread::Builder::new().name("of-passive".into()).spawn(move || {
+                    let lim = Limit::new(format!("punix:{}", path.display()));
+                    let mut accept = || l.accept().map(|(s, _)| s);
+                    while let Some(s) = mm.accept_next(&mut accept, &lim) {
+                        let name = format!("punix:{}", path.display());
+                        mm.spawn_conn(Stream::Unix(s), Kind::Controller, name, lim.slot());
+                    }
+                })?;
+            } else if let Target::Ptcp(addr) = target {
                 let l = TcpListener::bind(&addr).with_context(|| format!("controller: listening on {addr}"))?;
-                m.passive.lock().expect("passive").push(addr.clone());
+                m.passive.lock().expect("passive").push(Target::Ptcp(addr.clone()));
                 std::thread::Builder::new().name("of-passive".into()).spawn(move || {
                     let lim = Limit::new(format!("ptcp:{addr}"));
                     let mut accept = || l.accept().map(|(s, _)| s);
@@ -402,9 +449,18 @@ impl OfManager {
             let _ = UnixStream::connect(&p);
             let _ = std::fs::remove_file(&p);
         }
-        for a in self.passive.lock().expect("passive").iter() {
-            let a = a.replace("0.0.0.0", "127.0.0.1");
-            let _ = TcpStream::connect_timeout(&a.parse().expect("checked"), Duration::from_millis(200));
+        for t in self.passive.lock().expect("passive").iter() {
+            match t {
+                Target::Ptcp(a) => {
+                    let a = a.replace("0.0.0.0", "127.0.0.1");
+                    let _ = TcpStream::connect_timeout(&a.parse().expect("checked"), Duration::from_millis(200));
+                }
+                Target::Punix(p) => {
+                    let _ = UnixStream::connect(p);
+                    let _ = std::fs::remove_file(p);
+                }
+                _ => {}
+            }
         }
     }
 
@@ -414,16 +470,22 @@ impl OfManager {
 
     /// Active controller: connect, serve, reconnect with backoff (1 s
     /// doubling to 8 s).
-    fn run_active(self: Arc<Self>, addr: &str) {
+    fn run_active(self: Arc<Self>, target: &Target) {
         let mut backoff = Duration::from_secs(1);
         while !self.stopping() {
-            match TcpStream::connect_timeout(&addr.parse().expect("checked"), Duration::from_secs(2)) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    backoff = Duration::from_secs(1);
-                    self.serve_conn(Stream::Tcp(s), Kind::Controller, format!("tcp:{addr}"));
+            let conn = match target {
+                Target::Tcp(addr) => {
+                    TcpStream::connect_timeout(&addr.parse().expect("checked"), Duration::from_secs(2)).map(|s| {
+                        let _ = s.set_nodelay(true);
+                        (Stream::Tcp(s), format!("tcp:{addr}"))
+                    })
                 }
-                Err(_) => {}
+                Target::Unix(p) => UnixStream::connect(p).map(|s| (Stream::Unix(s), format!("unix:{}", p.display()))),
+                Target::Ptcp(_) | Target::Punix(_) => return,
+            };
+            if let Ok((s, name)) = conn {
+                backoff = Duration::from_secs(1);
+                self.serve_conn(s, Kind::Controller, name);
             }
             let until = Instant::now() + backoff;
             while Instant::now() < until && !self.stopping() {
