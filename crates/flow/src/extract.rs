@@ -13,6 +13,11 @@
 //!   0x8100/0x88a8 tag's TCI goes to `vlan_tci` and a second tag's to
 //!   `vlan_tci2`, each with [`VLAN_PRESENT`] set. A third tag stops parsing
 //!   with its TPID as `dl_type`.
+//! * MPLS (dl_type 0x8847/0x8848): the top label stack entry goes to
+//!   `mpls_label`, `mpls_tc`, `mpls_bos`, `mpls_ttl`; nothing below it is
+//!   parsed (what an MPLS payload is, only the label says), so L3/L4 stay
+//!   zero, as in OVS. A frame cut inside the entry counts as
+//!   [`ParseError::TruncatedMpls`].
 //! * ARP (Ethernet/IPv4 only; other hardware or protocol types leave just
 //!   L2): `nw_proto` = low 8 bits of the opcode, `nw_src`/`nw_dst` = SPA/TPA,
 //!   `arp_sha`/`arp_tha`.
@@ -80,6 +85,8 @@ pub enum ParseError {
     /// the end, a trailing fragment) or a duplicate link-layer address
     /// option.
     BadNdOption,
+    /// An MPLS Ethertype with less than 4 bytes of label stack entry.
+    TruncatedMpls,
 }
 
 impl ParseError {
@@ -99,6 +106,7 @@ impl ParseError {
         ParseError::TruncatedSctp,
         ParseError::TruncatedIcmp,
         ParseError::BadNdOption,
+        ParseError::TruncatedMpls,
     ];
 
     /// The drop counter's name.
@@ -119,6 +127,7 @@ impl ParseError {
             ParseError::TruncatedSctp => "drop_rx_truncated_sctp",
             ParseError::TruncatedIcmp => "drop_rx_truncated_icmp",
             ParseError::BadNdOption => "drop_rx_bad_nd_option",
+            ParseError::TruncatedMpls => "drop_rx_truncated_mpls",
         }
     }
 }
@@ -273,6 +282,13 @@ fn parse(p: &[u8], k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
         et::IPV4 => parse_ipv4(p, off, k, l),
         et::IPV6 => parse_ipv6(p, off, k, l),
         et::ARP => parse_arp(p, off, k),
+        et::MPLS | et::MPLS_MCAST => {
+            let Some(h) = at::<4>(p, off) else {
+                return Err(ParseError::TruncatedMpls);
+            };
+            loc::MPLS_LSE.set(k, be32(h, 0) as u128);
+            Ok(())
+        }
         _ => Ok(()),
     }
 }
@@ -545,6 +561,28 @@ mod tests {
         let mut p = ipv4_udp(5, 0);
         p.extend_from_slice(&[0; 10]);
         assert_eq!(extract(&p, 1).2, None);
+    }
+
+    #[test]
+    fn mpls_top_label_stack_entry() {
+        // 802.1Q tag (vid 7), then two label stack entries over IPv4.
+        let mut p = eth(0x8100);
+        p.extend_from_slice(&[0x00, 0x07, 0x88, 0x47]);
+        p.extend_from_slice(&[0x00, 0x06, 0x4a, 0x3f]); // label 100, tc 5, bos 0, ttl 63
+        p.extend_from_slice(&[0x00, 0x0c, 0x81, 0x40]); // label 200, tc 0, bos 1, ttl 64
+        p.extend_from_slice(&ipv4_udp(5, 0)[14..]);
+        let (k, l, e) = extract(&p, 1);
+        assert_eq!(e, None);
+        assert_eq!((k.dl_type(), k.vlan_tci()), (0x8847, 0x1007));
+        assert_eq!((k.mpls_label(), k.mpls_tc(), k.mpls_bos(), k.mpls_ttl()), (100, 5, 0, 63));
+        // Below the stack nothing is parsed: the key cannot know it is IP.
+        assert_eq!((k.nw_src(), k.nw_proto(), k.tp_dst()), (0, 0, 0));
+        assert_eq!((l.l3, l.l4), (18, 0));
+        let mut q = eth(0x8848);
+        q.extend_from_slice(&[0x00, 0x0c, 0x81]);
+        let (k, _, e) = extract(&q, 1);
+        assert_eq!(e, Some(ParseError::TruncatedMpls));
+        assert_eq!((k.dl_type(), k.mpls_lse()), (0x8848, 0));
     }
 
     #[test]

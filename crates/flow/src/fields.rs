@@ -42,6 +42,8 @@ pub enum Prereq {
     NdNs,
     /// Neighbour advertisement (target link-layer address).
     NdNa,
+    /// An MPLS frame: dl_type 0x8847 (unicast) or 0x8848 (multicast).
+    Mpls,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +109,11 @@ pub static FIELDS: &[FieldDef] = &[
     f("dl_src", loc::DL_SRC, Mac, P::None),
     f("vlan_tci", loc::VLAN_TCI, Hex, P::None),
     f("vlan_tci2", loc::VLAN_TCI2, Hex, P::None),
+    // MPLS fields are not maskable in OpenFlow (OXM MPLS_LABEL/TC/BOS).
+    FieldDef { maskable: false, ..f("mpls_label", loc::MPLS_LABEL, Int, P::Mpls) },
+    FieldDef { maskable: false, ..f("mpls_tc", loc::MPLS_TC, Int, P::Mpls) },
+    FieldDef { maskable: false, ..f("mpls_bos", loc::MPLS_BOS, Int, P::Mpls) },
+    FieldDef { maskable: false, ..f("mpls_ttl", loc::MPLS_TTL, Int, P::Mpls) },
     f("nw_src", loc::NW_SRC, Ipv4, P::Ipv4),
     f("nw_dst", loc::NW_DST, Ipv4, P::Ipv4),
     f("ipv6_src", loc::IPV6_SRC, Ipv6, P::Ipv6),
@@ -183,6 +190,7 @@ impl Prereq {
             P::Nd => icmp6_type(135) || icmp6_type(136),
             P::NdNs => icmp6_type(135),
             P::NdNa => icmp6_type(136),
+            P::Mpls => dl(et::MPLS) || dl(et::MPLS_MCAST),
         }
     }
 
@@ -198,7 +206,7 @@ impl Prereq {
         let dl = |m: &mut FlowKey| m.set_dl_type(0xffff);
         match self {
             P::None => {}
-            P::Ipv4 | P::Arp | P::Ipv6 | P::IpAny => dl(&mut m),
+            P::Ipv4 | P::Arp | P::Ipv6 | P::IpAny | P::Mpls => dl(&mut m),
             P::Transport | P::Tcp | P::Icmp4 | P::Icmp6 => {
                 dl(&mut m);
                 m.set_nw_proto(0xff);

@@ -214,6 +214,15 @@ pub mod loc {
     pub const VLAN_TCI: Loc = Loc::new(11, 48, 16);
     /// Inner TCI of a double-tagged frame.
     pub const VLAN_TCI2: Loc = Loc::new(12, 0, 16);
+    /// The top MPLS label stack entry of an MPLS frame (dl_type 0x8847 or
+    /// 0x8848), split as on the wire (label 20 | tc 3 | bos 1 | ttl 8), so
+    /// bits 16..48 of this word hold the entry as one host-order number.
+    pub const MPLS_TTL: Loc = Loc::new(12, 16, 8);
+    pub const MPLS_BOS: Loc = Loc::new(12, 24, 1);
+    pub const MPLS_TC: Loc = Loc::new(12, 25, 3);
+    pub const MPLS_LABEL: Loc = Loc::new(12, 28, 20);
+    /// The whole label stack entry (the four fields above).
+    pub const MPLS_LSE: Loc = Loc::new(12, 16, 32);
     // L3 stage (words 13..23).
     pub const NW_SRC: Loc = Loc::new(13, 0, 32);
     pub const NW_DST: Loc = Loc::new(13, 32, 32);
@@ -253,6 +262,8 @@ pub mod ethertype {
     pub const IPV6: u16 = 0x86dd;
     pub const VLAN: u16 = 0x8100;
     pub const QINQ: u16 = 0x88a8;
+    pub const MPLS: u16 = 0x8847;
+    pub const MPLS_MCAST: u16 = 0x8848;
     /// dl_type of a frame with no Ethertype (802.3 length field), as OVS.
     pub const NONE: u16 = 0x05ff;
 }
@@ -287,6 +298,11 @@ accessors! {
     dl_type set_dl_type DL_TYPE u16;
     vlan_tci set_vlan_tci VLAN_TCI u16;
     vlan_tci2 set_vlan_tci2 VLAN_TCI2 u16;
+    mpls_lse set_mpls_lse MPLS_LSE u32;
+    mpls_label set_mpls_label MPLS_LABEL u32;
+    mpls_tc set_mpls_tc MPLS_TC u8;
+    mpls_bos set_mpls_bos MPLS_BOS u8;
+    mpls_ttl set_mpls_ttl MPLS_TTL u8;
     nw_src set_nw_src NW_SRC u32;
     nw_dst set_nw_dst NW_DST u32;
     ipv6_src set_ipv6_src IPV6_SRC u128;
@@ -322,6 +338,9 @@ impl FlowKey {
     }
     pub fn is_ip_any(&self) -> bool {
         self.is_ip() || self.is_ipv6()
+    }
+    pub fn is_mpls(&self) -> bool {
+        matches!(self.dl_type(), ethertype::MPLS | ethertype::MPLS_MCAST)
     }
 }
 
@@ -392,5 +411,15 @@ mod tests {
         assert_eq!(k.tp_dst(), 80);
         assert_eq!(k.ipv6_src(), 0x2001_0db8_0000_0000_0000_0000_0000_0001);
         assert_eq!(k.nw_src(), 0);
+    }
+
+    #[test]
+    fn mpls_fields_tile_the_label_stack_entry() {
+        let mut k = FlowKey::ZERO;
+        k.set_mpls_lse(0x0001_2b40); // label 0x12, tc 5, bos 1, ttl 0x40
+        assert_eq!((k.mpls_label(), k.mpls_tc(), k.mpls_bos(), k.mpls_ttl()), (0x12, 5, 1, 0x40));
+        k.set_mpls_label(0xfffff);
+        assert_eq!(k.mpls_lse(), 0xffff_fb40);
+        assert_eq!(k.vlan_tci2(), 0);
     }
 }

@@ -590,7 +590,7 @@ fn bad_nd_options() {
 #[test]
 fn every_parse_error_has_a_distinct_counter_name() {
     let names: Vec<&str> = ParseError::ALL.iter().map(|e| e.name()).collect();
-    assert_eq!(names.len(), 15);
+    assert_eq!(names.len(), 16);
     for (i, n) in names.iter().enumerate() {
         assert!(n.starts_with("drop_rx_"), "{n}");
         assert!(!names[..i].contains(n), "duplicate {n}");
