@@ -96,6 +96,11 @@ pub enum IfaceKind {
     Patch {
         peer: String,
     },
+    /// `dpdkvhostuserclient`: a vhost-user port on the frontend's (QEMU's)
+    /// socket at `options:vhost-server-path`.
+    VhostUserClient {
+        path: String,
+    },
     /// A type xvs does not implement, or options it cannot apply (the
     /// type name is kept); `error` says why.
     Unsupported(String),
@@ -439,7 +444,7 @@ fn iface(i: &Cols) -> IfaceCfg {
 }
 
 /// The interface types xvs implements (also written to `iface_types`).
-pub const IFACE_TYPES: &[&str] = &["afxdp", "internal", "patch", "system", "tap"];
+pub const IFACE_TYPES: &[&str] = &["afxdp", "dpdkvhostuserclient", "internal", "patch", "system", "tap"];
 
 fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind, String> {
     match ty {
@@ -477,6 +482,18 @@ fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind,
             Some(p) if !p.is_empty() => Ok(IfaceKind::Patch { peer: p.clone() }),
             _ => Err("options:peer: a patch interface needs a peer".to_string()),
         },
+        "dpdkvhostuserclient" => {
+            if let Some(v) = options.get("vhost-postcopy-support") {
+                if parse_bool("options:vhost-postcopy-support", v)? {
+                    return Err("options:vhost-postcopy-support: postcopy live migration is not supported".into());
+                }
+            }
+            match options.get("vhost-server-path") {
+                Some(p) if !p.is_empty() => Ok(IfaceKind::VhostUserClient { path: p.clone() }),
+                _ => Err("options:vhost-server-path: a dpdkvhostuserclient interface needs the frontend's socket path"
+                    .to_string()),
+            }
+        }
         other => Err(format!("type: {other:?} is not one of {}", IFACE_TYPES.join(", "))),
     }
 }
@@ -563,5 +580,12 @@ mod tests {
         assert!(iface_kind("afxdp", &o(&[("use-need-wakeup", "maybe")])).unwrap_err().starts_with("options:use-need"));
         assert!(iface_kind("afxdp", &o(&[("n_rxq", "0")])).unwrap_err().starts_with("options:n_rxq"));
         assert_eq!(iface_kind("", &o(&[])), Ok(IfaceKind::System));
+        assert_eq!(
+            iface_kind("dpdkvhostuserclient", &o(&[("vhost-server-path", "/run/vm1.sock")])),
+            Ok(IfaceKind::VhostUserClient { path: "/run/vm1.sock".into() })
+        );
+        assert!(iface_kind("dpdkvhostuserclient", &o(&[])).unwrap_err().starts_with("options:vhost-server-path"));
+        let pc = o(&[("vhost-server-path", "/x"), ("vhost-postcopy-support", "true")]);
+        assert!(iface_kind("dpdkvhostuserclient", &pc).unwrap_err().starts_with("options:vhost-postcopy-support"));
     }
 }

@@ -19,6 +19,9 @@ pub enum PortType {
     /// One end of an in-memory link to another bridge of this process
     /// (`peer` names the other end).
     Patch,
+    /// A vhost-user port connecting to a VM frontend's socket
+    /// (`vhost-server-path`), as OVS-DPDK's `dpdkvhostuserclient`.
+    VhostUserClient,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +47,8 @@ pub struct PortSpec {
     pub peer: Option<String>,
     /// AF_XDP transmit flush interval in µs (0: kick after every batch).
     pub tx_flush_us: u32,
+    /// For dpdkvhostuserclient ports: the frontend's socket.
+    pub vhost_server_path: Option<String>,
 }
 
 impl PortSpec {
@@ -59,6 +64,7 @@ impl PortSpec {
             vlan: VlanMode::TrunkAll,
             peer: None,
             tx_flush_us: 0,
+            vhost_server_path: None,
         }
     }
 
@@ -83,7 +89,8 @@ impl PortSpec {
                         "tap" => PortType::Tap,
                         "internal" => PortType::Internal,
                         "patch" => PortType::Patch,
-                        _ => return Err(bad("afxdp, system, af_packet, tap, internal or patch")),
+                        "dpdkvhostuserclient" => PortType::VhostUserClient,
+                        _ => return Err(bad("afxdp, system, af_packet, tap, internal, patch or dpdkvhostuserclient")),
                     }
                 }
                 "xdp-mode" => {
@@ -130,6 +137,12 @@ impl PortSpec {
                 "tx-flush-us" => {
                     p.tx_flush_us = v.parse().ok().filter(|&n: &u32| n <= 1000).ok_or_else(|| bad("0-1000"))?
                 }
+                "vhost-server-path" => {
+                    if v.is_empty() {
+                        return Err(bad("the frontend's socket path"));
+                    }
+                    p.vhost_server_path = Some(v.to_string());
+                }
                 "peer" => {
                     if v.is_empty() || v.len() > 15 {
                         return Err(bad("a port name of 1-15 characters"));
@@ -137,12 +150,18 @@ impl PortSpec {
                     p.peer = Some(v.to_string());
                 }
                 _ => bail!(
-                    "port {name}: unknown option '{k}' (type, xdp-mode, need-wakeup, n-rxq, umem, ofport, tag, trunks, peer, tx-flush-us)"
+                    "port {name}: unknown option '{k}' (type, xdp-mode, need-wakeup, n-rxq, umem, ofport, tag, trunks, peer, tx-flush-us, vhost-server-path)"
                 ),
             }
         }
         if p.kind == PortType::Patch && p.peer.is_none() {
             bail!("port {name}: type=patch needs peer=PORT");
+        }
+        if p.kind == PortType::VhostUserClient && p.vhost_server_path.is_none() {
+            bail!("port {name}: type=dpdkvhostuserclient needs vhost-server-path=PATH");
+        }
+        if p.vhost_server_path.is_some() && p.kind != PortType::VhostUserClient {
+            bail!("port {name}: vhost-server-path is only for type=dpdkvhostuserclient");
         }
         if p.peer.is_some() && p.kind != PortType::Patch {
             bail!("port {name}: peer is only for type=patch");
@@ -187,5 +206,10 @@ mod tests {
         assert!(PortSpec::parse("veth0,n-rxq=0").unwrap_err().to_string().contains("n-rxq"));
         assert!(PortSpec::parse("veth0,colour=blue").unwrap_err().to_string().contains("colour"));
         assert_eq!(PortSpec::parse("a,trunks=1:2").unwrap().vlan, VlanMode::Trunk(vec![1, 2]));
+        let v = PortSpec::parse("vhu1,type=dpdkvhostuserclient,vhost-server-path=/run/vm1.sock").unwrap();
+        assert_eq!((v.kind, v.vhost_server_path.as_deref()), (PortType::VhostUserClient, Some("/run/vm1.sock")));
+        let e = PortSpec::parse("vhu1,type=dpdkvhostuserclient").unwrap_err().to_string();
+        assert!(e.contains("vhost-server-path"), "{e}");
+        assert!(PortSpec::parse("veth0,vhost-server-path=/x").unwrap_err().to_string().contains("vhost-server-path"));
     }
 }

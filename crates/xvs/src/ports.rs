@@ -107,6 +107,13 @@ pub fn open(
         PortType::Tap => {
             Box::new(TapPort::open(&spec.name).with_context(|| format!("port {}: opening tap", spec.name))?)
         }
+        PortType::VhostUserClient => {
+            let path = spec.vhost_server_path.as_deref().unwrap_or("");
+            Box::new(
+                netdev_vhost::VhostUserClientPort::new(&spec.name, std::path::Path::new(path))
+                    .context("opening vhost-user port")?,
+            )
+        }
         PortType::Internal => {
             let name = if spec.name.is_empty() { bridge } else { &spec.name };
             Box::new(TapPort::internal(name).with_context(|| format!("port {name}: opening internal port"))?)
