@@ -264,6 +264,11 @@ fn writable(key: &FlowKey, layout: &Layout, d: &[u8]) -> FlowKey {
             w.set_arp_tha(u64::MAX >> 16);
             return w;
         }
+        // The top label stack entry (set_field on mpls_label/tc/bos/ttl).
+        ethertype::MPLS | ethertype::MPLS_MCAST if l3 + 4 <= len => {
+            w.set_mpls_lse(u32::MAX);
+            return w;
+        }
         _ => return w,
     }
     // Ports, once the whole L4 header was parsed (`payload` set) and this
@@ -305,6 +310,10 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
     }
     let l3 = layout.l3 as usize;
     match key.dl_type() {
+        // MPLS carries no checksum: the entry is rewritten as it stands.
+        ethertype::MPLS | ethertype::MPLS_MCAST if m.mpls_lse() != 0 => {
+            d[l3..l3 + 4].copy_from_slice(&key.mpls_lse().to_be_bytes());
+        }
         ethertype::IPV4 if m.w[loc::NW_SRC.word] != 0 || m.w[loc::NW_TOS.word] != 0 => {
             let mut c = rd16(d, l3 + 10);
             if m.nw_tos() != 0 {

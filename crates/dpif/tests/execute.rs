@@ -475,3 +475,28 @@ fn megaflow_hits_are_credited_to_the_slow_path_counters() {
         assert_eq!(c.bytes.load(Relaxed) % f.len() as u64, 0);
     }
 }
+
+#[test]
+fn mpls_top_entry_rewrites_leave_the_rest() {
+    // Tagged MPLS frame: label 100, tc 3, bos 1, ttl 64, then 8 payload bytes.
+    let mut f = Frame::new(A, B).vlan(0x8100, 5).ethertype(0x8847).build();
+    f.truncate(18);
+    f.extend_from_slice(&[0x00, 0x06, 0x47, 0x40, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let a = set(|k, m| {
+        k.set_mpls_label(203);
+        m.set_mpls_label(0xfffff);
+        k.set_mpls_ttl(0x20);
+        m.set_mpls_ttl(0xff);
+    });
+    let p = only(&run(f.clone(), vec![a, DpAction::Output(2)])).to_vec();
+    assert_eq!(&p[18..22], &[0x00, 0x0c, 0xb7, 0x20], "label 203, tc 3 and bos kept, ttl 0x20");
+    assert_eq!((&p[..18], &p[22..]), (&f[..18], &f[22..]));
+    // A frame cut inside the entry is left alone.
+    let mut g = f.clone();
+    g.truncate(20);
+    let a = set(|k, m| {
+        k.set_mpls_label(203);
+        m.set_mpls_label(0xfffff);
+    });
+    assert!(run(g, vec![a, DpAction::Output(2)]).out.iter().all(|(_, p)| p[18..20] == [0x00, 0x06]));
+}

@@ -135,6 +135,10 @@ static ENTRIES: &[Entry] = &[
     e(OXM, 32, 6, true, "nd_sll", O),
     e(NXM1, 25, 6, true, "nd_tll", N),
     e(OXM, 33, 6, true, "nd_tll", O),
+    // MPLS top label stack entry; OVS uses the OXM form under NXM too.
+    e(OXM, 34, 4, false, "mpls_label", B),
+    e(OXM, 35, 1, false, "mpls_tc", B),
+    e(OXM, 36, 1, false, "mpls_bos", B),
     e(NXM1, 26, 1, true, "nw_frag", B),
     e(NXM1, 29, 1, false, "nw_ttl", B),
     e(NXM1, 34, 2, true, "tcp_flags", B),
