@@ -54,7 +54,12 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 ip netns add $NT && ip netns add $NS || exit 1
-for n in $NT $NS; do ip -n $n link set lo up; done
+# No IPv6 on the links: router solicitations from the kernel would reach the
+# tester as stray packets and fail whichever case is running.
+for n in $NT $NS; do
+  ip -n $n link set lo up
+  ip netns exec $n sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+done
 # Control links: root 172.31.251.1 <-> target .2, root .5 <-> tester .6.
 ip link add ${TAG}ct type veth peer name ctl netns $NT
 ip link add ${TAG}cs type veth peer name ctl netns $NS
