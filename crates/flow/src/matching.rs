@@ -44,6 +44,8 @@ pub const SHORTHANDS: &[(&str, u16, Option<u8>)] = &[
     ("udp6", et::IPV6, Some(ipproto::UDP)),
     ("sctp6", et::IPV6, Some(ipproto::SCTP)),
     ("icmp6", et::IPV6, Some(ipproto::ICMPV6)),
+    ("mpls", et::MPLS, None),
+    ("mplsm", et::MPLS_MCAST, None),
 ];
 
 impl Match {
@@ -560,6 +562,10 @@ mod tests {
         assert!(Match::parse("arp,arp_tpa=10.0.0.1").is_ok());
         assert!(Match::parse("icmp6,icmpv6_type=135,nd_target=fe80::1").is_ok());
         assert!(Match::parse("icmp6,icmpv6_type=128,nd_target=fe80::1").is_err());
+        let m = Match::parse("mpls,mpls_label=100,mpls_bos=1").unwrap();
+        assert_eq!((m.key.dl_type(), m.key.mpls_label(), m.key.mpls_bos()), (0x8847, 100, 1));
+        assert!(Match::parse("mplsm,mpls_tc=3").is_ok());
+        assert_eq!(Match::parse("ip,mpls_label=100").unwrap_err().token, "mpls_label");
     }
 
     #[test]
