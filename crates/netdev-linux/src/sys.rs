@@ -263,6 +263,19 @@ pub fn lock_file(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETLK, &fl) }).map(|_| ())
 }
 
+/// An exclusive `flock` on `fd`, waiting until it is free. Unlike the
+/// record lock of [`lock_file`] it belongs to the open file, so two opens
+/// of one file in the same process (threads) exclude each other too.
+pub fn lock_file_wait(fd: RawFd) -> io::Result<()> {
+    loop {
+        // SAFETY: plain syscall on an open descriptor; no pointers.
+        match cvt(unsafe { libc::flock(fd, libc::LOCK_EX) }) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r.map(|_| ()),
+        }
+    }
+}
+
 /// Hands freed heap memory back to the kernel (glibc's `malloc_trim`): a
 /// process that just freed a large table (200,000 deleted rules) keeps its
 /// pages otherwise. Returns whether any memory was released.

@@ -15,16 +15,27 @@ use std::time::{Duration, Instant};
 pub struct Ovs {
     pub run_dir: String,
     pub bridge: String,
+    /// Held while this OVS runs: the userspace datapath's `ovs-netdev`
+    /// device has one fixed name per host, so two OVS instances cannot run
+    /// at once; tests in parallel (in one binary or several) take turns.
+    _turn: std::fs::File,
 }
 
 impl Ovs {
     /// Starts OVS with bridge `bridge` and an AF_XDP port per name in
     /// `ports` (ofports 1, 2, ... in order). Waits until the ports are up.
     pub fn start(tag: &str, bridge: &str, ports: &[&str]) -> Result<Ovs> {
+        let turn = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open("/tmp/xvs-ovsref.lock")?;
+        {
+            use std::os::fd::AsRawFd;
+            netdev_linux::sys::lock_file_wait(turn.as_raw_fd()).context("waiting for the OVS reference lock")?;
+        }
+        // A leftover from an instance that died without cleaning up.
+        let _ = Command::new("ip").args(["link", "del", "ovs-netdev"]).stderr(std::process::Stdio::null()).status();
         let d = format!("/tmp/xvs-ovsref-{tag}-{}", std::process::id());
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d)?;
-        let o = Ovs { run_dir: d.clone(), bridge: bridge.to_string() };
+        let o = Ovs { run_dir: d.clone(), bridge: bridge.to_string(), _turn: turn };
         let env = [("OVS_RUNDIR", d.as_str()), ("OVS_DBDIR", d.as_str()), ("OVS_LOGDIR", d.as_str())];
         let run = |args: &[&str]| -> Result<String> {
             let out = Command::new(args[0])
@@ -105,8 +116,8 @@ impl Drop for Ovs {
             }
         }
         std::thread::sleep(Duration::from_millis(200));
-        // The netdev datapath's own devices (its `ovs-netdev` tap is one per
-        // process with a fixed name: run OVS-backed tests one at a time).
+        // The netdev datapath's own devices (its `ovs-netdev` tap has a
+        // fixed name: instances take turns through the lock above).
         for dev in [self.bridge.as_str(), "ovs-netdev"] {
             let _ = Command::new("ip").args(["link", "del", dev]).stderr(std::process::Stdio::null()).status();
         }
@@ -115,8 +126,8 @@ impl Drop for Ovs {
 }
 
 /// The switch an end-to-end test drives: xvs, or Open vSwitch 3.1 when the
-/// environment says `XVS_SWITCH=ovs` (run such tests one at a time:
-/// `-- --test-threads=1`). Both are driven the same way, so a scenario
+/// environment says `XVS_SWITCH=ovs` (OVS instances take turns, see
+/// [`Ovs`]). Both are driven the same way, so a scenario
 /// that passes on OVS and fails on xvs points at xvs.
 pub struct Sut {
     child: Option<std::process::Child>,
