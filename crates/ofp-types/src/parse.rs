@@ -98,6 +98,8 @@ pub fn parse_flow(s: &str, need: Need) -> Result<FlowSpec, ParseError> {
             "hard_timeout" => spec.hard_timeout = num(65535)? as u16,
             "cookie" => {
                 let (c, m) = match v.split_once('/') {
+                    // ovs-ofctl writes an all-ones mask as -1.
+                    Some((c, "-1")) => (parse_int(c), Some(u64::MAX as u128)),
                     Some((c, m)) => (parse_int(c), parse_int(m)),
                     None => (parse_int(v), Some(u64::MAX as u128)),
                 };
@@ -168,6 +170,13 @@ pub fn parse_flow_file(text: &str) -> Result<Vec<FlowSpec>, (usize, ParseError)>
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn cookie_mask_minus_one_is_all_ones() {
+        let f = parse_flow("cookie=0x77/-1", Need::NoActions).unwrap();
+        assert_eq!((f.cookie, f.cookie_mask), (0x77, u64::MAX));
+        assert!(parse_flow("cookie=0x77/-2", Need::NoActions).is_err());
+    }
+
     #[test]
     fn parse_a_flow() {
         let f = parse_flow("table=1,priority=100,ip,nw_dst=10.0.0.0/8,actions=output:2", Need::Actions).unwrap();
