@@ -13,18 +13,26 @@
 
 use xvs::ovsref::{normalise_dump, Sut};
 
+/// OVS's netdev datapath device has one fixed name per machine, so the
+/// tests of this file take turns (a plain `cargo test` runs them in
+/// parallel).
+static OVS_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Pair {
     xvs: Sut,
     ovs: Sut,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Pair {
     fn start(tag: &str) -> Pair {
+        let turn = OVS_TURN.lock().unwrap_or_else(|e| e.into_inner());
         let id = std::process::id() % 10000;
         let br = format!("bre{tag}{id}");
         Pair {
             xvs: Sut::start(env!("CARGO_BIN_EXE_xvs"), &format!("ev{tag}"), &br, &[], &[]),
             ovs: Sut::start_ovs(&format!("eo{tag}"), &br, &[]),
+            _turn: turn,
         }
     }
 
