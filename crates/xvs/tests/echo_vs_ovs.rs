@@ -90,9 +90,9 @@ fn flows_are_dumped_as_ovs_dumps_them() {
                 "table=2,priority=29,metadata=0x5/0xff,actions=write_actions(output:3),clear_actions",
                 "priority=30,tcp6,actions=set_field:2001:db8::1->ipv6_src,set_field:443->tcp_dst,output:2",
                 "priority=31,in_port=3,actions=set_queue:3,output:1",
-                // OVS 3.1 accepts these writes at flow-mod time too (so
-                // refusing them would differ from OVS); see the report of
-                // issue 11 for what the datapath does with them.
+                // eth_type and ip_proto: ovs-ofctl itself refuses them
+                // ("is read-only"), so neither switch sees them and both
+                // runs agree; nd_target is installed and dumped by both.
                 "priority=32,ip,actions=set_field:0x86dd->eth_type,output:1",
                 "priority=33,ip,actions=set_field:17->ip_proto,output:1",
                 "priority=34,icmp6,icmp_type=135,actions=set_field:fe80::9->nd_target,output:1",
