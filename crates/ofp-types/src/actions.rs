@@ -251,7 +251,8 @@ fn field_named(tok: &str, name: &str) -> Result<&'static FieldDef, ParseError> {
 
 fn set_field(tok: &str, name: &str, value: &str) -> Result<Action, ParseError> {
     let f = field_named(tok, name)?;
-    if matches!(f.name, "in_port" | "recirc_id" | "dl_type" | "nw_proto" | "nw_frag" | "dp_hash") {
+    // mpls_bos is read-only, as in Open vSwitch (ovs-fields(7)).
+    if matches!(f.name, "in_port" | "recirc_id" | "dl_type" | "nw_proto" | "nw_frag" | "dp_hash" | "mpls_bos") {
         return Err(perr(tok, format!("field {} cannot be set", f.name)));
     }
     let (v, m) = parse_value(f, value).map_err(|r| perr(tok, r))?;

@@ -386,6 +386,10 @@ pub fn decode_field_tlv(rd: &mut Rd) -> Result<(&'static FieldDef, u128, u128), 
         return Err(ErrorKind::BadActionLen);
     }
     let f = def_of(ent);
+    // Read-only in Open vSwitch, which answers BAD_SET_ARGUMENT.
+    if f.name == "mpls_bos" {
+        return Err(ErrorKind::BadSetArgument);
+    }
     let value = be_uint(&body[..n]);
     let mask = if hasmask { be_uint(&body[n..]) } else { f.loc.max() };
     let (value, mask) = match ent.sp {
@@ -506,6 +510,16 @@ pub fn encode_ofp_match(m: &Match, out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn mpls_bos_is_read_only_as_in_ovs() {
+        // OXM MPLS_BOS (class 0x8000, field 36, 1 byte) in a set_field.
+        let tlv = [0x80, 0x00, 0x48, 0x01, 1];
+        assert_eq!(
+            decode_field_tlv(&mut Rd::new(&tlv, ErrorKind::BadActionLen)).unwrap_err(),
+            ErrorKind::BadSetArgument
+        );
+    }
 
     #[test]
     fn every_entry_names_a_field() {
