@@ -14,21 +14,27 @@
 //! prefixes are high bits and printing is direct.
 
 /// Number of 64-bit words in a flow key.
-pub const WORDS: usize = 24;
+pub const WORDS: usize = 34;
 /// First word of the L2 stage.
-pub const STAGE_L2: usize = 10;
+pub const STAGE_L2: usize = 20;
 /// First word of the L3 stage.
-pub const STAGE_L3: usize = 13;
+pub const STAGE_L3: usize = 23;
 /// First word of the L4 stage.
-pub const STAGE_L4: usize = 23;
+pub const STAGE_L4: usize = 33;
 /// Stage boundaries: `[0, L2, L3, L4, WORDS]`.
 pub const STAGES: [usize; 5] = [0, STAGE_L2, STAGE_L3, STAGE_L4, WORDS];
 
 /// A flow key, or a mask over one (same shape).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C, align(64))]
 pub struct FlowKey {
     pub w: [u64; WORDS],
+}
+
+impl Default for FlowKey {
+    fn default() -> FlowKey {
+        FlowKey::ZERO
+    }
 }
 
 /// A mask has the same layout as a key: a 1 bit means "this bit matters".
@@ -186,7 +192,7 @@ impl Loc {
 // Word layout. Changing it is cheap: everything goes through these `Loc`s.
 pub mod loc {
     use super::Loc;
-    // Metadata stage (words 0..10).
+    // Metadata stage (words 0..20).
     pub const IN_PORT: Loc = Loc::new(0, 0, 32);
     pub const RECIRC_ID: Loc = Loc::new(0, 32, 32);
     pub const PKT_MARK: Loc = Loc::new(1, 0, 32);
@@ -206,47 +212,79 @@ pub mod loc {
     pub const CT_NW_PROTO: Loc = Loc::new(9, 0, 8);
     pub const CT_TP_SRC: Loc = Loc::new(9, 16, 16);
     pub const CT_TP_DST: Loc = Loc::new(9, 32, 16);
-    // L2 stage (words 10..13).
-    pub const DL_DST: Loc = Loc::new(10, 0, 48);
-    pub const DL_TYPE: Loc = Loc::new(10, 48, 16);
-    pub const DL_SRC: Loc = Loc::new(11, 0, 48);
+    /// OpenFlow registers reg0..reg15, two per word (words 10-17). As in
+    /// OVS, the even register is the high half, so `xregN` (reg2N:reg2N+1)
+    /// is one whole word and `xxregN` (reg4N..reg4N+3) two words, high first.
+    /// Registers are pipeline scratch: a packet enters the datapath with
+    /// all of them zero.
+    pub const REGS: [Loc; 16] = {
+        let mut r = [Loc::new(0, 0, 0); 16];
+        let mut i = 0;
+        while i < 16 {
+            r[i] = Loc::new(10 + i / 2, if i % 2 == 0 { 32 } else { 0 }, 32);
+            i += 1;
+        }
+        r
+    };
+    /// `xreg0..xreg7`.
+    pub const fn xreg(i: usize) -> Loc {
+        Loc::new(10 + i, 0, 64)
+    }
+    /// `xxreg0..xxreg3`.
+    pub const fn xxreg(i: usize) -> Loc {
+        Loc::new(10 + 2 * i, 0, 128)
+    }
+    /// Tunnel metadata beyond id and IPv4 endpoints (word 18).
+    pub const TUN_FLAGS: Loc = Loc::new(18, 0, 16);
+    pub const TUN_TOS: Loc = Loc::new(18, 16, 8);
+    pub const TUN_TTL: Loc = Loc::new(18, 24, 8);
+    pub const TUN_GBP_ID: Loc = Loc::new(18, 32, 16);
+    pub const TUN_GBP_FLAGS: Loc = Loc::new(18, 48, 8);
+    /// Geneve options bound by the TLV map: `tun_metadata0` and
+    /// `tun_metadata1`, up to 4 bytes each (word 19). OVN uses one 4-byte
+    /// option (tun_metadata0).
+    pub const TUN_METADATA: [Loc; 2] = [Loc::new(19, 32, 32), Loc::new(19, 0, 32)];
+    // L2 stage (words 20..23).
+    pub const DL_DST: Loc = Loc::new(20, 0, 48);
+    pub const DL_TYPE: Loc = Loc::new(20, 48, 16);
+    pub const DL_SRC: Loc = Loc::new(21, 0, 48);
     /// Outer 802.1Q/802.1ad TCI; bit 12 (0x1000) set means "a tag is present".
-    pub const VLAN_TCI: Loc = Loc::new(11, 48, 16);
+    pub const VLAN_TCI: Loc = Loc::new(21, 48, 16);
     /// Inner TCI of a double-tagged frame.
-    pub const VLAN_TCI2: Loc = Loc::new(12, 0, 16);
+    pub const VLAN_TCI2: Loc = Loc::new(22, 0, 16);
     /// The top MPLS label stack entry of an MPLS frame (dl_type 0x8847 or
     /// 0x8848), split as on the wire (label 20 | tc 3 | bos 1 | ttl 8), so
     /// bits 16..48 of this word hold the entry as one host-order number.
-    pub const MPLS_TTL: Loc = Loc::new(12, 16, 8);
-    pub const MPLS_BOS: Loc = Loc::new(12, 24, 1);
-    pub const MPLS_TC: Loc = Loc::new(12, 25, 3);
-    pub const MPLS_LABEL: Loc = Loc::new(12, 28, 20);
+    pub const MPLS_TTL: Loc = Loc::new(22, 16, 8);
+    pub const MPLS_BOS: Loc = Loc::new(22, 24, 1);
+    pub const MPLS_TC: Loc = Loc::new(22, 25, 3);
+    pub const MPLS_LABEL: Loc = Loc::new(22, 28, 20);
     /// The whole label stack entry (the four fields above).
-    pub const MPLS_LSE: Loc = Loc::new(12, 16, 32);
-    // L3 stage (words 13..23).
-    pub const NW_SRC: Loc = Loc::new(13, 0, 32);
-    pub const NW_DST: Loc = Loc::new(13, 32, 32);
-    pub const IPV6_SRC: Loc = Loc::new(14, 0, 128);
-    pub const IPV6_DST: Loc = Loc::new(16, 0, 128);
-    pub const IPV6_LABEL: Loc = Loc::new(18, 0, 20);
+    pub const MPLS_LSE: Loc = Loc::new(22, 16, 32);
+    // L3 stage (words 23..33).
+    pub const NW_SRC: Loc = Loc::new(23, 0, 32);
+    pub const NW_DST: Loc = Loc::new(23, 32, 32);
+    pub const IPV6_SRC: Loc = Loc::new(24, 0, 128);
+    pub const IPV6_DST: Loc = Loc::new(26, 0, 128);
+    pub const IPV6_LABEL: Loc = Loc::new(28, 0, 20);
     /// IP protocol; for ARP the low 8 bits of the opcode.
-    pub const NW_PROTO: Loc = Loc::new(18, 32, 8);
+    pub const NW_PROTO: Loc = Loc::new(28, 32, 8);
     /// The whole TOS/traffic-class byte: DSCP in the high 6 bits, ECN low 2.
-    pub const NW_TOS: Loc = Loc::new(18, 40, 8);
-    pub const NW_TTL: Loc = Loc::new(18, 48, 8);
+    pub const NW_TOS: Loc = Loc::new(28, 40, 8);
+    pub const NW_TTL: Loc = Loc::new(28, 48, 8);
     /// Bit 0: a fragment; bit 1: a later (non-first) fragment.
-    pub const NW_FRAG: Loc = Loc::new(18, 56, 8);
+    pub const NW_FRAG: Loc = Loc::new(28, 56, 8);
     /// ARP sender hardware address, or IPv6 ND source link-layer address.
-    pub const ARP_SHA: Loc = Loc::new(19, 0, 48);
+    pub const ARP_SHA: Loc = Loc::new(29, 0, 48);
     /// ARP target hardware address, or IPv6 ND target link-layer address.
-    pub const ARP_THA: Loc = Loc::new(20, 0, 48);
-    pub const ND_TARGET: Loc = Loc::new(21, 0, 128);
-    // L4 stage (word 23).
+    pub const ARP_THA: Loc = Loc::new(30, 0, 48);
+    pub const ND_TARGET: Loc = Loc::new(31, 0, 128);
+    // L4 stage (word 33).
     /// TCP/UDP/SCTP source port; ICMP type.
-    pub const TP_SRC: Loc = Loc::new(23, 0, 16);
+    pub const TP_SRC: Loc = Loc::new(33, 0, 16);
     /// TCP/UDP/SCTP destination port; ICMP code.
-    pub const TP_DST: Loc = Loc::new(23, 16, 16);
-    pub const TCP_FLAGS: Loc = Loc::new(23, 32, 12);
+    pub const TP_DST: Loc = Loc::new(33, 16, 16);
+    pub const TCP_FLAGS: Loc = Loc::new(33, 32, 12);
 }
 
 /// `nw_frag` bits.

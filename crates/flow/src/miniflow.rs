@@ -1,6 +1,6 @@
 //! Miniflow: a compact form of a key that stores only its non-zero words.
 //!
-//! Keys are 20 words but a typical packet sets fewer than half of them
+//! Keys are 34 words but a typical packet sets fewer than half of them
 //! (no IPv6 words for IPv4, no ND words, no tunnel). A miniflow keeps a
 //! bitmap of the words present and the values in order, which is what the
 //! datapath stores per megaflow and what hashing walks.
@@ -10,7 +10,7 @@ use crate::key::{FlowKey, WORDS};
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Miniflow {
     /// Bit i set: word i is present (non-zero) in `values`.
-    pub map: u32,
+    pub map: u64,
     pub values: Vec<u64>,
 }
 
@@ -19,7 +19,7 @@ impl Miniflow {
         let mut mf = Miniflow::default();
         for i in 0..WORDS {
             if k.w[i] != 0 {
-                mf.map |= 1 << i;
+                mf.map |= 1u64 << i;
                 mf.values.push(k.w[i]);
             }
         }
@@ -30,7 +30,7 @@ impl Miniflow {
         let mut k = FlowKey::ZERO;
         let mut it = self.values.iter();
         for i in 0..WORDS {
-            if self.map & (1 << i) != 0 {
+            if self.map & (1u64 << i) != 0 {
                 k.w[i] = *it.next().expect("map and values agree");
             }
         }
@@ -39,7 +39,7 @@ impl Miniflow {
 
     /// Indices of the present words.
     pub fn words(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..WORDS).filter(move |i| self.map & (1 << i) != 0)
+        (0..WORDS).filter(move |i| self.map & (1u64 << i) != 0)
     }
 }
 

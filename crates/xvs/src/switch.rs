@@ -136,6 +136,7 @@ impl Shared {
         let ports = self.ports.read().expect("ports lock").clone();
         let mut sink = PortSink {
             ports: &ports,
+            live: &self.ports,
             sent: Vec::new(),
             mirror: self.mirror.as_ref(),
             userspace_dropped: 0,
@@ -476,6 +477,10 @@ impl Upcall for BridgeUpcall<'_> {
 /// Where a PMD's output goes: straight to the ports' transmit queues.
 struct PortSink<'a> {
     ports: &'a BTreeMap<u32, Arc<Port>>,
+    /// The switch's live port map, consulted when `ports` (this poll
+    /// thread's snapshot) lacks a port: one added after the snapshot may
+    /// already be in the rules that translation used.
+    live: &'a std::sync::RwLock<BTreeMap<u32, Arc<Port>>>,
     /// Ports sent to since the sink was made (for deferred TX flushes).
     sent: Vec<u32>,
     mirror: Option<&'a Mutex<Box<dyn Netdev>>>,
@@ -489,7 +494,15 @@ impl Sink for PortSink<'_> {
             let mut copies: Vec<Packet> = pkts.iter().map(|p| p.clone()).collect();
             let _ = m.lock().expect("mirror lock").tx_batch(&mut copies);
         }
-        match self.ports.get(&port) {
+        let late;
+        let found = match self.ports.get(&port) {
+            Some(p) => Some(p),
+            None => {
+                late = self.live.read().expect("ports lock").get(&port).cloned();
+                late.as_ref()
+            }
+        };
+        match found {
             Some(p) => {
                 let mut dev = p.dev.lock().expect("port lock");
                 let _ = dev.tx_batch(pkts);
@@ -556,6 +569,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         let mut moved = 0usize;
         let mut sink = PortSink {
             ports: &all_ports,
+            live: &sh.ports,
             sent: Vec::new(),
             mirror: sh.mirror.as_ref(),
             userspace_dropped: 0,
