@@ -192,7 +192,11 @@ fn send(port: &mut VhostUserClientPort, n: u32) {
 fn exchange(port: &mut VhostUserClientPort, pmd: &mut Testpmd, label: &str) {
     pmd.cmd("set fwd txonly");
     pmd.cmd("start");
-    let got = receive_for(port, Duration::from_millis(700));
+    let mut got = receive_for(port, Duration::from_millis(700));
+    let end = Instant::now() + Duration::from_secs(10);
+    while got == 0 && Instant::now() < end {
+        got += receive_for(port, Duration::from_millis(200));
+    }
     pmd.cmd("stop");
     std::thread::sleep(Duration::from_millis(200));
     got_more(port, &mut Vec::new());
@@ -208,11 +212,17 @@ fn exchange(port: &mut VhostUserClientPort, pmd: &mut Testpmd, label: &str) {
     let before = port.stats().tx_packets;
     let dropped_before = port.stats().tx_dropped;
     send(port, 1000);
-    std::thread::sleep(Duration::from_millis(300));
-    let (pmd_rx, _) = pmd.port_stats();
+    // testpmd busy-polls, but on a loaded two-core machine it can lag:
+    // wait (bounded) until it has counted everything the port sent.
+    let sent = port.stats().tx_packets - before;
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut pmd_rx = pmd.port_stats().0;
+    while pmd_rx < sent && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+        pmd_rx = pmd.port_stats().0;
+    }
     pmd.cmd("stop");
     let st = port.stats();
-    let sent = st.tx_packets - before;
     eprintln!(
         "{label}: port tx_packets +{sent} (tx_dropped +{}), testpmd RX-packets {pmd_rx}",
         st.tx_dropped - dropped_before
@@ -227,11 +237,16 @@ fn got_more(port: &mut VhostUserClientPort, v: &mut Vec<Packet>) {
     }
 }
 
+/// Each testpmd busy-polls both cores (`-l 0,1`): two at once starve each
+/// other and the port, so the tests that start one take turns.
+static TESTPMD: Mutex<()> = Mutex::new(());
+
 #[test]
 fn vhost_testpmd_both_directions() {
     if !usable() {
         return;
     }
+    let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
     let sock = sock_path("both");
     let mut pmd = Testpmd::start(&sock, "xvsvh-both");
     let mut port = VhostUserClientPort::new("vh-both", &sock).unwrap();
@@ -246,6 +261,7 @@ fn vhost_testpmd_reconnect() {
     if !usable() {
         return;
     }
+    let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
     let sock = sock_path("reconn");
     let mut pmd = Testpmd::start(&sock, "xvsvh-reconn");
     let mut port = VhostUserClientPort::new("vh-reconn", &sock).unwrap();
