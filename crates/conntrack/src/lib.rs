@@ -40,6 +40,7 @@
 #![deny(unsafe_code)]
 
 pub mod format;
+pub mod frag;
 pub mod nat;
 pub mod packet;
 pub mod tcp;
@@ -278,6 +279,8 @@ pub struct Conntrack {
     sweep_cursor: AtomicUsize,
     salt: AtomicU64,
     pub counters: Counters,
+    /// Fragment reassembly in front of the tracker.
+    pub defrag: frag::Defrag,
 }
 
 impl Conntrack {
@@ -295,6 +298,7 @@ impl Conntrack {
             sweep_cursor: AtomicUsize::new(0),
             salt: AtomicU64::new(0x5eed),
             counters: Counters::default(),
+            defrag: frag::Defrag::default(),
         }
     }
 
@@ -648,6 +652,9 @@ impl Conntrack {
     /// Removes expired connections from up to `shards` shards, starting
     /// where the previous call stopped. Returns how many were removed.
     pub fn sweep(&self, now_ms: u64, shards: usize) -> usize {
+        if self.defrag.n_frags() > 0 {
+            self.defrag.sweep(now_ms);
+        }
         let mut dead = Vec::new();
         for _ in 0..shards.min(self.shards.len()) {
             let i = self.sweep_cursor.fetch_add(1, Relaxed) & (self.shards.len() - 1);

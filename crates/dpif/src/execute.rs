@@ -7,7 +7,7 @@
 //! later action sees earlier rewrites.
 
 use crate::actions::DpAction;
-use flow::key::{ethertype, ipproto, loc, mac_to_bytes, FlowKey, FRAG_LATER, VLAN_PRESENT};
+use flow::key::{ethertype, ipproto, loc, mac_to_bytes, FlowKey, FRAG_ANY, FRAG_LATER, STAGE_L2, VLAN_PRESENT};
 use flow::Layout;
 use netdev::Packet;
 
@@ -53,6 +53,9 @@ pub enum Exec {
     /// A `Recirc(id)` action: look the (rewritten) packet up again; its
     /// key (updated in place, recirc_id set) is the caller's.
     Recirc(Packet, u32),
+    /// A `ct()` completed a fragmented datagram: its fragments ran the rest
+    /// of the actions, and these recirculate, each with its own key.
+    RecircMany(Vec<(Packet, FlowKey)>),
 }
 
 /// Executes `actions` on `pkt` whose extracted key and layout are `key`
@@ -115,6 +118,10 @@ pub fn execute(
                 key.set_recirc_id(*id);
                 return Exec::Recirc(pkt, *id);
             }
+            DpAction::Ct(ct, params) if key.nw_frag() & FRAG_ANY != 0 => {
+                let rest = &actions[i + 1..];
+                return run_ct_fragment(&ct.0, params, pkt, key, layout, rest, out, sink, now_ms);
+            }
             DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, now_ms),
             DpAction::CtClear => flow::key::clear_ct(key),
             DpAction::Meter(m) => match m.0.admit(pkt.len(), now_ms) {
@@ -143,21 +150,7 @@ pub fn execute(
 /// follow the bytes, so later actions and a recirculated lookup see the
 /// translated packet.
 fn run_ct(ct: &conntrack::Conntrack, params: &conntrack::CtAction, pkt: &mut Packet, key: &mut FlowKey, now_ms: u64) {
-    // What an earlier ct() in this zone made of the packet (across a
-    // recirculation its key keeps it).
-    let prev = if key.ct_zone() == params.zone { key.ct_state() } else { 0 };
-    let r = ct.execute_tracked(pkt.data_mut(), params, now_ms, None, prev);
-    key.set_ct_state(r.state);
-    key.set_ct_zone(r.zone);
-    key.set_ct_mark(r.mark);
-    key.set_ct_label(r.label);
-    let o = r.orig.filter(|o| !o.v6);
-    key.set_ct_nw_src(o.map_or(0, |o| o.src as u32));
-    key.set_ct_nw_dst(o.map_or(0, |o| o.dst as u32));
-    key.set_ct_nw_proto(o.map_or(0, |o| o.proto));
-    let ports = o.filter(|o| o.has_ports());
-    key.set_ct_tp_src(ports.map_or(0, |o| o.sport));
-    key.set_ct_tp_dst(ports.map_or(0, |o| o.dport));
+    let r = track(ct, params, pkt.data_mut(), key, now_ms);
     if r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0 {
         if let Ok(p) = conntrack::packet::parse(pkt.data(), false) {
             let t = p.tuple;
@@ -174,6 +167,88 @@ fn run_ct(ct: &conntrack::Conntrack, params: &conntrack::CtAction, pkt: &mut Pac
             }
         }
     }
+}
+
+/// `ct()` on an IP fragment: the reassembler keeps it until its datagram
+/// is complete; then the datagram is tracked and every fragment runs the
+/// rest of the actions (`rest`) with the datagram's verdict, carrying its
+/// NAT translation (see `conntrack::frag`).
+#[allow(clippy::too_many_arguments)] // reason: the per-packet execution context
+fn run_ct_fragment(
+    ct: &conntrack::Conntrack,
+    params: &conntrack::CtAction,
+    mut pkt: Packet,
+    key: &mut FlowKey,
+    layout: Layout,
+    rest: &[DpAction],
+    out: &mut OutQueues,
+    sink: &mut dyn Sink,
+    now_ms: u64,
+) -> Exec {
+    use conntrack::frag::Defragged;
+    let (whole, frags) = match ct.defrag.handle(pkt.data(), params.zone, now_ms) {
+        // Reassembly is off for this IP version: track the fragment as it
+        // is (the tracker calls it invalid).
+        Defragged::NotFragment => {
+            run_ct(ct, params, &mut pkt, key, now_ms);
+            return execute(rest, pkt, key, layout, out, sink, now_ms);
+        }
+        Defragged::Held | Defragged::Dropped(_) => return Exec::Done,
+        Defragged::Complete { whole, frags } => (whole, frags),
+    };
+    let mut whole = whole;
+    let r = track(ct, params, &mut whole, key, now_ms);
+    let nat = r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0;
+    let mut recirc = Vec::new();
+    for mut f in frags {
+        if nat {
+            conntrack::frag::apply_translation(&whole, &mut f);
+        }
+        let mut p = Packet::from_slice(&f);
+        p.in_port = pkt.in_port;
+        // The datagram's metadata (ct verdict included), this fragment's
+        // own headers.
+        let (fk, flayout, _) = flow::extract(p.data(), p.in_port);
+        let mut k = *key;
+        k.w[STAGE_L2..].copy_from_slice(&fk.w[STAGE_L2..]);
+        match execute(rest, p, &mut k, flayout, out, sink, now_ms) {
+            Exec::Done => {}
+            Exec::Recirc(p, _) => recirc.push((p, k)),
+            Exec::RecircMany(v) => recirc.extend(v),
+        }
+    }
+    if recirc.is_empty() {
+        Exec::Done
+    } else {
+        Exec::RecircMany(recirc)
+    }
+}
+
+/// Runs the tracker on `frame` and records its verdict (state, zone, mark,
+/// label, original tuple) in `key`.
+fn track(
+    ct: &conntrack::Conntrack,
+    params: &conntrack::CtAction,
+    frame: &mut [u8],
+    key: &mut FlowKey,
+    now_ms: u64,
+) -> conntrack::CtResult {
+    // What an earlier ct() in this zone made of the packet (across a
+    // recirculation its key keeps it).
+    let prev = if key.ct_zone() == params.zone { key.ct_state() } else { 0 };
+    let r = ct.execute_tracked(frame, params, now_ms, None, prev);
+    key.set_ct_state(r.state);
+    key.set_ct_zone(r.zone);
+    key.set_ct_mark(r.mark);
+    key.set_ct_label(r.label);
+    let o = r.orig.filter(|o| !o.v6);
+    key.set_ct_nw_src(o.map_or(0, |o| o.src as u32));
+    key.set_ct_nw_dst(o.map_or(0, |o| o.dst as u32));
+    key.set_ct_nw_proto(o.map_or(0, |o| o.proto));
+    let ports = o.filter(|o| o.has_ports());
+    key.set_ct_tp_src(ports.map_or(0, |o| o.sport));
+    key.set_ct_tp_dst(ports.map_or(0, |o| o.dport));
+    r
 }
 
 fn shift(l: Layout, by: i32) -> Layout {

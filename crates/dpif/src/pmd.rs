@@ -325,10 +325,8 @@ impl Pmd {
         sink: &mut dyn Sink,
     ) {
         let (mut key, layout, _) = flow::extract(pkt.data(), pkt.in_port);
-        if let Exec::Recirc(p, _) = execute(actions, pkt, &mut key, layout, &mut self.out, sink, now_ms) {
-            let (_, layout, _) = flow::extract(p.data(), p.in_port);
-            self.handle(p, &mut key, layout, upcall, now_ms, sink, 1);
-        }
+        let res = execute(actions, pkt, &mut key, layout, &mut self.out, sink, now_ms);
+        self.recirculate(res, &mut key, upcall, now_ms, sink, 1);
         self.out.flush(sink);
     }
 
@@ -389,9 +387,31 @@ impl Pmd {
                 return;
             }
         };
-        if let Exec::Recirc(p, _) = res {
-            let (_, layout, _) = flow::extract(p.data(), p.in_port);
-            self.handle(p, key, layout, upcall, now_ms, sink, depth + 1);
+        self.recirculate(res, key, upcall, now_ms, sink, depth + 1);
+    }
+
+    /// Looks up again what an execution sent back (`Recirc` actions).
+    fn recirculate(
+        &mut self,
+        res: Exec,
+        key: &mut FlowKey,
+        upcall: &dyn Upcall,
+        now_ms: u64,
+        sink: &mut dyn Sink,
+        depth: u32,
+    ) {
+        match res {
+            Exec::Done => {}
+            Exec::Recirc(p, _) => {
+                let (_, layout, _) = flow::extract(p.data(), p.in_port);
+                self.handle(p, key, layout, upcall, now_ms, sink, depth);
+            }
+            Exec::RecircMany(v) => {
+                for (p, mut k) in v {
+                    let (_, layout, _) = flow::extract(p.data(), p.in_port);
+                    self.handle(p, &mut k, layout, upcall, now_ms, sink, depth);
+                }
+            }
         }
     }
 

@@ -475,6 +475,7 @@ mod property {
                     layout = flow::extract(np.data(), np.in_port).1;
                     p = np;
                 }
+                Exec::RecircMany(_) => unreachable!("the model has no ct() on fragments"),
             }
         }
         q.flush(sink);
