@@ -103,6 +103,27 @@ pub const COMMANDS: &[Command] = &[
         usage: "[DP] zone=N[,N]...",
         run: crate::ctcmd::del_limits,
     },
+    Command { names: &["ipf-get-status", "dpctl/ipf-get-status"], usage: "[DP]", run: crate::ctcmd::ipf_status },
+    Command {
+        names: &["ipf-set-enabled", "dpctl/ipf-set-enabled"],
+        usage: "[DP] v4|v6",
+        run: crate::ctcmd::ipf_set_enabled,
+    },
+    Command {
+        names: &["ipf-set-disabled", "dpctl/ipf-set-disabled"],
+        usage: "[DP] v4|v6",
+        run: crate::ctcmd::ipf_set_disabled,
+    },
+    Command {
+        names: &["ipf-set-min-frag", "dpctl/ipf-set-min-frag"],
+        usage: "[DP] v4|v6 MINFRAG",
+        run: crate::ctcmd::ipf_set_min_frag,
+    },
+    Command {
+        names: &["ipf-set-max-nfrags", "dpctl/ipf-set-max-nfrags"],
+        usage: "[DP] MAXFRAGS",
+        run: crate::ctcmd::ipf_set_max_nfrags,
+    },
     Command { names: &["offload-show", "dpif-netdev/offload-show"], usage: "", run: crate::offload::show_cmd },
     Command { names: &["route-show", "ovs/route/show"], usage: "", run: crate::routes::show },
     Command { names: &["route-add", "ovs/route/add"], usage: "IP/PLEN DEV [GW] [src=IP]", run: crate::routes::add },

@@ -230,3 +230,75 @@ pub fn get_limits(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
     }
     Ok((out, json!({"default": def, "zones": v})))
 }
+
+/// `dpctl/ipf-get-status [DP]`: the fragment reassembler's settings and
+/// counters, in Open vSwitch's layout.
+pub fn ipf_status(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let (ct, _) = tracker(ctx, args)?;
+    let d = &ct.defrag;
+    let ver = |v: &conntrack::frag::VersionCfg| {
+        let c = &v.counters;
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        json!({"enabled": v.enabled.load(std::sync::atomic::Ordering::Relaxed),
+               "min_frag": v.min_frag.load(std::sync::atomic::Ordering::Relaxed),
+               "accepted": n(&c.accepted), "completed": n(&c.completed), "expired": n(&c.expired),
+               "too_small": n(&c.too_small), "overlapped": n(&c.overlapped), "purged": n(&c.purged)})
+    };
+    let j = json!({"v4": ver(&d.v4), "v6": ver(&d.v6), "max_frags": d.max_frags.load(std::sync::atomic::Ordering::Relaxed), "n_frags": d.n_frags()});
+    Ok((d.status(), j))
+}
+
+/// The IP version argument of the `ipf-set-*` commands.
+fn ipf_version<'a>(ct: &'a Conntrack, a: Option<&String>, usage: &str) -> Result<&'a conntrack::frag::VersionCfg> {
+    match a.map(String::as_str) {
+        Some("v4") => Ok(&ct.defrag.v4),
+        Some("v6") => Ok(&ct.defrag.v6),
+        _ => bail!("usage: {usage} (v4 or v6 must be given)"),
+    }
+}
+
+/// `dpctl/ipf-set-enabled [DP] v4|v6` and `dpctl/ipf-set-disabled`.
+pub fn ipf_set_enabled(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    ipf_enable(ctx, args, true)
+}
+pub fn ipf_set_disabled(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    ipf_enable(ctx, args, false)
+}
+fn ipf_enable(ctx: &Ctx, args: &[String], on: bool) -> Result<(String, Value)> {
+    let (ct, rest) = tracker(ctx, args)?;
+    let v = ipf_version(&ct, rest.first(), "dpctl/ipf-set-enabled|disabled [DP] v4|v6")?;
+    v.enabled.store(on, std::sync::atomic::Ordering::Relaxed);
+    let what = if on { "enabling" } else { "disabling" };
+    Ok((format!("{what} fragmentation handling successful\n"), json!({"enabled": on})))
+}
+
+/// `dpctl/ipf-set-min-frag [DP] v4|v6 N`: clamped below at 400 bytes, as
+/// in Open vSwitch.
+pub fn ipf_set_min_frag(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let (ct, rest) = tracker(ctx, args)?;
+    let usage = "dpctl/ipf-set-min-frag [DP] v4|v6 MINFRAG";
+    let v = ipf_version(&ct, rest.first(), usage)?;
+    let n: usize =
+        rest.get(1).ok_or_else(|| anyhow!("usage: {usage}"))?.parse().map_err(|_| anyhow!("minfrag: not a number"))?;
+    if n < 400 {
+        bail!("minfrag: {n} is below the minimum of 400 bytes");
+    }
+    v.min_frag.store(n, std::sync::atomic::Ordering::Relaxed);
+    Ok(("setting minimum fragment size successful\n".into(), json!({"min_frag": n})))
+}
+
+/// `dpctl/ipf-set-max-nfrags [DP] N`: at most 5000, as in Open vSwitch.
+pub fn ipf_set_max_nfrags(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let (ct, rest) = tracker(ctx, args)?;
+    let usage = "dpctl/ipf-set-max-nfrags [DP] MAXFRAGS";
+    let n: usize = rest
+        .first()
+        .ok_or_else(|| anyhow!("usage: {usage}"))?
+        .parse()
+        .map_err(|_| anyhow!("maxfrags: not a number"))?;
+    if n > 5000 {
+        bail!("maxfrags: {n} is above the maximum of 5000");
+    }
+    ct.defrag.max_frags.store(n, std::sync::atomic::Ordering::Relaxed);
+    Ok(("setting maximum fragments successful\n".into(), json!({"max_frags": n})))
+}
