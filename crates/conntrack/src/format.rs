@@ -68,7 +68,19 @@ pub fn entry(c: &ConnInfo, stats: bool, now_ms: u64) -> String {
             let _ = write!(s, ",protoinfo=(state_orig={},state_reply={})", tcp::st::name(a), tcp::st::name(b));
         }
     }
+    if let Some(h) = helper_name(c.alg) {
+        let _ = write!(s, ",helper={h}");
+    }
     s
+}
+
+/// The name Open vSwitch gives a helper port.
+pub fn helper_name(alg: u16) -> Option<&'static str> {
+    match alg {
+        crate::alg::FTP => Some("ftp"),
+        crate::alg::TFTP => Some("tftp"),
+        _ => None,
+    }
 }
 
 /// A `ct()` datapath action as Open vSwitch prints it in `dpctl/dump-flows`
@@ -89,6 +101,9 @@ pub fn action(a: &crate::CtAction) -> String {
     }
     if let Some((v, m)) = a.label {
         parts.push(format!("label={v:#x}/{m:#x}"));
+    }
+    if let Some(h) = a.alg.and_then(helper_name) {
+        parts.push(format!("helper={h}"));
     }
     match a.nat {
         None => {}

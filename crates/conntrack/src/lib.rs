@@ -39,6 +39,7 @@
 //! `now_ms`, and nothing here makes a system call.
 #![deny(unsafe_code)]
 
+pub mod alg;
 pub mod format;
 pub mod frag;
 pub mod nat;
@@ -150,6 +151,8 @@ pub struct Conn {
     pub reply: Tuple,
     /// [`cs::SNAT`] and/or [`cs::DNAT`] if the connection is translated.
     pub nat: u8,
+    /// The helper (`alg=`) port of a control connection, 0 if none.
+    pub alg: u16,
     expires: AtomicU64,
     st: Mutex<ConnState>,
 }
@@ -190,6 +193,9 @@ pub struct CtAction {
     pub mark: Option<(u32, u32)>,
     pub label: Option<(u128, u128)>,
     pub nat: Option<Nat>,
+    /// A helper for the connection's related connections (`alg=`): the
+    /// helper's port, 21 (FTP) or 69 (TFTP).
+    pub alg: Option<u16>,
 }
 
 /// What the tracker says about a packet.
@@ -281,6 +287,8 @@ pub struct Conntrack {
     pub counters: Counters,
     /// Fragment reassembly in front of the tracker.
     pub defrag: frag::Defrag,
+    /// Related connections that helpers (`alg=`) announced.
+    pub expect: alg::Expectations,
 }
 
 impl Conntrack {
@@ -299,6 +307,7 @@ impl Conntrack {
             salt: AtomicU64::new(0x5eed),
             counters: Counters::default(),
             defrag: frag::Defrag::default(),
+            expect: alg::Expectations::default(),
         }
     }
 
@@ -446,10 +455,31 @@ impl Conntrack {
             self.counters.invalid_new.fetch_add(1, Relaxed);
             return CtResult::invalid(act.zone);
         }
+        // A connection a helper announced: new, and related to its parent.
+        if !self.expect.is_empty() && self.expect.matches(act.zone, &p.tuple, now_ms, false) {
+            if !act.commit {
+                return CtResult { state: cs::TRK | cs::NEW | cs::REL, zone: act.zone, ..CtResult::default() };
+            }
+            let mut r = self.create(frame, &p, act, now_ms);
+            if r.state & cs::INV == 0 && r.tracked.is_some() {
+                self.expect.matches(act.zone, &p.tuple, now_ms, true);
+                r.state |= cs::REL;
+            }
+            return r;
+        }
         if !act.commit {
             return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
         }
         self.create(frame, &p, act, now_ms)
+    }
+
+    /// An FTP control segment may announce a data connection.
+    fn ftp_announce(&self, frame: &[u8], p: &Parsed, c: &Conn, reply: bool, now: u64) {
+        let Some(&off) = frame.get(p.l4 + 12) else { return };
+        let data = p.l4 + (off >> 4) as usize * 4;
+        if let Some(k) = frame.get(data..p.end).and_then(|pl| alg::ftp_expectation(c.zone, &c.orig, reply, pl)) {
+            self.expect.add(k, now);
+        }
     }
 
     fn existing(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, c: Arc<Conn>, reply: bool, now: u64) -> CtResult {
@@ -470,6 +500,9 @@ impl Conntrack {
                     return self.create(frame, p, act, now);
                 }
             }
+        }
+        if c.alg == alg::FTP && p.tcp.is_some() {
+            self.ftp_announce(frame, p, &c, reply, now);
         }
         st.seen_reply |= reply;
         let d = reply as usize;
@@ -582,8 +615,15 @@ impl Conntrack {
             let reply = translated.reverse();
             let nat = if translated == orig { 0 } else { nat_bits };
             let st = state_tpl.take().expect("state");
-            let conn =
-                Arc::new(Conn { zone: act.zone, orig, reply, nat, expires: AtomicU64::new(0), st: Mutex::new(st) });
+            let conn = Arc::new(Conn {
+                zone: act.zone,
+                orig,
+                reply,
+                nat,
+                alg: act.alg.unwrap_or(0),
+                expires: AtomicU64::new(0),
+                st: Mutex::new(st),
+            });
             {
                 let s = conn.st.lock().expect("ct conn");
                 conn.expires.store(now + self.timeout(&conn, &s), Relaxed);
@@ -595,6 +635,11 @@ impl Conntrack {
                 self.n_conns.fetch_add(1, Relaxed);
                 zone.count.fetch_add(1, Relaxed);
                 self.counters.created.fetch_add(1, Relaxed);
+                if act.alg == Some(alg::TFTP) {
+                    if let Some(k) = alg::tftp_expectation(act.zone, &orig) {
+                        self.expect.add(k, now);
+                    }
+                }
                 let mut state = cs::TRK | cs::NEW;
                 if nat != 0 {
                     nat::rewrite(frame, p.l3, p.l4, p.end, &orig, &translated, false);
@@ -654,6 +699,9 @@ impl Conntrack {
     pub fn sweep(&self, now_ms: u64, shards: usize) -> usize {
         if self.defrag.n_frags() > 0 {
             self.defrag.sweep(now_ms);
+        }
+        if !self.expect.is_empty() {
+            self.expect.sweep(now_ms);
         }
         let mut dead = Vec::new();
         for _ in 0..shards.min(self.shards.len()) {
@@ -757,6 +805,8 @@ pub struct ConnInfo {
     pub packets: [u64; 2],
     pub bytes: [u64; 2],
     pub expires_ms: u64,
+    /// The helper port of a control connection (`alg=`), 0 if none.
+    pub alg: u16,
 }
 
 impl Conn {
@@ -777,6 +827,7 @@ impl Conn {
             packets: st.packets,
             bytes: st.bytes,
             expires_ms: self.expires.load(Relaxed),
+            alg: self.alg,
         }
     }
 }

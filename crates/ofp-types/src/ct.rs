@@ -36,6 +36,8 @@ pub struct CtSpec {
     /// `nat` came after the `exec(...)` writes (Open vSwitch keeps the
     /// order, encodes it, and prints such a `nat` inside `exec(...)`).
     pub nat_last: bool,
+    /// `alg=ftp` or `alg=tftp`: the helper's well-known port (21 or 69).
+    pub alg: Option<u16>,
 }
 
 impl CtSpec {
@@ -47,6 +49,7 @@ impl CtSpec {
             mark: self.mark,
             label: self.label,
             nat: self.nat,
+            alg: self.alg,
         }
     }
 }
@@ -198,7 +201,14 @@ pub fn parse_ct(tok: &str, arg: Option<&str>) -> Result<Action, ParseError> {
                     }
                 }
             }
-            ("alg", _) => return Err(perr(tok, "alg: connection tracking helpers (ftp, tftp) are not supported yet")),
+            ("alg", Some("ftp")) => s.alg = Some(21),
+            ("alg", Some("tftp")) => s.alg = Some(69),
+            ("alg", v) => {
+                return Err(perr(
+                    tok,
+                    format!("alg: unknown connection tracking helper '{}' (ftp or tftp)", v.unwrap_or("")),
+                ))
+            }
             _ => return Err(perr(tok, format!("ct: unknown argument '{part}'"))),
         }
     }
@@ -212,7 +222,7 @@ pub fn parse_ct(tok: &str, arg: Option<&str>) -> Result<Action, ParseError> {
 }
 
 impl fmt::Display for CtSpec {
-    /// ovs-ofctl's order: commit, force, table, zone, exec, nat.
+    /// ovs-ofctl's order: commit, force, table, zone, nat, exec, alg.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut p: Vec<String> = Vec::new();
         if self.commit {
@@ -254,6 +264,12 @@ impl fmt::Display for CtSpec {
         }
         if !ex.is_empty() {
             p.push(format!("exec({})", ex.join(",")));
+        }
+        match self.alg {
+            Some(21) => p.push("alg=ftp".into()),
+            Some(69) => p.push("alg=tftp".into()),
+            Some(n) => p.push(format!("alg={n}")),
+            None => {}
         }
         if p.is_empty() {
             write!(f, "ct")

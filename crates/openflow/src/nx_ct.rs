@@ -91,7 +91,8 @@ pub fn decode_ct(rd: &mut Rd) -> Result<Action, ErrorKind> {
         // A zone taken from a field (e.g. a register): not supported.
         return Err(ErrorKind::BadArgument);
     }
-    if alg != 0 || flags & !(F_COMMIT | F_FORCE) != 0 {
+    // The helpers xvs has: FTP (21) and TFTP (69), as Open vSwitch.
+    if !matches!(alg, 0 | 21 | 69) || flags & !(F_COMMIT | F_FORCE) != 0 {
         return Err(ErrorKind::BadArgument);
     }
     let mut s = CtSpec {
@@ -99,6 +100,7 @@ pub fn decode_ct(rd: &mut Rd) -> Result<Action, ErrorKind> {
         force: flags & F_FORCE != 0,
         zone,
         table: (table != 255).then_some(table),
+        alg: (alg != 0).then_some(alg),
         ..CtSpec::default()
     };
     while !rd.is_empty() {
@@ -210,7 +212,7 @@ pub fn encode_ct(v: Version, s: &CtSpec, out: &mut Vec<u8>) {
     out.u16(s.zone);
     out.u8(s.table.unwrap_or(255));
     out.zeros(3);
-    out.u16(0);
+    out.u16(s.alg.unwrap_or(0));
     // Nested actions, each padded to 8.
     let field = |out: &mut Vec<u8>, tlv: &[u8]| {
         let st = if v == Version::Of10 {

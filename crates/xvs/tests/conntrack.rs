@@ -216,3 +216,84 @@ fn fragmented_replies_are_translated_back_through_the_nat() {
     assert!(seen.contains("10.81.0.100 > 10.81.0.2: ICMP echo request"), "h2 sees the translated source:\n{seen}");
     assert!(!seen.contains("10.81.0.1 > 10.81.0.2"), "on every fragment, never h1's own address:\n{seen}");
 }
+
+/// The helper scripts' path (TFTP and FTP peers in Python).
+fn peers() -> String {
+    format!("{}/tests/alg_peers.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs one transfer: a server in `srv`, a client in `cli`; returns the
+/// bytes the client received.
+fn transfer(srv: &Host, cli: &Host, kind: &str, client_args: &[&str], size: usize) -> u64 {
+    let ready = format!("/tmp/{}-{kind}.ready", srv.ns);
+    let _ = std::fs::remove_file(&ready);
+    let server = std::process::Command::new("ip")
+        .args(["netns", "exec", &srv.ns, "timeout", "20", "python3", &peers(), &format!("{kind}-server"), &srv.ip])
+        .args([&size.to_string(), &ready])
+        .spawn()
+        .unwrap();
+    xvs::netns::wait_file(&ready, 5000);
+    let mut args = vec!["timeout", "20", "python3"];
+    let p = peers();
+    let client = format!("{kind}-client");
+    args.extend([p.as_str(), client.as_str(), srv.ip.as_str()]);
+    args.extend(client_args);
+    let out = cli.run(&args).unwrap();
+    let _ = xvs::netns::finish(server);
+    let _ = std::fs::remove_file(&ready);
+    let text = String::from_utf8_lossy(&out.stdout);
+    xvs::netns::number_after(&text, "received").unwrap_or(0)
+}
+
+/// A firewall where only h1 opens connections, to FTP and TFTP servers on
+/// h2, with the helpers (`alg=`) or without; announced connections pass
+/// as `+rel`.
+fn helper_firewall(d: &Sut, a: u32, b: u32, helpers: bool) {
+    d.ofctl_ok(&["del-flows"]);
+    let (ftp, tftp) = if helpers { (",alg=ftp", ",alg=tftp") } else { ("", "") };
+    for f in [
+        "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,zone=4)".to_string(),
+        "table=0,priority=10,arp,actions=NORMAL".to_string(),
+        format!("table=1,priority=100,tcp,in_port={a},tp_dst=21,ct_state=+trk+new,actions=ct(commit,zone=4{ftp}),output:{b}"),
+        format!("table=1,priority=100,udp,in_port={a},tp_dst=69,ct_state=+trk+new,actions=ct(commit,zone=4{tftp}),output:{b}"),
+        format!("table=1,priority=90,ip,in_port={a},ct_state=+trk+new+rel,actions=ct(commit,zone=4),output:{b}"),
+        format!("table=1,priority=90,ip,in_port={b},ct_state=+trk+new+rel,actions=ct(commit,zone=4),output:{a}"),
+        format!("table=1,priority=80,ip,in_port={a},ct_state=+trk+est,actions=output:{b}"),
+        format!("table=1,priority=80,ip,in_port={b},ct_state=+trk+est,actions=output:{a}"),
+        "table=1,priority=1,actions=drop".to_string(),
+    ] {
+        d.ofctl_ok(&["add-flow", &f]);
+    }
+}
+
+#[test]
+fn ftp_and_tftp_helpers_let_the_announced_connections_in() {
+    let (h1, h2) = hosts("a");
+    let d = start("a", &[&h1, &h2]);
+    let (p1, p2) = (d.ofport(&h1.port), d.ofport(&h2.port));
+    helper_firewall(&d, p1, p2, true);
+    let dump = d.ofctl_ok(&["dump-flows"]);
+    assert!(dump.contains("actions=ct(commit,zone=4,alg=ftp),output:"), "{dump}");
+    assert!(dump.contains("actions=ct(commit,zone=4,alg=tftp),output:"), "{dump}");
+    assert_eq!(transfer(&h2, &h1, "tftp", &[], 3000), 3000, "TFTP: the server's answer from a new port is +rel");
+    assert_eq!(transfer(&h2, &h1, "ftp", &["passive"], 200_000), 200_000, "passive FTP: the data connection is +rel");
+    assert_eq!(
+        transfer(&h2, &h1, "ftp", &["active"], 200_000),
+        200_000,
+        "active FTP: the server's connection back is +rel"
+    );
+    let conns = d.appctl_ok(&["dpctl/dump-conntrack"]);
+    eprintln!("{} dpctl/dump-conntrack:\n{conns}", d.name());
+    assert!(
+        conns.lines().any(|l| l.starts_with("udp,orig=(src=10.81.0.1,dst=10.81.0.2,")
+            && l.contains("dport=69)")
+            && l.ends_with(",zone=4,helper=tftp")),
+        "{conns}"
+    );
+    assert_eq!(conns.lines().filter(|l| l.ends_with("helper=ftp")).count(), 2, "two FTP control connections: {conns}");
+    assert!(conns.lines().filter(|l| l.starts_with("tcp,")).count() >= 3, "control and two data connections: {conns}");
+    // Without the helpers the same firewall keeps the announced connections out.
+    helper_firewall(&d, p1, p2, false);
+    d.appctl_ok(&["dpctl/flush-conntrack"]);
+    assert_eq!(transfer(&h2, &h1, "tftp", &[], 3000), 0, "TFTP without the helper: the answer is +new from outside");
+}
