@@ -297,3 +297,39 @@ fn ftp_and_tftp_helpers_let_the_announced_connections_in() {
     d.appctl_ok(&["dpctl/flush-conntrack"]);
     assert_eq!(transfer(&h2, &h1, "tftp", &[], 3000), 0, "TFTP without the helper: the answer is +new from outside");
 }
+
+#[test]
+fn destination_nat_sends_a_vip_to_its_backend() {
+    let (h1, h2) = hosts("v");
+    let d = start("v", &[&h1, &h2]);
+    let (p1, p2) = (d.ofport(&h1.port), d.ofport(&h2.port));
+    // The VIP lives on no host: h1 reaches it at h2's MAC.
+    h1.exec(&["ip", "neigh", "replace", "10.81.0.200", "lladdr", &h2.mac, "dev", "eth0"]).unwrap();
+    for f in [
+        "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,zone=8,nat)".to_string(),
+        "table=0,priority=10,arp,actions=NORMAL".to_string(),
+        format!("table=1,priority=100,tcp,in_port={p1},nw_dst=10.81.0.200,tp_dst=80,ct_state=+trk+new,actions=ct(commit,zone=8,nat(dst=10.81.0.2:5204)),output:{p2}"),
+        format!("table=1,priority=100,ip,in_port={p1},ct_state=+trk+est,actions=output:{p2}"),
+        format!("table=1,priority=100,ip,in_port={p2},ct_state=+trk+est,actions=output:{p1}"),
+        "table=1,priority=1,actions=drop".to_string(),
+    ] {
+        d.ofctl_ok(&["add-flow", &f]);
+    }
+    let ready = format!("/tmp/{}-5204.tready", h2.ns);
+    let _ = std::fs::remove_file(&ready);
+    let rx = h2.util(&["tcp-recv", "--port", "5204", "--max-ms", "20000", "--ready-file", &ready]).unwrap();
+    xvs::netns::wait_file(&ready, 5000);
+    let tx = h1.util(&["tcp-send", "--dst", "10.81.0.200:80", "--bytes", "1000000", "--timeout-ms", "15000"]).unwrap();
+    let sent = xvs::netns::finish(tx);
+    let got = xvs::netns::finish(rx).unwrap();
+    sent.unwrap();
+    assert_eq!(xvs::netns::number_after(&got, "received"), Some(1_000_000), "the VIP's backend got the stream: {got}");
+    let conns = d.appctl_ok(&["dpctl/dump-conntrack"]);
+    eprintln!("{} dpctl/dump-conntrack:\n{conns}", d.name());
+    assert!(
+        conns.lines().any(|l| l.starts_with("tcp,orig=(src=10.81.0.1,dst=10.81.0.200,")
+            && l.contains("dport=80),reply=(src=10.81.0.2,dst=10.81.0.1,sport=5204,")),
+        "the connection is stored with its translated reply tuple: {conns}"
+    );
+    let _ = std::fs::remove_file(&ready);
+}
