@@ -107,6 +107,34 @@ impl Default for Timeouts {
     }
 }
 
+impl Timeouts {
+    /// These timeouts with a zone's timeout policy applied: keys and
+    /// seconds as in the database's `CT_Timeout_Policy:timeouts` column.
+    /// The tracker's states are coarser than that column's keys, so some
+    /// keys set the same timeout (`tcp_syn_sent` and `tcp_syn_recv` both
+    /// set the opening timeout). Unknown keys are returned as errors.
+    pub fn with_policy<'a>(mut self, policy: impl IntoIterator<Item = (&'a str, u64)>) -> Result<Timeouts, String> {
+        for (k, secs) in policy {
+            let ms = secs.saturating_mul(1000);
+            match k {
+                "tcp_syn_sent" | "tcp_syn_recv" => self.tcp_opening = ms,
+                "tcp_established" => self.tcp_established = ms,
+                "tcp_fin_wait" => self.tcp_fin_wait = ms,
+                "tcp_close_wait" | "tcp_last_ack" => self.tcp_closing = ms,
+                "tcp_time_wait" | "tcp_close" => self.tcp_closed = ms,
+                "udp_first" | "udp_single" => self.udp_first = ms,
+                "udp_multiple" => self.udp_bidir = ms,
+                "icmp_first" => self.icmp_first = ms,
+                "icmp_reply" => self.icmp_reply = ms,
+                // Accepted by the schema; the tracker has no such state.
+                "tcp_syn_sent2" | "tcp_retransmit" | "tcp_unack" => {}
+                other => return Err(format!("timeout policy: unknown key {other:?}")),
+            }
+        }
+        Ok(self)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Connections in all zones together (Open vSwitch's default: 3,000,000).
@@ -153,6 +181,8 @@ pub struct Conn {
     pub nat: u8,
     /// The helper (`alg=`) port of a control connection, 0 if none.
     pub alg: u16,
+    /// The zone's timeout policy when the connection was created.
+    tp: Option<Arc<Timeouts>>,
     expires: AtomicU64,
     st: Mutex<ConnState>,
 }
@@ -289,6 +319,9 @@ pub struct Conntrack {
     pub defrag: frag::Defrag,
     /// Related connections that helpers (`alg=`) announced.
     pub expect: alg::Expectations,
+    /// Timeout policies by zone (`CT_Zone:timeout_policy`); a connection
+    /// keeps the policy its zone had when it was created.
+    zone_timeouts: RwLock<HashMap<u16, Arc<Timeouts>>>,
 }
 
 impl Conntrack {
@@ -308,6 +341,7 @@ impl Conntrack {
             counters: Counters::default(),
             defrag: frag::Defrag::default(),
             expect: alg::Expectations::default(),
+            zone_timeouts: RwLock::new(HashMap::new()),
         }
     }
 
@@ -361,8 +395,20 @@ impl Conntrack {
         }
     }
 
+    /// Replaces the zones' timeout policies (zones left out get the
+    /// defaults). New connections use them.
+    pub fn set_zone_timeouts(&self, policies: HashMap<u16, Timeouts>) {
+        let m = policies.into_iter().map(|(z, t)| (z, Arc::new(t))).collect();
+        *self.zone_timeouts.write().expect("ct zone timeouts") = m;
+    }
+
+    /// The timeouts connections in `zone` get.
+    pub fn zone_timeouts(&self, zone: u16) -> Timeouts {
+        self.zone_timeouts.read().expect("ct zone timeouts").get(&zone).map_or(self.timeouts, |t| **t)
+    }
+
     fn timeout(&self, c: &Conn, st: &ConnState) -> u64 {
-        let t = &self.timeouts;
+        let t = c.tp.as_deref().unwrap_or(&self.timeouts);
         match st.proto {
             Proto::Tcp(s) => match s.phase() {
                 tcp::Phase::Opening => t.tcp_opening,
@@ -611,6 +657,14 @@ impl Conntrack {
             st.label = v & m;
         }
         let mut state_tpl = Some(st);
+        let tp = {
+            let m = self.zone_timeouts.read().expect("ct zone timeouts");
+            if m.is_empty() {
+                None
+            } else {
+                m.get(&act.zone).cloned()
+            }
+        };
         for translated in cands {
             let reply = translated.reverse();
             let nat = if translated == orig { 0 } else { nat_bits };
@@ -621,6 +675,7 @@ impl Conntrack {
                 reply,
                 nat,
                 alg: act.alg.unwrap_or(0),
+                tp: tp.clone(),
                 expires: AtomicU64::new(0),
                 st: Mutex::new(st),
             });

@@ -387,3 +387,28 @@ fn a_second_pass_does_not_launder_an_invalid_packet() {
     assert_eq!(second.state, cs::TRK | cs::INV);
     assert_eq!(t.n_conns(), 0);
 }
+
+#[test]
+fn zone_timeout_policies_apply_to_new_connections() {
+    let t = Conntrack::new(Config::default());
+    let policy = conntrack::Timeouts::default().with_policy([("udp_first", 5), ("udp_multiple", 7)]).unwrap();
+    assert!(conntrack::Timeouts::default().with_policy([("udp_sideways", 5)]).is_err());
+    let old = udp(A, B, 1000, 53);
+    t.execute(&mut old.clone(), &commit(3), 0, None);
+    t.set_zone_timeouts([(3, policy)].into_iter().collect());
+    assert_eq!(t.zone_timeouts(3).udp_first, 5000);
+    assert_eq!(t.zone_timeouts(4).udp_first, conntrack::Timeouts::default().udp_first);
+    let new = udp(A, B, 1001, 53);
+    t.execute(&mut new.clone(), &commit(3), 0, None);
+    let other_zone = udp(A, B, 1002, 53);
+    t.execute(&mut other_zone.clone(), &commit(4), 0, None);
+    let exp =
+        |sport: u16| t.connections(None).into_iter().find(|c| c.orig.sport == sport).map(|c| c.expires_ms).unwrap();
+    assert_eq!(exp(1001), 5000, "the policy's udp_first");
+    assert_eq!(exp(1000), conntrack::Timeouts::default().udp_first, "created before the policy: unchanged");
+    assert_eq!(exp(1002), conntrack::Timeouts::default().udp_first, "another zone: defaults");
+    // A reply moves it to udp_multiple; 5 s later without one it is gone.
+    t.execute(&mut udp(B, A, 53, 1001), &ct(3), 1000, None);
+    assert_eq!(exp(1001), 1000 + 7000);
+    assert_eq!(t.sweep(8001, 1 << 20), 1);
+}

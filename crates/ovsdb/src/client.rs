@@ -31,7 +31,17 @@ use tracing::{debug, info, warn};
 pub const DB: &str = "Open_vSwitch";
 
 /// Tables monitored, all columns.
-pub const TABLES: &[&str] = &["Open_vSwitch", "Bridge", "Port", "Interface", "Controller", "Mirror", "Datapath"];
+pub const TABLES: &[&str] = &[
+    "Open_vSwitch",
+    "Bridge",
+    "Port",
+    "Interface",
+    "Controller",
+    "Mirror",
+    "Datapath",
+    "CT_Zone",
+    "CT_Timeout_Policy",
+];
 
 /// What happened, in order.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,6 +25,11 @@ pub struct Desired {
     pub flow_restore_wait: bool,
     /// Open_vSwitch next_cfg: once applied, write it to cur_cfg.
     pub next_cfg: i64,
+    /// Conntrack timeout policies of the "netdev" datapath, by zone:
+    /// `Datapath:ct_zones` -> `CT_Zone:timeout_policy` ->
+    /// `CT_Timeout_Policy:timeouts` (key -> seconds), as `ovs-vsctl
+    /// add-zone-tp netdev zone=N key=secs...` writes them.
+    pub ct_zone_policies: BTreeMap<u16, BTreeMap<String, u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,6 +306,7 @@ impl Desired {
                 d.bridges.push(bridge(ctx, &b));
             }
         }
+        d.ct_zone_policies = zone_policies(ctx, &ovs);
         d.bridges.sort_by(|a, b| a.name.cmp(&b.name));
         d
     }
@@ -317,6 +323,43 @@ impl Desired {
     pub fn interface(&self, name: &str) -> Option<&IfaceCfg> {
         self.interfaces().map(|(_, _, i)| i).find(|i| i.name == name)
     }
+}
+
+/// The netdev datapath's zone timeout policies (see
+/// [`Desired::ct_zone_policies`]).
+fn zone_policies(ctx: &Ctx, ovs: &Cols) -> BTreeMap<u16, BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    let Some(dp) = ovs.datum("datapaths").and_then(|d| {
+        d.pairs()
+            .into_iter()
+            .find(|(k, _)| k.as_str() == Some("netdev"))
+            .and_then(|(_, v)| v.as_uuid().map(str::to_string))
+    }) else {
+        return out;
+    };
+    let Some(dp) = cols(ctx, "Datapath", &dp) else { return out };
+    for (zone, zu) in dp
+        .datum("ct_zones")
+        .map(|d| d.pairs().into_iter().map(|(k, v)| (k.as_i64(), v.as_uuid().map(str::to_string))).collect::<Vec<_>>())
+        .unwrap_or_default()
+    {
+        let (Some(zone), Some(zu)) = (zone, zu) else { continue };
+        let Ok(zone) = u16::try_from(zone) else { continue };
+        let Some(z) = cols(ctx, "CT_Zone", &zu) else { continue };
+        let Some(tpu) = z.uuids("timeout_policy").into_iter().next() else { continue };
+        let Some(tp) = cols(ctx, "CT_Timeout_Policy", &tpu) else { continue };
+        let timeouts = tp
+            .datum("timeouts")
+            .map(|d| {
+                d.pairs()
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k.as_str()?.to_string(), u64::try_from(v.as_i64()?).ok()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.insert(zone, timeouts);
+    }
+    out
 }
 
 fn bridge(ctx: &Ctx, b: &Cols) -> BridgeCfg {

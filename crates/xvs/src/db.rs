@@ -329,7 +329,26 @@ fn reconcile(
             rt.ifaces.insert(name, applied);
         }
         apply_mirrors(rt, br);
+        apply_zone_policies(rt, d);
     }
+}
+
+/// The datapath's conntrack timeout policies, on this bridge's tracker
+/// (new connections in a zone take its policy; a zone whose policy went
+/// away is back to the defaults). A policy with a key the tracker does not
+/// know is reported and skipped.
+fn apply_zone_policies(rt: &BridgeRt, d: &Desired) {
+    let ct = std::sync::Arc::clone(rt.sw.shared.ofproto.read().expect("ofproto lock").conntrack());
+    let mut m = std::collections::HashMap::new();
+    for (zone, keys) in &d.ct_zone_policies {
+        match conntrack::Timeouts::default().with_policy(keys.iter().map(|(k, v)| (k.as_str(), *v))) {
+            Ok(t) => {
+                m.insert(*zone, t);
+            }
+            Err(e) => eprintln!("xvs: CT_Timeout_Policy of zone {zone}: {e}; skipped"),
+        }
+    }
+    ct.set_zone_timeouts(m);
 }
 
 /// The bridge's Mirror rows as port mirrors (ports named by their

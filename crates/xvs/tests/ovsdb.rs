@@ -257,3 +257,56 @@ fn mirror_copies_traffic_to_an_output_port() {
         env.appctl(&["dpctl/dump-flows"])
     );
 }
+
+/// The remaining lifetime `dpctl/dump-conntrack -s` gives the ICMP
+/// connection from h1 to h2.
+fn icmp_timeout(env: &Env) -> u64 {
+    let d = env.appctl(&["dpctl/dump-conntrack", "-s"]);
+    d.lines()
+        .find(|l| l.starts_with("icmp,orig=(src=10.79.0.1,dst=10.79.0.2,"))
+        .and_then(|l| l.split("timeout=").nth(1))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no ICMP connection in:\n{d}"))
+}
+
+#[test]
+fn zone_timeout_policies_come_from_the_database() {
+    let hs = hosts("t", 2);
+    let mut env = Env::new("t");
+    env.start_xvs();
+    let br = format!("brt{}", std::process::id() % 1000);
+    env.vsctl(&["add-br", &br, "--", "set", "bridge", &br, "datapath_type=netdev"]);
+    for h in &hs {
+        env.vsctl(&["add-port", &br, &h.port, "--", "set", "interface", &h.port, "type=afxdp"]);
+    }
+    for f in [
+        "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,zone=5)",
+        "table=0,priority=10,arp,actions=NORMAL",
+        "table=1,priority=100,ip,ct_state=+trk+new,actions=ct(commit,zone=5),NORMAL",
+        "table=1,priority=100,ip,ct_state=+trk+est,actions=NORMAL",
+    ] {
+        let o = Command::new("ovs-ofctl")
+            .args(["add-flow", &format!("unix:{}/run/{br}.mgmt", env.dir), f])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{f}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(hs[0].ping(&hs[1].ip, 1).unwrap(), 1);
+    let default = icmp_timeout(&env);
+    assert!(default > 20, "the default ICMP reply timeout is 30 s: {default}");
+    // ovs-vsctl's own command writes Datapath:ct_zones, CT_Zone and
+    // CT_Timeout_Policy; new connections in zone 5 then live 4 s.
+    env.vsctl(&["add-zone-tp", "netdev", "zone=5", "icmp_first=3", "icmp_reply=4"]);
+    assert!(env.vsctl(&["list-zone-tp", "netdev"]).contains("icmp_reply=4"));
+    // (A fresh connection each try: a policy applies to new connections.)
+    let fresh_timeout = || {
+        env.appctl(&["dpctl/flush-conntrack"]);
+        assert_eq!(hs[0].ping(&hs[1].ip, 1).unwrap(), 1);
+        icmp_timeout(&env)
+    };
+    assert!(eventually(5, || fresh_timeout() <= 4), "zone 5's policy applies");
+    // Gone again: back to the defaults for new connections.
+    env.vsctl(&["del-zone-tp", "netdev", "zone=5"]);
+    assert!(eventually(5, || fresh_timeout() > 20), "the defaults are back");
+}
