@@ -29,6 +29,7 @@
 #![deny(unsafe_code)]
 
 mod backend;
+pub mod testpmd;
 
 use std::io;
 use std::path::Path;

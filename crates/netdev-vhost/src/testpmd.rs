@@ -1,0 +1,141 @@
+//! A DPDK `dpdk-testpmd` driven through its interactive prompt, as the
+//! virtio-net frontend of a VM in tests and benchmarks: a `net_virtio_user`
+//! vdev in server mode owns the vhost-user socket, as QEMU does for
+//! `dpdkvhostuserclient` ports. DPDK runs with `--no-huge` (its memory is
+//! shared through memfd file descriptors), so no hugepages are reserved or
+//! left behind. Test tooling, not used by the switch.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running testpmd, driven through its interactive prompt.
+pub struct Testpmd {
+    child: Child,
+    stdin: ChildStdin,
+    out: Arc<Mutex<String>>,
+    prefix: String,
+    sock: PathBuf,
+}
+
+impl Testpmd {
+    pub fn start(sock: &Path, prefix: &str) -> Testpmd {
+        let vdev = format!("net_virtio_user0,path={},server=1,queues=1", sock.display());
+        let args = [
+            "-l",
+            "0,1",
+            "--no-huge",
+            "-m",
+            "256",
+            "--no-pci",
+            "--file-prefix",
+            prefix,
+            "--vdev",
+            &vdev,
+            "--",
+            "-i",
+            "--total-num-mbufs=4096",
+            "--txd=256",
+            "--rxd=256",
+        ];
+        eprintln!("dpdk-testpmd {}", args.join(" "));
+        // testpmd's stdout is a pipe here: unbuffer it to see replies.
+        let mut child = Command::new("stdbuf")
+            .args(["-o0", "dpdk-testpmd"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dpdk-testpmd");
+        let out = Arc::new(Mutex::new(String::new()));
+        for r in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let o = out.clone();
+            std::thread::spawn(move || {
+                let mut r = r;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = r.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    o.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let stdin = child.stdin.take().unwrap();
+        Testpmd { child, stdin, out, prefix: prefix.to_string(), sock: sock.to_path_buf() }
+    }
+
+    pub fn cmd(&mut self, c: &str) {
+        writeln!(self.stdin, "{c}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    pub fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Waits until the output contains `needle` after byte `from`.
+    pub fn wait_for(&self, needle: &str, from: usize, secs: u64) -> bool {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            if self.output()[from.min(self.output().len())..].contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// `show port stats 0` -> (RX-packets, TX-packets).
+    pub fn port_stats(&mut self) -> (u64, u64) {
+        let from = self.output().len();
+        self.cmd("show port stats 0");
+        assert!(self.wait_for("Throughput (since last show)", from, 10), "no stats:\n{}", self.output());
+        let o = self.output()[from..].to_string();
+        let num = |key: &str| -> u64 {
+            let i = o.find(key).unwrap_or_else(|| panic!("{key} missing in {o}")) + key.len();
+            o[i..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        (num("RX-packets:"), num("TX-packets:"))
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether testpmd can run here (root and `dpdk-testpmd` installed);
+/// says why not on stderr.
+pub fn usable() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false);
+    let have =
+        Command::new("dpdk-testpmd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !root || !have {
+        eprintln!("skipped: needs root and dpdk-testpmd (apt-get install dpdk-dev)");
+    }
+    root && have
+}
+
+/// A fresh socket path for test `name`.
+pub fn sock_path(name: &str) -> PathBuf {
+    let p = PathBuf::from(format!("/tmp/xvs-vhost-{name}-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
