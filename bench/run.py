@@ -414,7 +414,7 @@ def main():
     ap.add_argument("--tx-flush-us", type=int, default=0,
                     help="transmit flush interval for xvs and OVS (OVS: other_config:tx-flush-interval)")
     ap.add_argument("--only", action="append", default=[],
-                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted")
+                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd)")
     a = ap.parse_args()
     global TX_FLUSH_US
     TX_FLUSH_US = a.tx_flush_us
@@ -556,12 +556,19 @@ def main():
             res["switch"] = label
             churn_results.append(res)
         sys.stderr.write("\n")
+    # VM ports: vhost-user against tap (vmports.py), if testpmd is here.
+    vm_results = []
+    if any("vm" == o for o in a.only) and shutil.which("dpdk-testpmd"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import vmports
+        vm_results = vmports.run(XVS, secs=a.seconds, log=progress)
+        sys.stderr.write("\n")
     os.makedirs(a.out, exist_ok=True)
     meta = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].split(":", 1)[1].strip(),
             "ncpu": os.cpu_count(), "kernel": os.uname().release, "seconds": a.seconds, "reps": a.reps,
             "generator": "xvs util pktgen (AF_PACKET) on CPU 0", "sink": "XDP count+drop (native) in the sink ns",
             "switch_cpu": "CPU 1 (xvs and the AF_XDP wire pinned; OVS pmd-cpu-mask=0x2)"}
-    json.dump({"meta": meta, "results": results, "churn": churn_results}, open(os.path.join(a.out, "results.json"), "w"),
+    json.dump({"meta": meta, "results": results, "churn": churn_results, "vm": vm_results}, open(os.path.join(a.out, "results.json"), "w"),
               indent=1)
     if results:
         hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}{'mflows':>9}  ns/pkt usr/sys/sirq  all-cpu ns/pkt"
@@ -588,6 +595,8 @@ def main():
             print(f"{r['switch']:<18}{r['rules']:>8}{r['sent']:>11}{r['lost']:>6}{(r['rtt_max_ms'] or 0):>7.1f}ms"
                   f"{r['add_flows_s']:>10.2f}s{r['del_flows_s']:>10.2f}s{r['rss_mb_before']:>10.0f}MB"
                   f"{r['rss_mb_after_add']:>9.0f}MB{r['rss_mb_after_del']:>9.0f}MB{r['bytes_per_rule']:>8}")
+    if vm_results:
+        vmports.report(vm_results)
     try:
         import matplotlib
         matplotlib.use("Agg")
