@@ -299,6 +299,10 @@ pub struct ZoneLimit {
     pub count: usize,
 }
 
+/// Shards [`Conntrack::sweep`] visits per call from the switch's
+/// housekeeping (an eighth of the default 64).
+pub const SWEEP_SHARDS: usize = 8;
+
 /// The connection tracker of one datapath, shared by all poll threads.
 type Shard = HashMap<Key, Arc<Conn>, ahash::RandomState>;
 

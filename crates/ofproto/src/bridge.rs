@@ -842,6 +842,10 @@ impl Ofproto {
         if self.mac.lock().expect("mac table lock").expire(now_ms) > 0 {
             self.bump_generation();
         }
+        // Expired connections, fragments and helper expectations: an
+        // eighth of the tracker per call (the caller runs this every
+        // 500 ms, so every connection is looked at within 4 s of expiring).
+        self.conntrack.0.sweep(now_ms, conntrack::SWEEP_SHARDS);
     }
 
     /// Output ports in OpenFlow port order (for FLOOD/ALL).

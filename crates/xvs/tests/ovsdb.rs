@@ -306,6 +306,13 @@ fn zone_timeout_policies_come_from_the_database() {
         icmp_timeout(&env)
     };
     assert!(eventually(5, || fresh_timeout() <= 4), "zone 5's policy applies");
+    // Without traffic the connection expires and housekeeping removes it
+    // (within 4 s of expiring: an eighth of the table every 500 ms).
+    assert!(
+        eventually(12, || !env.appctl(&["dpctl/dump-conntrack"]).contains("icmp,")),
+        "expired connections are swept: {}",
+        env.appctl(&["dpctl/dump-conntrack", "-s"])
+    );
     // Gone again: back to the defaults for new connections.
     env.vsctl(&["del-zone-tp", "netdev", "zone=5"]);
     assert!(eventually(5, || fresh_timeout() > 20), "the defaults are back");
