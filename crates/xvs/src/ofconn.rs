@@ -744,6 +744,12 @@ impl OfManager {
                 conn.st.lock().expect("conn state").async_on = true;
                 Vec::new()
             }
+            Msg::CtFlushZone(zone) => {
+                let ct = Arc::clone(self.sh.ofproto.read().expect("ofproto lock").conntrack());
+                let n = ct.flush(|c| c.zone == zone);
+                eprintln!("xvs: OpenFlow peer {}: ct-flush-zone {zone}: {n} connections flushed", conn.name);
+                Vec::new()
+            }
             Msg::GetAsyncRequest => {
                 // Everything enabled for masters/equals, port status for slaves.
                 let mut body = Vec::new();

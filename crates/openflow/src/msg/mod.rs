@@ -117,6 +117,7 @@ pub mod nxt {
     pub const FLOW_AGE: u32 = 18;
     pub const SET_ASYNC_CONFIG: u32 = 19;
     pub const SET_CONTROLLER_ID: u32 = 20;
+    pub const CT_FLUSH_ZONE: u32 = 29;
 }
 
 /// Multipart (stats) types.
@@ -202,6 +203,9 @@ pub enum Msg {
     FlowModTableId(bool),
     SetPacketInFormat(u32),
     SetControllerId(u16),
+    /// `NXT_CT_FLUSH_ZONE`: forget every connection in a zone
+    /// (`ovs-ofctl ct-flush-zone`; ovn-controller sends it).
+    CtFlushZone(u16),
     FlowAge,
     QueueGetConfig,
     TableMod,
@@ -326,6 +330,13 @@ fn decode_vendor(ctx: &Ctx, rd: &mut Rd) -> Result<Msg, ErrorKind> {
             Msg::SetControllerId(rd.u16()?)
         }
         nxt::FLOW_AGE => Msg::FlowAge,
+        nxt::CT_FLUSH_ZONE => {
+            // Six zero bytes, then the zone.
+            if rd.bytes(6)?.iter().any(|&b| b != 0) {
+                return Err(ErrorKind::BadArgument);
+            }
+            Msg::CtFlushZone(rd.u16()?)
+        }
         nxt::SET_ASYNC_CONFIG => Msg::SetAsync,
         _ => return Err(ErrorKind::BadExpType),
     })
