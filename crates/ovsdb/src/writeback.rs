@@ -58,16 +58,23 @@ pub fn ovs_version() -> String {
 }
 
 /// Datapath capabilities (keys as documented for the Datapath table in
-/// vswitch.xml), honest for the dpif fast path today (masked set and
-/// recirculation actions exist; conntrack, MPLS, clone, truncation do not).
+/// vswitch.xml), honest for the dpif fast path today: masked set,
+/// recirculation and conntrack (states, zones, mark, label, NAT, the
+/// original IPv4 tuple, NXT_CT_FLUSH) exist; MPLS actions, clone,
+/// truncation, zero-SNAT and the IPv6 original tuple do not.
 pub fn default_capabilities() -> Vec<(String, String)> {
     [
         ("ufid", "false"),
         ("recirc", "true"),
-        ("ct_state", "false"),
-        ("ct_zone", "false"),
-        ("ct_mark", "false"),
-        ("ct_label", "false"),
+        ("ct_state", "true"),
+        ("ct_zone", "true"),
+        ("ct_mark", "true"),
+        ("ct_label", "true"),
+        ("ct_state_nat", "true"),
+        ("ct_orig_tuple", "true"),
+        ("ct_orig_tuple6", "false"),
+        ("ct_zero_snat", "false"),
+        ("ct_flush", "true"),
         ("masked_set_action", "true"),
         ("max_mpls_depth", "0"),
         ("max_hash_alg", "0"),

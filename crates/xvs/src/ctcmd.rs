@@ -302,3 +302,26 @@ pub fn ipf_set_max_nfrags(ctx: &Ctx, args: &[String]) -> Result<(String, Value)>
     ct.defrag.max_frags.store(n, std::sync::atomic::Ordering::Relaxed);
     Ok(("setting maximum fragments successful\n".into(), json!({"max_frags": n})))
 }
+
+/// Whether a connection is one an `NXT_CT_FLUSH` names: its zone (0 when
+/// a tuple is given without one, as OVS), protocol, and every given part
+/// of its original and reply tuples.
+pub fn flush_matches(f: &openflow::msg::ct_flush::CtFlush, c: &ConnInfo) -> bool {
+    let tuples = !f.orig.is_empty() || !f.reply.is_empty();
+    let zone_ok = match f.zone {
+        Some(z) => c.zone == z,
+        None => !tuples || c.zone == 0,
+    };
+    let part = |m: &openflow::msg::ct_flush::TupleMatch, t: &conntrack::Tuple| {
+        let addr = |a: Option<(u128, bool)>, x: u128| a.is_none_or(|(v, v4)| v4 != t.v6 && v == x);
+        let icmp = t.is_icmp();
+        addr(m.src, t.src)
+            && addr(m.dst, t.dst)
+            && m.sport.is_none_or(|p| !icmp && p == t.sport)
+            && m.dport.is_none_or(|p| !icmp && p == t.dport)
+            && m.icmp_id.is_none_or(|id| icmp && id == t.sport)
+            && m.icmp_type.is_none_or(|ty| icmp && ty as u16 == t.dport >> 8)
+            && m.icmp_code.is_none_or(|code| icmp && code as u16 == t.dport & 0xff)
+    };
+    zone_ok && (f.ip_proto == 0 || f.ip_proto == c.orig.proto) && part(&f.orig, &c.orig) && part(&f.reply, &c.reply)
+}

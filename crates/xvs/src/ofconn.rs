@@ -744,6 +744,12 @@ impl OfManager {
                 conn.st.lock().expect("conn state").async_on = true;
                 Vec::new()
             }
+            Msg::CtFlush(f) => {
+                let ct = Arc::clone(self.sh.ofproto.read().expect("ofproto lock").conntrack());
+                let n = ct.flush(|c| crate::ctcmd::flush_matches(&f, c));
+                eprintln!("xvs: OpenFlow peer {}: ct-flush: {n} connections flushed", conn.name);
+                Vec::new()
+            }
             Msg::CtFlushZone(zone) => {
                 let ct = Arc::clone(self.sh.ofproto.read().expect("ofproto lock").conntrack());
                 let n = ct.flush(|c| c.zone == zone);

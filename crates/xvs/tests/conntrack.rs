@@ -103,6 +103,12 @@ fn stateful_firewall_lets_replies_in_and_keeps_new_connections_out() {
     assert_eq!(d.appctl_ok(&["dpctl/ct-get-maxconns"]).trim(), "1000");
     d.appctl_ok(&["dpctl/ct-set-limits", "zone=5,limit=10"]);
     assert!(d.appctl_ok(&["dpctl/ct-get-limits"]).contains("zone=5,limit=10,count="));
+    // Over OpenFlow (NXT_CT_FLUSH, as ovn-controller sends it): the TCP
+    // connections to port 5201 only.
+    d.ofctl_ok(&["ct-flush", "zone=5", "ct_nw_src=10.81.0.1,ct_nw_dst=10.81.0.2,ct_nw_proto=6,ct_tp_dst=5201"]);
+    let conns = d.appctl_ok(&["dpctl/dump-conntrack"]);
+    assert!(!conns.contains("dport=5201"), "the TCP connection is flushed: {conns}");
+    assert!(conns.lines().any(|l| l.starts_with("icmp,")), "the ICMP ones are not: {conns}");
     // Flush one connection by its original tuple (the form OVS 3.1 takes).
     let icmp = conns.lines().find(|l| l.starts_with("icmp,")).unwrap();
     let id: &str = icmp.split("id=").nth(1).unwrap().split(',').next().unwrap();

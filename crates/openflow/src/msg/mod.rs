@@ -23,6 +23,7 @@ use ofp_types::actions::ofpp;
 use ofp_types::{Action, FlowModCmd, FlowSpec, Instruction};
 
 mod control;
+pub mod ct_flush;
 mod flow_mod;
 mod flow_stats;
 mod group;
@@ -118,6 +119,7 @@ pub mod nxt {
     pub const SET_ASYNC_CONFIG: u32 = 19;
     pub const SET_CONTROLLER_ID: u32 = 20;
     pub const CT_FLUSH_ZONE: u32 = 29;
+    pub const CT_FLUSH: u32 = 32;
 }
 
 /// Multipart (stats) types.
@@ -206,6 +208,9 @@ pub enum Msg {
     /// `NXT_CT_FLUSH_ZONE`: forget every connection in a zone
     /// (`ovs-ofctl ct-flush-zone`; ovn-controller sends it).
     CtFlushZone(u16),
+    /// `NXT_CT_FLUSH`: forget the connections that match (zone, protocol,
+    /// parts of the tuples).
+    CtFlush(ct_flush::CtFlush),
     FlowAge,
     QueueGetConfig,
     TableMod,
@@ -337,6 +342,7 @@ fn decode_vendor(ctx: &Ctx, rd: &mut Rd) -> Result<Msg, ErrorKind> {
             }
             Msg::CtFlushZone(rd.u16()?)
         }
+        nxt::CT_FLUSH => Msg::CtFlush(ct_flush::decode(rd)?),
         nxt::SET_ASYNC_CONFIG => Msg::SetAsync,
         _ => return Err(ErrorKind::BadExpType),
     })
