@@ -21,9 +21,11 @@
 pub mod actions;
 pub mod ct;
 pub mod parse;
+pub mod subfield;
 
 pub use actions::{Action, Instruction, OfPort};
 pub use parse::{parse_flow, parse_flow_file, FlowSpec, Need};
+pub use subfield::SubField;
 
 /// A flow modification command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -129,6 +129,8 @@ pub enum FlowModError {
     Unsupported(String),
     /// A set_field whose prerequisites the match does not guarantee.
     BadSetField(String),
+    /// An action names a field whose prerequisites the match lacks.
+    MatchInconsistent(String),
     /// check_overlap: an existing rule of the same priority overlaps.
     Overlap,
     /// An action names a group that does not exist.
@@ -146,7 +148,7 @@ impl fmt::Display for FlowModError {
             FlowModError::BadTable(t) => write!(f, "table {t} does not exist"),
             FlowModError::BadGoto { from, to } => write!(f, "goto_table:{to} in table {from} must go to a later table"),
             FlowModError::Unsupported(s) => write!(f, "{s}"),
-            FlowModError::BadSetField(s) => write!(f, "{s}"),
+            FlowModError::BadSetField(s) | FlowModError::MatchInconsistent(s) => write!(f, "{s}"),
         }
     }
 }
@@ -356,11 +358,32 @@ impl Ofproto {
                             )));
                         }
                     }
+                    // As Open vSwitch: the fields a load, move or
+                    // output:reg names must have their prerequisites in
+                    // the match (OFPBAC_MATCH_INCONSISTENT otherwise).
+                    Action::Load { dst: sf, .. } | Action::OutputReg { src: sf, .. } => {
+                        self.check_subfield(spec, sf)?;
+                    }
+                    Action::Move { src, dst } => {
+                        self.check_subfield(spec, src)?;
+                        self.check_subfield(spec, dst)?;
+                    }
                     _ => {}
                 }
             }
         }
         Ok(())
+    }
+
+    fn check_subfield(&self, spec: &FlowSpec, sf: &ofp_types::SubField) -> Result<(), FlowModError> {
+        if sf.field.name == "vlan_tci" || sf.field.prereq.holds(&spec.matched.key, &spec.matched.mask) {
+            Ok(())
+        } else {
+            Err(FlowModError::MatchInconsistent(format!(
+                "field {} lacks its prerequisites in the match",
+                sf.field.name
+            )))
+        }
     }
 
     /// Applies one flow modification as its own committed version.

@@ -10,16 +10,25 @@
 //! emitted unconditionally (no "only if different" comparison), so they
 //! never widen the mask.
 
+use crate::actions::ofpp;
 use crate::actions::{Action, Instruction, OfPort};
 use crate::bridge::{Ofproto, TableMiss};
 use crate::normal::{is_multicast, Learned, VlanMode};
 use dpif::{DpAction, Translation, UserspaceReason};
-use flow::key::{ethertype, FlowKey, STAGE_L3, STAGE_L4, VLAN_PRESENT, WORDS};
+use flow::key::{ethertype, loc, FlowKey, STAGE_L3, STAGE_L4, VLAN_PRESENT, WORDS};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Resubmit/goto depth limit (OVS uses 64 for resubmits).
 const MAX_DEPTH: u32 = 64;
+
+/// Whether a field is pipeline state only: the OpenFlow registers and
+/// metadata. The datapath never carries them (a packet enters with them
+/// zero, and recirculation restores them from the frozen state, see
+/// `ct.rs`), so writing them emits no datapath action.
+fn key_only(l: flow::key::Loc) -> bool {
+    l.word == loc::METADATA.word || (loc::REGS[0].word..=loc::REGS[15].word).contains(&l.word)
+}
 
 /// The result of a translation with its human-readable walk.
 pub struct Trace {
@@ -345,6 +354,52 @@ impl Ctx<'_> {
         }
     }
 
+    /// Writes `value` under `mask` into `field` (set_field, load, move's
+    /// destination). Registers and metadata live only in the translation's
+    /// key: the datapath never sees them, so writing them emits nothing.
+    fn set_field(&mut self, field: &'static flow::fields::FieldDef, value: u128, mask: u128) {
+        if field.name == "vlan_tci" {
+            // Rewriting a tag needs one.
+            let mut m = FlowKey::ZERO;
+            m.set_vlan_tci(VLAN_PRESENT);
+            self.consult(&m);
+            if self.key.vlan_tci() & VLAN_PRESENT == 0 {
+                self.say(|| "  packet has no VLAN tag; ignored");
+                return;
+            }
+        } else {
+            self.consult(&field.prereq.mask());
+            if !field.prereq.holds_for_packet(&self.key) {
+                self.say(|| "  prerequisites not met; ignored");
+                return;
+            }
+        }
+        let old = field.get(&self.key);
+        field.set(&mut self.key, (old & !mask) | (value & mask));
+        if !key_only(field.loc) {
+            let mut pm = FlowKey::ZERO;
+            field.set(&mut pm, mask);
+            self.pending.or_assign(&pm);
+        }
+    }
+
+    /// Reads a sub-field of the flow as translated so far, marking its bits
+    /// (and its prerequisites' bits) consulted. `None` if the field's
+    /// prerequisites do not hold for this packet (then only those were
+    /// consulted). A register holds a constant or bits copied from the
+    /// packet by an earlier move, which consulted them then.
+    fn read_subfield(&mut self, sf: &ofp_types::SubField) -> Option<u128> {
+        self.consult(&sf.field.prereq.mask());
+        if !sf.field.prereq.holds_for_packet(&self.key) {
+            self.say(|| format!("  {sf}: prerequisites not met; ignored"));
+            return None;
+        }
+        let mut m = FlowKey::ZERO;
+        sf.field.set(&mut m, sf.mask());
+        self.consult(&m);
+        Some((sf.field.get(&self.key) >> sf.ofs) & sf.ones())
+    }
+
     fn output(&mut self, port: u32) {
         self.commit();
         self.actions.push(DpAction::Output(port));
@@ -398,28 +453,31 @@ impl Ctx<'_> {
             Action::Output(OfPort::Normal) => self.normal(),
             Action::Output(OfPort::Controller) => self.controller(65535),
             Action::Controller { max_len } => self.controller(*max_len),
-            Action::SetField { field, value, mask } => {
-                if field.name == "vlan_tci" {
-                    // Rewriting a tag needs one.
-                    let mut m = FlowKey::ZERO;
-                    m.set_vlan_tci(VLAN_PRESENT);
-                    self.consult(&m);
-                    if self.key.vlan_tci() & VLAN_PRESENT == 0 {
-                        self.say(|| "  packet has no VLAN tag; ignored");
-                        return;
-                    }
-                } else {
-                    self.consult(&field.prereq.mask());
-                    if !field.prereq.holds_for_packet(&self.key) {
-                        self.say(|| "  prerequisites not met; ignored");
-                        return;
-                    }
+            Action::SetField { field, value, mask } => self.set_field(field, *value, *mask),
+            Action::Load { dst, value } => self.set_field(dst.field, value << dst.ofs, dst.mask()),
+            Action::Move { src, dst } => {
+                // The bits read decide what is written: they become exact
+                // in the megaflow (see `read_subfield`).
+                let Some(v) = self.read_subfield(src) else { return };
+                self.set_field(dst.field, v << dst.ofs, dst.mask());
+            }
+            Action::OutputReg { src, .. } => {
+                let Some(p) = self.read_subfield(src) else { return };
+                let p = p as u32;
+                let port = match p {
+                    p if p != 0 && p < ofpp::MAX => Some(OfPort::Port(p)),
+                    ofpp::IN_PORT => Some(OfPort::InPort),
+                    ofpp::NORMAL => Some(OfPort::Normal),
+                    ofpp::FLOOD => Some(OfPort::Flood),
+                    ofpp::ALL => Some(OfPort::All),
+                    ofpp::LOCAL => Some(OfPort::Local),
+                    ofpp::CONTROLLER => Some(OfPort::Controller),
+                    _ => None,
+                };
+                match port {
+                    Some(p) => self.do_action(&Action::Output(p)),
+                    None => self.say(|| format!("  port {p:#x} read from {src}: no output")),
                 }
-                let old = field.get(&self.key);
-                field.set(&mut self.key, (old & !mask) | (value & mask));
-                let mut pm = FlowKey::ZERO;
-                field.set(&mut pm, *mask);
-                self.pending.or_assign(&pm);
             }
             Action::PushVlan(tpid) => {
                 let mut m = FlowKey::ZERO;

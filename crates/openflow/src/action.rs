@@ -17,7 +17,36 @@ use crate::header::Version;
 use crate::oxm::{self, port_from_of11, port_to_of11, Flavor};
 use flow::fields::by_name;
 use ofp_types::actions::ofpp;
-use ofp_types::{Action, Instruction, OfPort};
+use ofp_types::{Action, Instruction, OfPort, SubField};
+
+/// OpenFlow 1.5's standard copy_field action type (OFPAT_COPY_FIELD).
+const OFPAT15_COPY_FIELD: u16 = 28;
+
+/// A sub-field named by a header, a bit offset and a width, checked to lie
+/// within the field.
+fn subfield(header: u32, ofs: u32, n_bits: u32) -> Result<SubField, ErrorKind> {
+    let f = oxm::field_by_header(header)?;
+    SubField::new(f, ofs, n_bits).ok_or(ErrorKind::BadArgument)
+}
+
+/// A move's two headers (standard 4-byte ones only).
+fn move_headers(rd: &mut Rd) -> Result<(u32, u32), ErrorKind> {
+    let (src, dst) = (rd.u32()?, rd.u32()?);
+    if (src >> 16) as u16 == 0xffff || (dst >> 16) as u16 == 0xffff {
+        return Err(ErrorKind::BadArgument);
+    }
+    Ok((src, dst))
+}
+
+fn reg_move(n_bits: u16, src_ofs: u16, dst_ofs: u16, rd: &mut Rd) -> Result<Action, ErrorKind> {
+    let (sh, dh) = move_headers(rd)?;
+    let src = subfield(sh, src_ofs as u32, n_bits as u32)?;
+    let dst = subfield(dh, dst_ofs as u32, n_bits as u32)?;
+    if !ofp_types::actions::writable(dst.field) {
+        return Err(ErrorKind::BadSetArgument);
+    }
+    Ok(Action::Move { src, dst })
+}
 
 /// Nicira's vendor / experimenter id.
 pub const NX_VENDOR: u32 = 0x0000_2320;
@@ -25,7 +54,10 @@ pub const NX_VENDOR: u32 = 0x0000_2320;
 mod nxast {
     pub const RESUBMIT: u16 = 1;
     pub const SET_QUEUE: u16 = 4;
+    pub const REG_MOVE: u16 = 6;
     pub const REG_LOAD: u16 = 7;
+    pub const OUTPUT_REG: u16 = 15;
+    pub const OUTPUT_REG2: u16 = 32;
     pub const RESUBMIT_TABLE: u16 = 14;
     pub const DEC_TTL: u16 = 18;
     pub const CONTROLLER: u16 = 20;
@@ -112,18 +144,34 @@ fn decode_nx(rd: &mut Rd, acts: &mut Vec<Action>, extra: &mut Vec<Instruction>) 
             let ofs_nbits = rd.u16()?;
             let dst = rd.u32()?;
             let value = rd.u64()? as u128;
-            let (ofs, nbits) = ((ofs_nbits >> 6) as u32, (ofs_nbits & 0x3f) as u32 + 1);
-            // Decode the destination header as a masked TLV of zeros to learn the field.
-            let n = (dst & 0xff) as usize;
-            let mut tlv = Vec::new();
-            tlv.u32(dst & !0x100);
-            tlv.zeros(n);
-            let (f, _, _) = oxm::decode_field_tlv(&mut Rd::new(&tlv, ErrorKind::BadArgument))?;
-            if ofs + nbits > f.loc.bits || (nbits < 64 && value >> nbits != 0) {
+            let dst = subfield(dst, (ofs_nbits >> 6) as u32, (ofs_nbits & 0x3f) as u32 + 1)?;
+            if value > dst.ones() {
                 return Err(ErrorKind::BadArgument);
             }
-            let m = if nbits >= 128 { u128::MAX } else { ((1u128 << nbits) - 1) << ofs };
-            acts.push(Action::SetField { field: f, value: value << ofs, mask: m });
+            if !ofp_types::actions::writable(dst.field) {
+                return Err(ErrorKind::BadSetArgument);
+            }
+            acts.push(Action::Load { dst, value });
+        }
+        nxast::REG_MOVE => {
+            let (n_bits, src_ofs, dst_ofs) = (rd.u16()?, rd.u16()?, rd.u16()?);
+            acts.push(reg_move(n_bits, src_ofs, dst_ofs, rd)?);
+        }
+        nxast::OUTPUT_REG | nxast::OUTPUT_REG2 => {
+            let ofs_nbits = rd.u16()?;
+            let (h, max_len) = if sub == nxast::OUTPUT_REG {
+                let h = rd.u32()?;
+                (h, rd.u16()?)
+            } else {
+                let m = rd.u16()?;
+                let h = rd.u32()?;
+                if (h >> 16) as u16 == 0xffff {
+                    return Err(ErrorKind::BadArgument);
+                }
+                (h, m)
+            };
+            let src = subfield(h, (ofs_nbits >> 6) as u32, (ofs_nbits & 0x3f) as u32 + 1)?;
+            acts.push(Action::OutputReg { src, max_len });
         }
         nxast::REG_LOAD2 => {
             // Open vSwitch's layout: the OXM/NXM TLV follows the 10-byte
@@ -239,6 +287,11 @@ pub fn decode_actions(v: Version, b: &[u8]) -> Result<(Vec<Action>, Vec<Instruct
                 acts.push(Action::SetField { field: f, value, mask });
             }
             29 if v >= Version::Of15 => extra.push(Instruction::Meter(a.u32()?)),
+            OFPAT15_COPY_FIELD if v >= Version::Of15 => {
+                let (n_bits, src_ofs, dst_ofs) = (a.u16()?, a.u16()?, a.u16()?);
+                a.skip(2)?;
+                acts.push(reg_move(n_bits, src_ofs, dst_ofs, &mut a)?);
+            }
             _ => return Err(ErrorKind::BadActionType),
         }
     }
@@ -300,11 +353,69 @@ fn reg_load(field: &flow::fields::FieldDef, value: u128, mask: u128, out: &mut V
     true
 }
 
+/// `load:VALUE->DST` as Open vSwitch sends it before OpenFlow 1.5: one
+/// NXAST_REG_LOAD per 64 bits of the destination. False if the field has
+/// no header of its own (the caller writes it as a set_field).
+fn encode_load(dst: &SubField, value: u128, out: &mut Vec<u8>) -> bool {
+    let Some(header) = oxm::field_header(dst.field) else { return false };
+    let mut done = 0;
+    while done < dst.n_bits {
+        let n = (dst.n_bits - done).min(64);
+        let chunk = (value >> done) & if n >= 64 { u64::MAX as u128 } else { (1u128 << n) - 1 };
+        let s = nx_header(out, nxast::REG_LOAD);
+        out.u16((((dst.ofs + done) as u16) << 6) | (n as u16 - 1));
+        out.u32(header);
+        out.u64(chunk as u64);
+        finish(out, s);
+        done += n;
+    }
+    true
+}
+
 /// Encodes an action list for `v`.
 pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
     let of10 = v == Version::Of10;
     for act in acts {
         match act {
+            Action::Load { dst, value } => {
+                if v >= Version::Of15 || !encode_load(dst, *value, out) {
+                    // OpenFlow 1.5 has masked set_field (Open vSwitch
+                    // sends loads so).
+                    let w = Action::SetField { field: dst.field, value: value << dst.ofs, mask: dst.mask() };
+                    encode_actions(v, &[w], out);
+                }
+            }
+            Action::Move { src, dst } => {
+                let (Some(sh), Some(dh)) = (oxm::field_header(src.field), oxm::field_header(dst.field)) else {
+                    continue;
+                };
+                let s = if v >= Version::Of15 {
+                    let s = simple(out, OFPAT15_COPY_FIELD);
+                    out.u16(src.n_bits as u16);
+                    out.u16(src.ofs as u16);
+                    out.u16(dst.ofs as u16);
+                    out.zeros(2);
+                    s
+                } else {
+                    let s = nx_header(out, nxast::REG_MOVE);
+                    out.u16(src.n_bits as u16);
+                    out.u16(src.ofs as u16);
+                    out.u16(dst.ofs as u16);
+                    s
+                };
+                out.u32(sh);
+                out.u32(dh);
+                finish(out, s);
+            }
+            Action::OutputReg { src, max_len } => {
+                let Some(h) = oxm::field_header(src.field) else { continue };
+                let s = nx_header(out, nxast::OUTPUT_REG);
+                out.u16(((src.ofs as u16) << 6) | (src.n_bits as u16 - 1));
+                out.u32(h);
+                out.u16(*max_len);
+                out.zeros(6);
+                finish(out, s);
+            }
             Action::Output(p) | Action::OutputMaxLen(p, _) => {
                 let max_len = if let Action::OutputMaxLen(_, m) = act { *m } else { 0 };
                 let s = simple(out, 0);
@@ -582,6 +693,21 @@ mod tests {
                         let (field, value, mask) = oxm::canonical_write(field, value, mask);
                         Action::SetField { field, value, mask }
                     }
+                    // eth_src[] travels as NXM_OF_ETH_SRC and comes back as dl_src.
+                    Action::Move { src, dst } => {
+                        let c = |mut x: SubField| {
+                            if let Some(f) = flow::fields::FIELDS.iter().find(|f| !f.alias && f.loc == x.field.loc) {
+                                x.field = f;
+                            }
+                            x
+                        };
+                        Action::Move { src: c(src), dst: c(dst) }
+                    }
+                    // A load travels as a masked set_field in 1.5.
+                    Action::Load { dst, value } => {
+                        let (field, value, mask) = oxm::canonical_write(dst.field, value << dst.ofs, dst.mask());
+                        Action::SetField { field, value, mask }
+                    }
                     a => a,
                 })
                 .collect()
@@ -687,6 +813,58 @@ mod tests {
             rt(v, "write_actions(output:3),write_metadata:0x5/0xff,goto_table:2");
             rt(v, "clear_actions,meter:1,output:1");
         }
+    }
+
+    #[test]
+    fn register_actions_round_trip() {
+        for v in Version::ALL {
+            rt(v, "set_field:5->reg0,load:5->NXM_NX_REG0[0..7],load:0x1->reg3[4],output:1");
+            rt(v, "move:NXM_NX_REG0[0..15]->NXM_NX_REG1[16..31],move:reg0[]->reg1[],move:eth_src[]->eth_dst[]");
+            rt(v, "output:NXM_NX_REG0[0..15],output:reg1[],load:0x1234->xreg3[0..15],set_field:6->xreg1");
+            rt(v, "load:0x1->xxreg3[100],set_field:7->xxreg2,move:xxreg0[]->xxreg1[]");
+        }
+    }
+
+    /// The Nicira register actions in Open vSwitch's layout (struct
+    /// nx_action_reg_load / reg_move / output_reg, ovs-actions(7)), and
+    /// OpenFlow 1.5's copy_field.
+    #[test]
+    fn register_action_bytes() {
+        let enc = |v: Version, text: &str| {
+            let ins = ofp_types::actions::parse_actions(text).unwrap();
+            let mut b = Vec::new();
+            encode_instructions(v, &ins, &mut b);
+            b
+        };
+        // load:0x5->NXM_NX_REG0[0..7]: ofs 0, nbits-1 = 7.
+        assert_eq!(
+            enc(Version::Of10, "load:5->NXM_NX_REG0[0..7]"),
+            [0xff, 0xff, 0, 24, 0, 0, 0x23, 0x20, 0, 7, 0, 7, 0, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0, 5]
+        );
+        // move:NXM_NX_REG0[0..15]->NXM_NX_REG1[16..31]
+        assert_eq!(
+            enc(Version::Of10, "move:reg0[0..15]->reg1[16..31]"),
+            [0xff, 0xff, 0, 24, 0, 0, 0x23, 0x20, 0, 6, 0, 16, 0, 0, 0, 16, 0, 1, 0, 4, 0, 1, 2, 4]
+        );
+        // output:NXM_NX_REG1[0..15], max_len 0xffff.
+        assert_eq!(
+            enc(Version::Of10, "output:reg1[0..15]"),
+            [0xff, 0xff, 0, 24, 0, 0, 0x23, 0x20, 0, 15, 0, 15, 0, 1, 2, 4, 0xff, 0xff, 0, 0, 0, 0, 0, 0]
+        );
+        // OpenFlow 1.5 copy_field inside apply-actions.
+        assert_eq!(
+            enc(Version::Of15, "move:reg0[0..15]->reg1[16..31]")[8..],
+            [0, 28, 0, 24, 0, 16, 0, 0, 0, 16, 0, 0, 0, 1, 0, 4, 0, 1, 2, 4, 0, 0, 0, 0]
+        );
+        // A 128-bit load is two 64-bit REG_LOADs.
+        assert_eq!(enc(Version::Of13, "load:7->xxreg2[]").len(), 8 + 48);
+        // Errors: a move into a read-only field, a load past the field.
+        let mut b = enc(Version::Of10, "move:reg0[0..15]->reg1[16..31]");
+        b[20..24].copy_from_slice(&[0, 0, 0, 2]); // dst NXM_OF_IN_PORT
+        assert_eq!(decode_actions(Version::Of10, &b), Err(ErrorKind::BadSetArgument));
+        let mut b = enc(Version::Of10, "load:5->NXM_NX_REG0[0..7]");
+        b[10..12].copy_from_slice(&((30u16 << 6) | 7).to_be_bytes());
+        assert_eq!(decode_actions(Version::Of10, &b), Err(ErrorKind::BadArgument));
     }
 
     #[test]

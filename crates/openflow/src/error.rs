@@ -53,6 +53,9 @@ pub enum ErrorKind {
     BadSetType,
     /// BAD_ACTION / BAD_SET_ARGUMENT: set_field whose prerequisites fail.
     BadSetArgument,
+    /// BAD_ACTION / MATCH_INCONSISTENT: an action names a field whose
+    /// prerequisites the match lacks (load, move, output:reg).
+    MatchInconsistent,
     /// BAD_INSTRUCTION / UNKNOWN_INST.
     UnknownInst,
     /// BAD_INSTRUCTION / BAD_TABLE_ID: goto_table to a missing or earlier table.
@@ -161,6 +164,7 @@ impl ErrorKind {
                 BadArgument => (2, 5),
                 BadSetType => (NX10, 523),
                 BadSetArgument => (NX10, 525),
+                MatchInconsistent => (NX10, 266),
                 BadOutGroup => (2, 9),
                 UnknownInst | BadInstLen => (2, 257),
                 BadInstTableId => (NX10, 512),
@@ -216,6 +220,7 @@ impl ErrorKind {
             BadOutGroup => (2, 9),
             BadSetType => (2, 13),
             BadSetArgument => (2, 15),
+            MatchInconsistent => (2, 12),
             UnknownInst => (3, 0),
             BadInstTableId => (3, 2),
             BadInstLen => (3, 7),

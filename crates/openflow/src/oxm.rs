@@ -44,6 +44,9 @@ const N: u8 = 1;
 const O: u8 = 2;
 const B: u8 = N | O;
 const DEC: u8 = 0;
+/// Never emitted in a match (other entries cover the same bits), but the
+/// header of writes that name this field (set_field, load, move).
+const W: u8 = 4;
 
 struct Entry {
     class: u16,
@@ -69,6 +72,8 @@ const NXM0: u16 = 0x0000;
 const NXM1: u16 = 0x0001;
 const OXM: u16 = 0x8000;
 const EXP: u16 = 0xffff;
+/// OFPXMC_PACKET_REGS: OpenFlow 1.5's 64-bit packet registers (xreg0-7).
+const PKT_REGS: u16 = 0x8001;
 const ONF: u32 = 0x4f4e4600;
 
 /// Every header we know. Order is encoding order.
@@ -160,6 +165,37 @@ static ENTRIES: &[Entry] = &[
     e(NXM1, 121, 4, true, "ct_nw_dst", B),
     e(NXM1, 124, 2, true, "ct_tp_src", B),
     e(NXM1, 125, 2, true, "ct_tp_dst", B),
+    // Registers (ovs-fields(7)): NXM_NX_REG0-15 are what a match carries,
+    // as Open vSwitch encodes it; xreg (OXM_OF_PKT_REG0-7) and xxreg
+    // (NXM_NX_XXREG0-3) overlay them and are decoded into the same bits.
+    e(NXM1, 0, 4, true, "reg0", B),
+    e(NXM1, 1, 4, true, "reg1", B),
+    e(NXM1, 2, 4, true, "reg2", B),
+    e(NXM1, 3, 4, true, "reg3", B),
+    e(NXM1, 4, 4, true, "reg4", B),
+    e(NXM1, 5, 4, true, "reg5", B),
+    e(NXM1, 6, 4, true, "reg6", B),
+    e(NXM1, 7, 4, true, "reg7", B),
+    e(NXM1, 8, 4, true, "reg8", B),
+    e(NXM1, 9, 4, true, "reg9", B),
+    e(NXM1, 10, 4, true, "reg10", B),
+    e(NXM1, 11, 4, true, "reg11", B),
+    e(NXM1, 12, 4, true, "reg12", B),
+    e(NXM1, 13, 4, true, "reg13", B),
+    e(NXM1, 14, 4, true, "reg14", B),
+    e(NXM1, 15, 4, true, "reg15", B),
+    e(PKT_REGS, 0, 8, true, "xreg0", W),
+    e(PKT_REGS, 1, 8, true, "xreg1", W),
+    e(PKT_REGS, 2, 8, true, "xreg2", W),
+    e(PKT_REGS, 3, 8, true, "xreg3", W),
+    e(PKT_REGS, 4, 8, true, "xreg4", W),
+    e(PKT_REGS, 5, 8, true, "xreg5", W),
+    e(PKT_REGS, 6, 8, true, "xreg6", W),
+    e(PKT_REGS, 7, 8, true, "xreg7", W),
+    e(NXM1, 111, 16, true, "xxreg0", W),
+    e(NXM1, 112, 16, true, "xxreg1", W),
+    e(NXM1, 113, 16, true, "xxreg2", W),
+    e(NXM1, 114, 16, true, "xxreg3", W),
     Entry { sp: Sp::Cookie, ..e(NXM1, 30, 8, true, "cookie", DEC) },
 ];
 
@@ -456,7 +492,7 @@ pub fn encode_field_tlv(field: &FieldDef, value: u128, mask: u128, flavor: Flavo
     let own = |b: u8| {
         ENTRIES
             .iter()
-            .find(|x| x.enc & b != 0 && x.sp == Sp::Plain && x.name == field.name && def_of(x).loc == field.loc)
+            .find(|x| x.enc & (b | W) != 0 && x.sp == Sp::Plain && x.name == field.name && def_of(x).loc == field.loc)
     };
     let ent = [bit, N | O].iter().find_map(|&b| {
         own(b).or_else(|| ENTRIES.iter().filter(|x| x.enc & b != 0 && covers(x)).min_by_key(|x| def_of(x).loc.bits))
@@ -476,6 +512,36 @@ pub fn encode_field_tlv(field: &FieldDef, value: u128, mask: u128, flavor: Flavo
         out.uint(m, ent.len as usize);
     }
     Some(hasmask)
+}
+
+/// The 32-bit header (unmasked) that names `field` in a load, move or
+/// output:reg: an entry for that name, else one for exactly its bits,
+/// Nicira's before OXM (as Open vSwitch writes them for every version).
+pub fn field_header(field: &FieldDef) -> Option<u32> {
+    let plain = |x: &&'static Entry| x.sp == Sp::Plain && x.class != EXP && def_of(x).loc == field.loc;
+    let ent = ENTRIES
+        .iter()
+        .filter(plain)
+        .find(|x| x.name == field.name)
+        .or_else(|| ENTRIES.iter().filter(plain).find(|x| x.enc & N != 0))
+        .or_else(|| ENTRIES.iter().filter(plain).find(|x| x.enc != DEC))?;
+    Some(((ent.class as u32) << 16) | ((ent.field as u32) << 9) | ent.len as u32)
+}
+
+/// The field a header in a load, move or output:reg names (its mask bit
+/// and length are ignored, as Open vSwitch does). NXM_OF_IP_TOS is the
+/// whole TOS byte there.
+pub fn field_by_header(h: u32) -> Result<&'static FieldDef, ErrorKind> {
+    let (class, field) = ((h >> 16) as u16, ((h >> 9) & 0x7f) as u8);
+    let ent = ENTRIES
+        .iter()
+        .find(|x| x.class == class && x.field == field && x.class != EXP && x.sp != Sp::Cookie)
+        .ok_or(ErrorKind::BadArgument)?;
+    match ent.sp {
+        Sp::Plain => Ok(def_of(ent)),
+        Sp::IpTos => Ok(def("nw_tos")),
+        _ => Err(ErrorKind::BadArgument),
+    }
 }
 
 /// OpenFlow 1.1+ `ofp_match` of type OXM: type, length, entries, padding
@@ -552,6 +618,37 @@ mod tests {
         rt("icmp,icmp_type=8,icmp_code=0");
         rt("sctp,sctp_dst=9");
         rt("tcp,tcp_flags=0x2/0x12");
+        rt("reg0=5,reg15=0x7");
+        rt("reg3=0x5/0xff,reg4=0x10/0x10,metadata=1");
+        rt("xreg1=0x100000002");
+        rt("xxreg3=0x5/0xff");
+    }
+
+    /// Register headers as ovs-fields(7) gives them: NXM_NX_REG0 is
+    /// class 1 field 0 (4 bytes), OXM_OF_PKT_REG1 class 0x8001 field 1 (8
+    /// bytes), NXM_NX_XXREG2 class 1 field 113 (16 bytes). A match
+    /// carries registers only as the 32-bit NXM_NX_REGn.
+    #[test]
+    fn register_headers() {
+        let mut b = Vec::new();
+        encode(&Match::parse("reg0=5,reg1=0x10/0xf0").unwrap(), Flavor::Oxm, &mut b);
+        assert_eq!(b, [0, 1, 0, 4, 0, 0, 0, 5, 0, 1, 3, 8, 0, 0, 0, 0x10, 0, 0, 0, 0xf0]);
+        // xreg1 = 0x1_0000_0002 is reg2 = 1, reg3 = 2.
+        let d = decode(&[0x80, 1, 2, 8, 0, 0, 0, 1, 0, 0, 0, 2]).unwrap();
+        assert_eq!(d.matched, Match::parse("reg2=1,reg3=2").unwrap());
+        let xx = by_name("xxreg2").unwrap();
+        assert_eq!(field_header(xx), Some(0x0001_e210));
+        assert_eq!(field_header(by_name("xreg3").unwrap()), Some(0x8001_0608));
+        assert_eq!(field_header(by_name("reg15").unwrap()), Some(0x0001_1e04));
+        assert_eq!(field_header(by_name("eth_src").unwrap()), Some(0x0000_0406));
+        assert_eq!(field_by_header(0x0001_e210).unwrap().name, "xxreg2");
+        assert_eq!(field_by_header(0x0001_1f08).unwrap().name, "reg15");
+        let mut out = Vec::new();
+        assert_eq!(
+            encode_field_tlv(by_name("xreg1").unwrap(), 6, u64::MAX as u128, Flavor::Oxm, &mut out),
+            Some(false)
+        );
+        assert_eq!(out, [0x80, 1, 2, 8, 0, 0, 0, 0, 0, 0, 0, 6]);
     }
 
     #[test]

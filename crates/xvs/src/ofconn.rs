@@ -1562,6 +1562,7 @@ fn flow_mod_error(e: &FlowModError) -> ErrorKind {
         FlowModError::Unsupported(s) if s.contains("group") => ErrorKind::BadOutGroup,
         FlowModError::Unsupported(_) => ErrorKind::BadActionType,
         FlowModError::BadSetField(_) => ErrorKind::BadSetArgument,
+        FlowModError::MatchInconsistent(_) => ErrorKind::MatchInconsistent,
         FlowModError::Overlap => ErrorKind::Overlap,
         FlowModError::UnknownGroup(_) => ErrorKind::BadOutGroup,
         FlowModError::UnknownMeter(_) => ErrorKind::UnknownMeter,

@@ -20,6 +20,8 @@ pub fn arb_match() -> impl Strategy<Value = String> {
         (0usize..3).prop_map(|i| format!("dl_src={},", flow::key::fmt_mac(MACS[i]))),
         (1u16..4).prop_map(|v| format!("dl_vlan={v},")),
         Just("metadata=0x1/0x1,".to_string()),
+        (0u32..4).prop_map(|v| format!("reg0={v}/0x3,")),
+        (0u32..8).prop_map(|v| format!("reg1={v:#x}/0x1c,")),
     ];
     let l3 = prop_oneof![
         Just(String::new()),
@@ -62,6 +64,13 @@ pub fn arb_actions(table: u8) -> impl Strategy<Value = String> {
         Just("set_field:0x2->metadata".to_string()),
         // Groups 1 (all), 2 (select), 3 (fast_failover), made by `bridge`.
         (1u32..4).prop_map(|g| format!("group:{g}")),
+        // Registers: constants, bits copied from the packet, an output
+        // through a register (ports 0-7: some exist, some do not).
+        (0u8..4).prop_map(|v| format!("load:{v}->reg0[0..1]")),
+        Just("move:eth_src[0..2]->reg1[2..4]".to_string()),
+        Just("move:reg0[0..1]->reg1[2..3]".to_string()),
+        Just("output:reg1[2..4]".to_string()),
+        Just("move:reg1[2..4]->eth_dst[0..2]".to_string()),
     ];
     let tail = prop_oneof![
         Just(String::new()),
