@@ -99,10 +99,14 @@ impl Ofproto {
                 cx.do_table(0, true);
                 cx.mirror(key.in_port());
             }
-            id => match self.recirc.table_of(id) {
+            id => match self.recirc.frozen(id) {
                 // A packet back from the tracker resumes where ct(table=N)
-                // froze its translation.
-                Some(t) => {
+                // froze its translation, with the registers and metadata
+                // it had then (the id determines them, and the id is
+                // exact in every megaflow).
+                Some(f) => {
+                    f.restore(&mut cx.key);
+                    let t = f.table;
                     cx.say(|| format!("resume after recirculation {id:#x} in table {t}"));
                     cx.do_table(t, true);
                 }
@@ -414,7 +418,7 @@ impl Ctx<'_> {
                 self.commit();
                 self.actions.push(DpAction::Ct(self.of.conntrack.clone(), spec.params()));
                 if let Some(t) = spec.table {
-                    let id = self.of.recirc.id_for_table(t);
+                    let id = self.of.recirc.id_for(&crate::ct::Frozen::capture(t, &self.key));
                     self.say(|| format!("  recirculate as {id:#x}, resuming in table {t}"));
                     self.actions.push(DpAction::Recirc(id));
                     // This instance of the packet ends here (see ct.rs).
