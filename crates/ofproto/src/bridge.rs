@@ -137,6 +137,8 @@ pub enum FlowModError {
     UnknownGroup(u32),
     /// An instruction names a meter that does not exist.
     UnknownMeter(u32),
+    /// A `tun_metadataN` field that no TLV map binds (`add-tlv-map` first).
+    UnmappedTlvField(u16),
 }
 
 impl fmt::Display for FlowModError {
@@ -149,6 +151,9 @@ impl fmt::Display for FlowModError {
             FlowModError::BadGoto { from, to } => write!(f, "goto_table:{to} in table {from} must go to a later table"),
             FlowModError::Unsupported(s) => write!(f, "{s}"),
             FlowModError::BadSetField(s) | FlowModError::MatchInconsistent(s) => write!(f, "{s}"),
+            FlowModError::UnmappedTlvField(i) => {
+                write!(f, "tun_metadata{i} is not mapped to a tunnel option (add-tlv-map)")
+            }
         }
     }
 }
@@ -183,6 +188,8 @@ pub struct Ofproto {
     /// Where recirculated packets resume (`ct(table=N)`).
     pub(crate) recirc: crate::ct::RecircTable,
     generation_hook: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    /// Geneve options bound to `tun_metadataN` (`add-tlv-map`).
+    pub tlv: crate::tlv::TlvTable,
 }
 
 impl Ofproto {
@@ -204,6 +211,7 @@ impl Ofproto {
             conntrack: dpif::CtRef(Arc::new(conntrack::Conntrack::new(conntrack::Config::default()))),
             recirc: Default::default(),
             generation_hook: None,
+            tlv: Default::default(),
         }
     }
 
@@ -329,6 +337,11 @@ impl Ofproto {
         if spec.table as usize >= N_TABLES {
             return Err(FlowModError::BadTable(spec.table));
         }
+        for i in 0..crate::tlv::MAX_FIELDS {
+            if uses_tun_metadata(&spec.matched, &spec.instructions, i) && !self.tlv.is_mapped(i) {
+                return Err(FlowModError::UnmappedTlvField(i));
+            }
+        }
         for ins in &spec.instructions {
             let actions: &[Action] = match ins {
                 Instruction::GotoTable(t) if *t <= spec.table => {
@@ -384,6 +397,12 @@ impl Ofproto {
                 sf.field.name
             )))
         }
+    }
+
+    /// Whether any rule matches or writes `tun_metadata{index}` (its TLV
+    /// mapping cannot go while one does, as in Open vSwitch).
+    pub fn tlv_field_in_use(&self, index: u16) -> bool {
+        self.rules().iter().any(|(_, m, _, r)| uses_tun_metadata(m, &r.instructions, index))
     }
 
     /// Applies one flow modification as its own committed version.
@@ -884,4 +903,18 @@ impl Ofproto {
     pub fn is_reserved(p: OfPort) -> bool {
         !matches!(p, OfPort::Port(_))
     }
+}
+
+/// Whether a rule's match or actions use `tun_metadata{index}`.
+fn uses_tun_metadata(m: &Match, instructions: &[Instruction], index: u16) -> bool {
+    let Some(loc) = flow::key::loc::TUN_METADATA.get(index as usize) else { return false };
+    if loc.get(&m.mask) != 0 {
+        return true;
+    }
+    instructions.iter().any(|ins| match ins {
+        Instruction::Apply(a) | Instruction::Write(a) => {
+            a.iter().any(|a| matches!(a, Action::SetField { field, .. } if field.loc.word == loc.word && field.loc.shift == loc.shift))
+        }
+        _ => false,
+    })
 }

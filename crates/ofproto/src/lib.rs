@@ -27,6 +27,7 @@ pub mod bridge;
 pub mod ct;
 pub mod group;
 pub mod normal;
+pub mod tlv;
 pub use ofp_types::parse;
 pub mod xlate;
 

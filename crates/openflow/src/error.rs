@@ -132,6 +132,18 @@ pub enum ErrorKind {
     BundleBadType,
     /// BUNDLE_FAILED / MSG_FAILED: a bundled message failed; nothing applied.
     BundleMsgFailed,
+    /// Nicira TLV table errors (NXTTMFC_*): Nicira experimenter errors in
+    /// OpenFlow 1.2+; OpenFlow 1.0/1.1 get BAD_REQUEST/EPERM.
+    TlvBadCommand,
+    TlvBadOptLen,
+    TlvBadFieldIdx,
+    TlvTableFull,
+    TlvAlreadyMapped,
+    TlvDupEntry,
+    /// NXTTMFC_INVALID_TLV_DEL: a mapping that flows still use.
+    TlvInvalidDel,
+    /// NXFMFC_INVALID_TLV_FIELD: a flow uses an unmapped tun_metadata field.
+    InvalidTlvField,
 }
 
 /// OpenFlow 1.0 BAD_REQUEST type, under which OVS puts the Nicira codes.
@@ -194,6 +206,8 @@ impl ErrorKind {
                     (1, 1)
                 }
                 BundleBadId | BundleClosed | BundleBadType | BundleMsgFailed => (1, 1),
+                TlvBadCommand | TlvBadOptLen | TlvBadFieldIdx | TlvTableFull | TlvAlreadyMapped | TlvDupEntry
+                | TlvInvalidDel | InvalidTlvField => (1, 5),
             };
         }
         let of13 = v == Version::Of13;
@@ -261,7 +275,33 @@ impl ErrorKind {
             BundleClosed => (if of13 { 0xffff } else { 17 }, if of13 { 2310 } else { 10 }),
             BundleBadType => (if of13 { 0xffff } else { 17 }, if of13 { 2302 } else { 2 }),
             BundleMsgFailed => (if of13 { 0xffff } else { 17 }, if of13 { 2315 } else { 15 }),
+            TlvBadCommand => (0xffff, 16),
+            TlvBadOptLen => (0xffff, 17),
+            TlvBadFieldIdx => (0xffff, 18),
+            TlvTableFull => (0xffff, 19),
+            TlvAlreadyMapped => (0xffff, 20),
+            TlvDupEntry => (0xffff, 21),
+            InvalidTlvField => (0xffff, 37),
+            TlvInvalidDel => (0xffff, 38),
         }
+    }
+}
+
+impl ErrorKind {
+    /// Errors that are Nicira experimenter errors in OpenFlow 1.2+.
+    fn is_nicira(self) -> bool {
+        use ErrorKind::*;
+        matches!(
+            self,
+            TlvBadCommand
+                | TlvBadOptLen
+                | TlvBadFieldIdx
+                | TlvTableFull
+                | TlvAlreadyMapped
+                | TlvDupEntry
+                | TlvInvalidDel
+                | InvalidTlvField
+        )
     }
 }
 
@@ -278,9 +318,11 @@ pub fn error_reply(v: Version, kind: ErrorKind, offending: &[u8]) -> Vec<u8> {
     Header { version: v as u8, msg_type: msg::ERROR, length: 0, xid }.emit(&mut out);
     out.extend_from_slice(&ty.to_be_bytes());
     if ty == 0xffff {
-        // Experimenter error: exp_code, then the experimenter id.
+        // Experimenter error: exp_code, then the experimenter id (Nicira's
+        // for its own errors, ONF's for bundles in 1.3).
         out.extend_from_slice(&code.to_be_bytes());
-        out.extend_from_slice(&ONF_EXPERIMENTER.to_be_bytes());
+        let exp = if kind.is_nicira() { crate::action::NX_VENDOR } else { ONF_EXPERIMENTER };
+        out.extend_from_slice(&exp.to_be_bytes());
     } else {
         out.extend_from_slice(&code.to_be_bytes());
     }

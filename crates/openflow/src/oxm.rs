@@ -37,6 +37,9 @@ enum Sp {
     IpTos,
     /// NXM_NX_COOKIE: the flow cookie (in NXT flow mods and stats requests).
     Cookie,
+    /// A variable-length field (`tun_metadataN`): Open vSwitch sends only
+    /// the bytes the value and mask need (1 to `len`), right-aligned.
+    VarLen,
 }
 
 /// Which encodings emit an entry (decoding accepts every entry).
@@ -196,6 +199,9 @@ static ENTRIES: &[Entry] = &[
     e(NXM1, 112, 16, true, "xxreg1", W),
     e(NXM1, 113, 16, true, "xxreg2", W),
     e(NXM1, 114, 16, true, "xxreg3", W),
+    // Geneve options bound by the TLV map (4-byte fields here).
+    Entry { sp: Sp::VarLen, ..e(NXM1, 40, 4, true, "tun_metadata0", B) },
+    Entry { sp: Sp::VarLen, ..e(NXM1, 41, 4, true, "tun_metadata1", B) },
     Entry { sp: Sp::Cookie, ..e(NXM1, 30, 8, true, "cookie", DEC) },
 ];
 
@@ -241,6 +247,18 @@ pub fn port_from_of11(p: u32) -> Option<u32> {
     }
 }
 
+/// The value length of an entry whose TLV body is `len` bytes: the
+/// entry's own length, or for a variable-length field 1 up to it.
+fn wire_len(ent: &Entry, len: usize, hasmask: bool) -> Option<usize> {
+    let n = if hasmask { len / 2 } else { len };
+    let ok = if ent.sp == Sp::VarLen {
+        n >= 1 && n <= ent.len as usize && (!hasmask || len % 2 == 0)
+    } else {
+        n == ent.len as usize && (!hasmask || len % 2 == 0)
+    };
+    ok.then_some(n)
+}
+
 /// A decoded TLV list: the match, and the NXM cookie if one was present.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decoded {
@@ -271,10 +289,7 @@ pub fn decode(b: &[u8]) -> Result<Decoded, ErrorKind> {
         let body = rd.bytes(len)?;
         let ent =
             ENTRIES.iter().find(|x| x.class == class && x.field == field && x.exp == exp).ok_or(ErrorKind::BadField)?;
-        let n = ent.len as usize;
-        if len != if hasmask { 2 * n } else { n } {
-            return Err(ErrorKind::BadMatchLen);
-        }
+        let n = wire_len(ent, len, hasmask).ok_or(ErrorKind::BadMatchLen)?;
         if hasmask && !ent.maskable {
             return Err(ErrorKind::BadMask);
         }
@@ -286,7 +301,7 @@ pub fn decode(b: &[u8]) -> Result<Decoded, ErrorKind> {
         seen.push((class, field, exp));
         seen_names.push(ent.name);
         let value = be_uint(&body[..n]);
-        let mask = if hasmask { be_uint(&body[n..]) } else { u128::MAX >> (128 - 8 * n) };
+        let mask = if hasmask { be_uint(&body[n..]) } else { u128::MAX >> (128 - 8 * ent.len as usize) };
         if ent.sp == Sp::Cookie {
             cookie = Some(((value & mask) as u64, mask as u64));
             continue;
@@ -294,7 +309,7 @@ pub fn decode(b: &[u8]) -> Result<Decoded, ErrorKind> {
         let f = def_of(ent);
         let mask = if hasmask { mask } else { f.loc.max() };
         let (value, mask) = match ent.sp {
-            Sp::Plain | Sp::Cookie => (value, mask),
+            Sp::Plain | Sp::Cookie | Sp::VarLen => (value, mask),
             Sp::InPort32 => (port_from_of11(value as u32).ok_or(ErrorKind::BadValue)? as u128, mask),
             Sp::IpTos => {
                 if value & 3 != 0 {
@@ -417,10 +432,7 @@ pub fn decode_field_tlv(rd: &mut Rd) -> Result<(&'static FieldDef, u128, u128), 
         .iter()
         .find(|x| x.class == class && x.field == field && x.exp == exp && x.sp != Sp::Cookie)
         .ok_or(ErrorKind::BadSetType)?;
-    let n = ent.len as usize;
-    if len != if hasmask { 2 * n } else { n } {
-        return Err(ErrorKind::BadActionLen);
-    }
+    let n = wire_len(ent, len, hasmask).ok_or(ErrorKind::BadActionLen)?;
     let f = def_of(ent);
     // Read-only in Open vSwitch, which answers BAD_SET_ARGUMENT.
     if f.name == "mpls_bos" {
@@ -483,16 +495,19 @@ pub fn encode_field_tlv(field: &FieldDef, value: u128, mask: u128, flavor: Flavo
     let hi = fs + (128 - mask.leading_zeros()).min(fb);
     let covers = |x: &'static Entry| {
         let l = def_of(x).loc;
-        x.sp == Sp::Plain
+        matches!(x.sp, Sp::Plain | Sp::VarLen)
             && l.word == fw
             && if fb > 64 || l.bits > 64 { l == field.loc } else { l.shift <= lo && hi <= l.shift + l.bits }
     };
     // The field's own header first (udp_src as UDP_SRC, not TCP_SRC),
     // then the tightest header covering the written bits.
     let own = |b: u8| {
-        ENTRIES
-            .iter()
-            .find(|x| x.enc & (b | W) != 0 && x.sp == Sp::Plain && x.name == field.name && def_of(x).loc == field.loc)
+        ENTRIES.iter().find(|x| {
+            x.enc & (b | W) != 0
+                && matches!(x.sp, Sp::Plain | Sp::VarLen)
+                && x.name == field.name
+                && def_of(x).loc == field.loc
+        })
     };
     let ent = [bit, N | O].iter().find_map(|&b| {
         own(b).or_else(|| ENTRIES.iter().filter(|x| x.enc & b != 0 && covers(x)).min_by_key(|x| def_of(x).loc.bits))

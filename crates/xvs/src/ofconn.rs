@@ -750,6 +750,62 @@ impl OfManager {
                 eprintln!("xvs: OpenFlow peer {}: ct-flush: {n} connections flushed", conn.name);
                 Vec::new()
             }
+            Msg::TlvTableMod(tm) => {
+                if !self.can_modify(conn) {
+                    return err(ErrorKind::IsSlave);
+                }
+                use ofproto::tlv::{TlvError, TlvMapping};
+                let maps: Vec<TlvMapping> = tm
+                    .maps
+                    .iter()
+                    .map(|m| TlvMapping { class: m.class, ty: m.ty, len: m.len, index: m.index })
+                    .collect();
+                let mut of = self.sh.ofproto.write().expect("ofproto lock");
+                // Mappings that flows use stay (as in Open vSwitch).
+                let gone: Vec<u16> = match tm.command {
+                    msg::tlv::TlvCommand::Add => Vec::new(),
+                    msg::tlv::TlvCommand::Delete => maps.iter().map(|m| m.index).collect(),
+                    msg::tlv::TlvCommand::Clear => of.tlv.mappings().iter().map(|m| m.index).collect(),
+                };
+                let r = if gone.iter().any(|&i| of.tlv_field_in_use(i)) {
+                    Err(TlvError::InUse)
+                } else {
+                    match tm.command {
+                        msg::tlv::TlvCommand::Add => of.tlv.add(&maps),
+                        msg::tlv::TlvCommand::Delete => {
+                            of.tlv.delete(&maps);
+                            Ok(())
+                        }
+                        msg::tlv::TlvCommand::Clear => {
+                            of.tlv.clear();
+                            Ok(())
+                        }
+                    }
+                };
+                match r {
+                    Ok(()) => Vec::new(),
+                    Err(e) => err(match e {
+                        TlvError::BadOptLen => ErrorKind::TlvBadOptLen,
+                        TlvError::BadFieldIdx => ErrorKind::TlvBadFieldIdx,
+                        TlvError::TableFull => ErrorKind::TlvTableFull,
+                        TlvError::AlreadyMapped => ErrorKind::TlvAlreadyMapped,
+                        TlvError::DupEntry => ErrorKind::TlvDupEntry,
+                        TlvError::InUse => ErrorKind::TlvInvalidDel,
+                    }),
+                }
+            }
+            Msg::TlvTableRequest => {
+                let of = self.sh.ofproto.read().expect("ofproto lock");
+                let maps: Vec<msg::tlv::TlvMap> = of
+                    .tlv
+                    .mappings()
+                    .iter()
+                    .map(|m| msg::tlv::TlvMap { class: m.class, ty: m.ty, len: m.len, index: m.index })
+                    .collect();
+                let space = ofproto::tlv::MAX_FIELDS as u32 * ofproto::tlv::MAX_OPTION_LEN as u32;
+                let body = msg::tlv::encode_reply(space, ofproto::tlv::MAX_FIELDS, &maps);
+                vec![msg::encode_nx(v, xid, msg::nxt::TLV_TABLE_REPLY, &body)]
+            }
             Msg::CtFlushZone(zone) => {
                 let ct = Arc::clone(self.sh.ofproto.read().expect("ofproto lock").conntrack());
                 let n = ct.flush(|c| c.zone == zone);
@@ -1566,6 +1622,7 @@ fn flow_mod_error(e: &FlowModError) -> ErrorKind {
         FlowModError::Overlap => ErrorKind::Overlap,
         FlowModError::UnknownGroup(_) => ErrorKind::BadOutGroup,
         FlowModError::UnknownMeter(_) => ErrorKind::UnknownMeter,
+        FlowModError::UnmappedTlvField(_) => ErrorKind::InvalidTlvField,
     }
 }
 

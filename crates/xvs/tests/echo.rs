@@ -64,3 +64,45 @@ fn actions_come_back_as_they_were_sent() {
     }
     assert!(failures.is_empty(), "not echoed faithfully:\n{}", failures.join("\n"));
 }
+
+/// The tunnel TLV map as ovn-controller sets it up first: a Geneve option
+/// bound to `tun_metadata0`, read back, then matched and written in flows;
+/// and the refusals for what cannot be mapped.
+#[test]
+fn tlv_map_binds_a_geneve_option_to_tun_metadata() {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h1 = Host::create(&format!("xvstl{id}h1"), &format!("xt{id}h1"), "10.83.1.1/24", 1).unwrap();
+    let h2 = Host::create(&format!("xvstl{id}h2"), &format!("xt{id}h2"), "10.83.1.2/24", 1).unwrap();
+    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "tlv", "brtlv", &[&h1.port, &h2.port], &[]);
+    let ovn = "{class=0x102,type=0x80,len=4}->tun_metadata0";
+    sw.ofctl_ok(&["-OOpenFlow15", "add-tlv-map", ovn]);
+    let map = sw.ofctl_ok(&["-OOpenFlow15", "dump-tlv-map"]);
+    eprintln!("{} dump-tlv-map:\n{map}", sw.name());
+    assert!(
+        map.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["0x102", "0x80", "4", "tun_metadata0"]),
+        "{map}"
+    );
+    // The same field again, or the same option on another field: refused.
+    let (ok, e) = sw.ofctl(&["-OOpenFlow15", "add-tlv-map", "{class=0x102,type=0x81,len=4}->tun_metadata0"]);
+    assert!(!ok && e.contains("NXTTMFC_ALREADY_MAPPED"), "{e}");
+    let (ok, e) = sw.ofctl(&["-OOpenFlow15", "add-tlv-map", "{class=0x102,type=0x80,len=4}->tun_metadata1"]);
+    assert!(!ok && e.contains("NXTTMFC_DUP_ENTRY"), "{e}");
+    for (flow, want) in [
+        ("tun_metadata0=0x1234/0xffff,actions=output:2", "tun_metadata0=0x1234"),
+        ("priority=5,tun_metadata0=7,actions=set_field:0x55->tun_metadata0,output:2", "set_field:0x55->tun_metadata0"),
+    ] {
+        sw.ofctl_ok(&["-OOpenFlow15", "add-flow", flow]);
+        let dump = sw.ofctl_ok(&["-OOpenFlow15", "dump-flows"]);
+        assert!(dump.contains(want), "{flow}: {dump}");
+    }
+    // A field no map binds cannot be used; a mapping in use cannot go.
+    let (ok, e) = sw.ofctl(&["-OOpenFlow15", "add-flow", "tun_metadata1=1,actions=output:2"]);
+    assert!(!ok && e.contains("NXFMFC_INVALID_TLV_FIELD"), "{e}");
+    let (ok, e) = sw.ofctl(&["-OOpenFlow15", "del-tlv-map"]);
+    assert!(!ok && e.contains("NXTTMFC_INVALID_TLV_DEL"), "{e}");
+    sw.ofctl_ok(&["-OOpenFlow15", "del-flows"]);
+    sw.ofctl_ok(&["-OOpenFlow15", "del-tlv-map"]);
+    let map = sw.ofctl_ok(&["-OOpenFlow15", "dump-tlv-map"]);
+    assert!(!map.contains("tun_metadata0"), "{map}");
+}

@@ -31,6 +31,7 @@ mod meter;
 mod packet;
 mod port;
 mod stats;
+pub mod tlv;
 
 pub use control::*;
 pub use flow_mod::*;
@@ -118,6 +119,9 @@ pub mod nxt {
     pub const FLOW_AGE: u32 = 18;
     pub const SET_ASYNC_CONFIG: u32 = 19;
     pub const SET_CONTROLLER_ID: u32 = 20;
+    pub const TLV_TABLE_MOD: u32 = 24;
+    pub const TLV_TABLE_REQUEST: u32 = 25;
+    pub const TLV_TABLE_REPLY: u32 = 26;
     pub const CT_FLUSH_ZONE: u32 = 29;
     pub const CT_FLUSH: u32 = 32;
 }
@@ -211,6 +215,9 @@ pub enum Msg {
     /// `NXT_CT_FLUSH`: forget the connections that match (zone, protocol,
     /// parts of the tuples).
     CtFlush(ct_flush::CtFlush),
+    /// `NXT_TLV_TABLE_MOD` / `NXT_TLV_TABLE_REQUEST`.
+    TlvTableMod(tlv::TlvTableMod),
+    TlvTableRequest,
     FlowAge,
     QueueGetConfig,
     TableMod,
@@ -343,6 +350,8 @@ fn decode_vendor(ctx: &Ctx, rd: &mut Rd) -> Result<Msg, ErrorKind> {
             Msg::CtFlushZone(rd.u16()?)
         }
         nxt::CT_FLUSH => Msg::CtFlush(ct_flush::decode(rd)?),
+        nxt::TLV_TABLE_MOD => Msg::TlvTableMod(tlv::decode_mod(rd)?),
+        nxt::TLV_TABLE_REQUEST => Msg::TlvTableRequest,
         nxt::SET_ASYNC_CONFIG => Msg::SetAsync,
         _ => return Err(ErrorKind::BadExpType),
     })
