@@ -911,10 +911,15 @@ fn uses_tun_metadata(m: &Match, instructions: &[Instruction], index: u16) -> boo
     if loc.get(&m.mask) != 0 {
         return true;
     }
+    let on = |f: &flow::fields::FieldDef| f.loc.word == loc.word && f.loc.shift == loc.shift;
     instructions.iter().any(|ins| match ins {
-        Instruction::Apply(a) | Instruction::Write(a) => {
-            a.iter().any(|a| matches!(a, Action::SetField { field, .. } if field.loc.word == loc.word && field.loc.shift == loc.shift))
-        }
+        Instruction::Apply(a) | Instruction::Write(a) => a.iter().any(|a| match a {
+            Action::SetField { field, .. } => on(field),
+            Action::Load { dst, .. } => on(dst.field),
+            Action::Move { src, dst } => on(src.field) || on(dst.field),
+            Action::OutputReg { src, .. } => on(src.field),
+            _ => false,
+        }),
         _ => false,
     })
 }
