@@ -9,11 +9,12 @@
 //! resumes in the frozen table. Ids are reused for the same frozen state,
 //! so megaflows stay few and stable.
 //!
-//! Supported: `commit`, `force`, `zone=N`, `table=N`,
+//! Supported: `commit`, `force`, `zone=N` or a zone taken from 16 bits of
+//! a field (`zone=NXM_NX_REG13[0..15]`, read at translation, as OVN
+//! writes it), `table=N`,
 //! `exec(set_field:V[/M]->ct_mark, set_field:V[/M]->ct_label)`, `nat`,
-//! `nat(src=A[-B][:P[-Q]][,random|hash|persistent])`, `nat(dst=...)`.
-//! Refused with a message: a zone taken from a field (`zone=NXM_...`),
-//! `alg=` helpers, other `exec` actions. As in Open vSwitch, the packet's
+//! `nat(src=A[-B][:P[-Q]][,random|hash|persistent])`, `nat(dst=...)`,
+//! `alg=ftp|tftp`. Refused with a message: other `exec` actions. As in Open vSwitch, the packet's
 //! own instance continues after `ct(table=N)` untracked; xvs ends that
 //! instance's translation there (actions after `ct(table=N)` are not run),
 //! which is what pipelines written as `..., ct(table=N)` expect.
@@ -29,6 +30,9 @@ pub struct CtSpec {
     pub commit: bool,
     pub force: bool,
     pub zone: u16,
+    /// `zone=FIELD[a..b]`: the zone is those 16 bits of the packet's
+    /// field when the flow is translated (then `zone` is unused).
+    pub zone_src: Option<crate::subfield::SubField>,
     pub table: Option<u8>,
     pub mark: Option<(u32, u32)>,
     pub label: Option<(u128, u128)>,
@@ -41,6 +45,14 @@ pub struct CtSpec {
 }
 
 impl CtSpec {
+    /// The zone for a packet whose (translation-time) key is `key`.
+    pub fn zone_for(&self, key: &flow::FlowKey) -> u16 {
+        match &self.zone_src {
+            Some(sf) => ((sf.field.loc.get(key) >> sf.ofs) & sf.ones()) as u16,
+            None => self.zone,
+        }
+    }
+
     pub fn params(&self) -> conntrack::CtAction {
         conntrack::CtAction {
             zone: self.zone,
@@ -165,10 +177,18 @@ pub fn parse_ct(tok: &str, arg: Option<&str>) -> Result<Action, ParseError> {
         match (name, val) {
             ("commit", None) => s.commit = true,
             ("force", None) => s.force = true,
+            ("zone", Some(v)) if v.contains('[') => {
+                let sf = crate::subfield::SubField::parse(v, false)?;
+                if sf.n_bits != 16 {
+                    return Err(perr(tok, format!("zone: {v} must be 16 bits wide")));
+                }
+                s.zone_src = Some(sf);
+            }
             ("zone", Some(v)) => {
-                s.zone = parse_int(v).filter(|&z| z <= 0xffff).ok_or_else(|| {
-                    perr(tok, format!("zone: '{v}' is not a number 0-65535 (zones from fields are not supported)"))
-                })? as u16
+                s.zone = parse_int(v)
+                    .filter(|&z| z <= 0xffff)
+                    .ok_or_else(|| perr(tok, format!("zone: '{v}' is not a number 0-65535 or a field FIELD[a..b]")))?
+                    as u16
             }
             ("table", Some(v)) => {
                 s.table = Some(
@@ -234,7 +254,9 @@ impl fmt::Display for CtSpec {
         if let Some(t) = self.table {
             p.push(format!("table={t}"));
         }
-        if self.zone != 0 {
+        if let Some(sf) = &self.zone_src {
+            p.push(format!("zone={sf}"));
+        } else if self.zone != 0 {
             p.push(format!("zone={}", self.zone));
         }
         let nat = self.nat.as_ref().map(|n| match n {

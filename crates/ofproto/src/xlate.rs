@@ -416,7 +416,9 @@ impl Ctx<'_> {
             Action::Ct(spec) => {
                 // Field writes so far reach the tracker.
                 self.commit();
-                self.actions.push(DpAction::Ct(self.of.conntrack.clone(), spec.params()));
+                let mut params = spec.params();
+                params.zone = spec.zone_for(&self.key);
+                self.actions.push(DpAction::Ct(self.of.conntrack.clone(), params));
                 if let Some(t) = spec.table {
                     let id = self.of.recirc.id_for(&crate::ct::Frozen::capture(t, &self.key));
                     self.say(|| format!("  recirculate as {id:#x}, resuming in table {t}"));

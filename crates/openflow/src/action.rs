@@ -24,7 +24,7 @@ const OFPAT15_COPY_FIELD: u16 = 28;
 
 /// A sub-field named by a header, a bit offset and a width, checked to lie
 /// within the field.
-fn subfield(header: u32, ofs: u32, n_bits: u32) -> Result<SubField, ErrorKind> {
+pub(crate) fn subfield(header: u32, ofs: u32, n_bits: u32) -> Result<SubField, ErrorKind> {
     let f = oxm::field_by_header(header)?;
     SubField::new(f, ofs, n_bits).ok_or(ErrorKind::BadArgument)
 }

@@ -87,10 +87,16 @@ pub fn decode_ct(rd: &mut Rd) -> Result<Action, ErrorKind> {
     let table = rd.u8()?;
     rd.skip(3)?;
     let alg = rd.u16()?;
-    if zone_src != 0 {
-        // A zone taken from a field (e.g. a register): not supported.
-        return Err(ErrorKind::BadArgument);
-    }
+    // A zone from a field: `zone` holds the sub-field's ofs/n_bits.
+    let zone_sf = if zone_src != 0 {
+        let sf = crate::action::subfield(zone_src, (zone >> 6) as u32, (zone & 0x3f) as u32 + 1)?;
+        if sf.n_bits != 16 {
+            return Err(ErrorKind::BadArgument);
+        }
+        Some(sf)
+    } else {
+        None
+    };
     // The helpers xvs has: FTP (21) and TFTP (69), as Open vSwitch.
     if !matches!(alg, 0 | 21 | 69) || flags & !(F_COMMIT | F_FORCE) != 0 {
         return Err(ErrorKind::BadArgument);
@@ -98,7 +104,8 @@ pub fn decode_ct(rd: &mut Rd) -> Result<Action, ErrorKind> {
     let mut s = CtSpec {
         commit: flags & F_COMMIT != 0,
         force: flags & F_FORCE != 0,
-        zone,
+        zone: if zone_sf.is_some() { 0 } else { zone },
+        zone_src: zone_sf,
         table: (table != 255).then_some(table),
         alg: (alg != 0).then_some(alg),
         ..CtSpec::default()
@@ -208,8 +215,16 @@ pub fn encode_ct(v: Version, s: &CtSpec, out: &mut Vec<u8>) {
         flags |= F_FORCE;
     }
     out.u16(flags);
-    out.u32(0);
-    out.u16(s.zone);
+    match s.zone_src.as_ref().and_then(|sf| crate::oxm::field_header(sf.field).map(|h| (h, sf))) {
+        Some((h, sf)) => {
+            out.u32(h);
+            out.u16(((sf.ofs as u16) << 6) | (sf.n_bits as u16 - 1));
+        }
+        None => {
+            out.u32(0);
+            out.u16(s.zone);
+        }
+    }
     out.u8(s.table.unwrap_or(255));
     out.zeros(3);
     out.u16(s.alg.unwrap_or(0));

@@ -343,3 +343,37 @@ fn destination_nat_sends_a_vip_to_its_backend() {
     );
     let _ = std::fs::remove_file(&ready);
 }
+
+/// The zone taken from a register, as OVN writes it: reg13 is loaded in
+/// table 0, survives the recirculation, and names the zone both times.
+#[test]
+fn zone_from_a_register_survives_recirculation() {
+    let (h1, h2) = hosts("z");
+    let d = start("z", &[&h1, &h2]);
+    let (a, b) = (d.ofport(&h1.port), d.ofport(&h2.port));
+    let z = "NXM_NX_REG13[0..15]";
+    for f in [
+        format!("table=0,priority=100,ip,ct_state=-trk,actions=load:0x2a->{z},ct(table=1,zone={z})"),
+        "table=0,priority=10,arp,actions=NORMAL".to_string(),
+        format!(
+            "table=1,priority=100,ip,in_port={a},reg13=0x2a,ct_state=+trk+new,actions=ct(commit,zone={z}),output:{b}"
+        ),
+        format!("table=1,priority=100,ip,in_port={a},reg13=0x2a,ct_state=+trk+est,actions=output:{b}"),
+        format!("table=1,priority=100,ip,in_port={b},reg13=0x2a,ct_state=+trk+est,actions=output:{a}"),
+        "table=1,priority=1,actions=drop".to_string(),
+    ] {
+        d.ofctl_ok(&["-OOpenFlow15", "add-flow", &f]);
+    }
+    let dump = d.ofctl_ok(&["-OOpenFlow15", "dump-flows"]);
+    // OpenFlow 1.5 echoes the load as a set_field (OVS does the same).
+    assert!(dump.contains(&format!("actions=set_field:0x2a/0xffff->reg13,ct(table=1,zone={z})")), "{dump}");
+    assert!(dump.contains(&format!("actions=ct(commit,zone={z}),output:")), "{dump}");
+    assert_eq!(h1.ping(&h2.ip, 3).unwrap(), 3, "h1 opens, replies come back");
+    assert_eq!(h2.ping(&h1.ip, 2).unwrap(), 0, "h2 cannot open");
+    let conns = d.appctl_ok(&["dpctl/dump-conntrack"]);
+    eprintln!("{} dpctl/dump-conntrack:\n{conns}", d.name());
+    assert!(
+        conns.lines().any(|l| l.starts_with("icmp,orig=(src=10.81.0.1,dst=10.81.0.2,") && l.ends_with(",zone=42")),
+        "the connection lives in zone 42 (0x2a): {conns}"
+    );
+}
