@@ -132,6 +132,15 @@ pub enum Action {
         src: SubField,
         max_len: u16,
     },
+    /// `push:SRC[a..b]` (NXAST_STACK_PUSH): pushes the sub-field's value
+    /// on the translation's stack.
+    StackPush(SubField),
+    /// `pop:DST[a..b]` (NXAST_STACK_POP): pops the top of the stack into
+    /// the sub-field.
+    StackPop(SubField),
+    /// `clone(actions)` (NXAST_CLONE): runs the actions on a copy of the
+    /// packet and its pipeline state; the original continues unchanged.
+    Clone(Vec<Action>),
 }
 
 /// An OpenFlow instruction.
@@ -299,6 +308,24 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
     Ok(match lname.as_str() {
         "ct" => crate::ct::parse_ct(tok, arg)?,
         "ct_clear" if arg.is_none() => Action::CtClear,
+        "push" => Action::StackPush(SubField::parse(need("a sub-field")?, false)?),
+        "pop" => {
+            let dst = SubField::parse(need("a sub-field")?, false)?;
+            if !writable(dst.field) {
+                return Err(perr(tok, format!("field {} cannot be set", dst.field.name)));
+            }
+            Action::StackPop(dst)
+        }
+        "clone" => {
+            let inner = arg.ok_or_else(|| perr(tok, "clone needs (actions)"))?;
+            let mut v = Vec::new();
+            for t in split_top_level(inner) {
+                if !t.trim().is_empty() {
+                    v.push(parse_action(t.trim())?);
+                }
+            }
+            Action::Clone(v)
+        }
         "output" if arg.is_some_and(|a| a.contains('[')) => {
             let src = SubField::parse(need("a sub-field")?, false)?;
             Action::OutputReg { src, max_len: u16::MAX }
@@ -480,6 +507,9 @@ impl fmt::Display for Action {
             }
             Action::Move { src, dst } => write!(f, "move:{src}->{dst}"),
             Action::OutputReg { src, .. } => write!(f, "output:{src}"),
+            Action::StackPush(sf) => write!(f, "push:{sf}"),
+            Action::StackPop(sf) => write!(f, "pop:{sf}"),
+            Action::Clone(acts) => write!(f, "clone({})", join(acts)),
         }
     }
 }
@@ -563,6 +593,8 @@ mod tests {
             ("move:eth_src[]->eth_dst[]", "move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]"),
             ("output:reg0[0..15]", "output:NXM_NX_REG0[0..15]"),
             ("output:NXM_NX_REG1[]", "output:NXM_NX_REG1[]"),
+            ("push:reg0[],pop:NXM_NX_REG2[0..15]", "push:NXM_NX_REG0[],pop:NXM_NX_REG2[0..15]"),
+            ("clone(set_field:1->reg0,output:2),output:1", "clone(set_field:0x1->reg0,output:2),output:1"),
         ] {
             assert_eq!(format_instructions(&parse_actions(text).unwrap()), printed, "{text}");
         }

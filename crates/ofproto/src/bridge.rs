@@ -356,33 +356,41 @@ impl Ofproto {
                 Instruction::Apply(a) | Instruction::Write(a) => a,
                 _ => continue,
             };
-            for a in actions {
-                match a {
-                    Action::Group(g) => {
-                        if !self.groups.contains_key(g) {
-                            return Err(FlowModError::UnknownGroup(*g));
-                        }
+            self.validate_actions(spec, actions)?;
+        }
+        Ok(())
+    }
+
+    /// Checks one action list of `spec` (and the lists nested in clone).
+    fn validate_actions(&self, spec: &FlowSpec, actions: &[Action]) -> Result<(), FlowModError> {
+        for a in actions {
+            match a {
+                Action::Clone(inner) => self.validate_actions(spec, inner)?,
+                Action::StackPush(sf) | Action::StackPop(sf) => self.check_subfield(spec, sf)?,
+                Action::Group(g) => {
+                    if !self.groups.contains_key(g) {
+                        return Err(FlowModError::UnknownGroup(*g));
                     }
-                    Action::SetField { field, .. } => {
-                        if !field.prereq.holds(&spec.matched.key, &spec.matched.mask) && field.name != "vlan_tci" {
-                            return Err(FlowModError::BadSetField(format!(
-                                "set_field of {} needs a match that guarantees its protocol",
-                                field.name
-                            )));
-                        }
-                    }
-                    // As Open vSwitch: the fields a load, move or
-                    // output:reg names must have their prerequisites in
-                    // the match (OFPBAC_MATCH_INCONSISTENT otherwise).
-                    Action::Load { dst: sf, .. } | Action::OutputReg { src: sf, .. } => {
-                        self.check_subfield(spec, sf)?;
-                    }
-                    Action::Move { src, dst } => {
-                        self.check_subfield(spec, src)?;
-                        self.check_subfield(spec, dst)?;
-                    }
-                    _ => {}
                 }
+                Action::SetField { field, .. } => {
+                    if !field.prereq.holds(&spec.matched.key, &spec.matched.mask) && field.name != "vlan_tci" {
+                        return Err(FlowModError::BadSetField(format!(
+                            "set_field of {} needs a match that guarantees its protocol",
+                            field.name
+                        )));
+                    }
+                }
+                // As Open vSwitch: the fields a load, move or
+                // output:reg names must have their prerequisites in
+                // the match (OFPBAC_MATCH_INCONSISTENT otherwise).
+                Action::Load { dst: sf, .. } | Action::OutputReg { src: sf, .. } => {
+                    self.check_subfield(spec, sf)?;
+                }
+                Action::Move { src, dst } => {
+                    self.check_subfield(spec, src)?;
+                    self.check_subfield(spec, dst)?;
+                }
+                _ => {}
             }
         }
         Ok(())

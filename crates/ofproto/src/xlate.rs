@@ -22,6 +22,9 @@ use std::sync::Arc;
 /// Resubmit/goto depth limit (OVS uses 64 for resubmits).
 const MAX_DEPTH: u32 = 64;
 
+/// Entries the push/pop stack holds at most.
+const MAX_STACK: usize = 1024;
+
 /// Whether a field is pipeline state only: the OpenFlow registers and
 /// metadata. The datapath never carries them (a packet enters with them
 /// zero, and recirculation restores them from the frozen state, see
@@ -61,6 +64,8 @@ struct Ctx<'a> {
     counters: Vec<dpif::CounterRef>,
     /// Every key bit a committed set action wrote (group buckets undo theirs).
     written: FlowKey,
+    /// The push/pop stack (values of the pushed sub-fields).
+    stack: Vec<u128>,
 }
 
 impl Ofproto {
@@ -153,6 +158,7 @@ impl<'a> Ctx<'a> {
             too_deep: false,
             counters: Vec::new(),
             written: FlowKey::ZERO,
+            stack: Vec::new(),
         }
     }
 }
@@ -460,6 +466,35 @@ impl Ctx<'_> {
             Action::Output(OfPort::Controller) => self.controller(65535),
             Action::Controller { max_len } => self.controller(*max_len),
             Action::SetField { field, value, mask } => self.set_field(field, *value, *mask),
+            Action::StackPush(sf) => {
+                let Some(v) = self.read_subfield(sf) else { return };
+                if self.stack.len() >= MAX_STACK {
+                    self.say(|| "  stack overflow; push ignored");
+                    return;
+                }
+                self.stack.push(v);
+            }
+            Action::StackPop(sf) => match self.stack.pop() {
+                Some(v) => self.set_field(sf.field, (v & sf.ones()) << sf.ofs, sf.mask()),
+                None => self.say(|| "  stack underflow; pop ignored"),
+            },
+            Action::Clone(acts) => {
+                // A copy of the packet and its pipeline state runs the
+                // actions; field writes and VLAN changes are undone after
+                // (as for a group bucket), registers and the stack restored.
+                let stack = self.stack.clone();
+                let n = self.actions.len();
+                self.run_bucket(acts);
+                self.stack = stack;
+                // The datapath cannot fork a packet and continue after a
+                // recirculation: a ct(table=N) inside the clone ends this
+                // walk too. Anything else stopping (TTL exceeded) ends only
+                // the clone.
+                let recirculated = self.actions[n..].iter().any(|a| matches!(a, DpAction::Recirc(_)));
+                if !recirculated && !self.too_deep {
+                    self.stop = false;
+                }
+            }
             Action::Load { dst, value } => self.set_field(dst.field, value << dst.ofs, dst.mask()),
             Action::Move { src, dst } => {
                 // The bits read decide what is written: they become exact

@@ -188,3 +188,26 @@ fn registers_survive_recirculation() {
     let t3 = of.translate_key(&k3, 0);
     assert_eq!(dpif::format_actions(&t3.actions), "drop");
 }
+
+/// clone runs its actions on a copy: its writes (packet fields and
+/// registers alike) do not reach what follows it. push/pop move values
+/// through the stack; the bits pushed are exact in the megaflow.
+#[test]
+fn clone_and_stack() {
+    let (_, acts) = trace_one(
+        &[
+            "table=0,priority=5,actions=load:3->reg0[],clone(load:2->reg0[],mod_dl_dst:00:00:00:00:00:09,resubmit(,1)),resubmit(,1)",
+            "table=1,priority=5,reg0=2,actions=output:2",
+            "table=1,priority=5,reg0=3,actions=output:3",
+        ],
+        "in_port=1,dl_dst=00:00:00:00:00:01,udp,nw_src=1.1.1.1",
+    );
+    assert_eq!(acts, "set(eth(dst=00:00:00:00:00:09)),2,set(eth(dst=00:00:00:00:00:01)),3");
+
+    let (mask, acts) = trace_one(
+        &["table=0,priority=5,actions=push:eth_src[0..7],pop:reg2[8..15],push:reg2[8..15],pop:eth_dst[0..7],output:2"],
+        "in_port=1,dl_src=00:00:00:00:00:42,dl_dst=00:00:00:00:00:01,udp,nw_src=1.1.1.1",
+    );
+    assert!(mask.contains("dl_src=00:00:00:00:00:42/00:00:00:00:00:ff"), "{mask}");
+    assert_eq!(acts, "set(eth(dst=00:00:00:00:00:42/00:00:00:00:00:ff)),2");
+}

@@ -58,6 +58,9 @@ mod nxast {
     pub const REG_LOAD: u16 = 7;
     pub const OUTPUT_REG: u16 = 15;
     pub const OUTPUT_REG2: u16 = 32;
+    pub const STACK_PUSH: u16 = 27;
+    pub const STACK_POP: u16 = 28;
+    pub const CLONE: u16 = 42;
     pub const RESUBMIT_TABLE: u16 = 14;
     pub const DEC_TTL: u16 = 18;
     pub const CONTROLLER: u16 = 20;
@@ -105,9 +108,44 @@ fn set(name: &str, value: u128) -> Action {
 
 /// Decodes a Nicira vendor action (after type and length) into `acts` /
 /// `extra` instructions.
-fn decode_nx(rd: &mut Rd, acts: &mut Vec<Action>, extra: &mut Vec<Instruction>) -> Result<(), ErrorKind> {
+fn decode_nx(
+    v: Version,
+    depth: u32,
+    rd: &mut Rd,
+    acts: &mut Vec<Action>,
+    extra: &mut Vec<Instruction>,
+) -> Result<(), ErrorKind> {
     let sub = rd.u16()?;
     match sub {
+        nxast::STACK_PUSH | nxast::STACK_POP => {
+            let ofs = rd.u16()?;
+            let h = rd.u32()?;
+            if (h >> 16) as u16 == 0xffff {
+                return Err(ErrorKind::BadArgument);
+            }
+            let n_bits = rd.u16()?;
+            let sf = subfield(h, ofs as u32, n_bits as u32)?;
+            if sub == nxast::STACK_PUSH {
+                acts.push(Action::StackPush(sf));
+            } else {
+                if !ofp_types::actions::writable(sf.field) {
+                    return Err(ErrorKind::BadSetArgument);
+                }
+                acts.push(Action::StackPop(sf));
+            }
+        }
+        nxast::CLONE => {
+            rd.skip(6)?;
+            if depth >= MAX_NESTING {
+                return Err(ErrorKind::BadArgument);
+            }
+            let (inner, more) = decode_actions_at(v, rd.rest(), depth + 1)?;
+            if !more.is_empty() {
+                return Err(ErrorKind::BadArgument);
+            }
+            rd.skip(rd.len())?;
+            acts.push(Action::Clone(inner));
+        }
         nxast::RESUBMIT | nxast::RESUBMIT_TABLE => {
             let p = rd.u16()? as u32;
             let t = rd.u8()?;
@@ -197,8 +235,16 @@ pub(crate) fn next_action<'a>(rd: &mut Rd<'a>) -> Result<(u16, Rd<'a>), ErrorKin
     Ok((ty, rd.sub(len - 4, ErrorKind::BadActionLen)?))
 }
 
+/// How deep `clone(...)` may nest in a decoded list (a bound on the
+/// decoder's recursion for hostile input).
+const MAX_NESTING: u32 = 16;
+
 /// Decodes an action list of `v` (the whole of `b`).
 pub fn decode_actions(v: Version, b: &[u8]) -> Result<(Vec<Action>, Vec<Instruction>), ErrorKind> {
+    decode_actions_at(v, b, 0)
+}
+
+fn decode_actions_at(v: Version, b: &[u8], depth: u32) -> Result<(Vec<Action>, Vec<Instruction>), ErrorKind> {
     let mut rd = Rd::new(b, ErrorKind::BadActionLen);
     let mut acts = Vec::new();
     let mut extra = Vec::new();
@@ -208,7 +254,7 @@ pub fn decode_actions(v: Version, b: &[u8]) -> Result<(Vec<Action>, Vec<Instruct
             if a.u32()? != NX_VENDOR {
                 return Err(ErrorKind::BadActionExperimenter);
             }
-            decode_nx(&mut a, &mut acts, &mut extra)?;
+            decode_nx(v, depth, &mut a, &mut acts, &mut extra)?;
             continue;
         }
         if v == Version::Of10 {
@@ -405,6 +451,22 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
                 };
                 out.u32(sh);
                 out.u32(dh);
+                finish(out, s);
+            }
+            Action::StackPush(sf) | Action::StackPop(sf) => {
+                let Some(h) = oxm::field_header(sf.field) else { continue };
+                let sub = if matches!(act, Action::StackPush(_)) { nxast::STACK_PUSH } else { nxast::STACK_POP };
+                let s = nx_header(out, sub);
+                out.u16(sf.ofs as u16);
+                out.u32(h);
+                out.u16(sf.n_bits as u16);
+                out.zeros(6);
+                finish(out, s);
+            }
+            Action::Clone(inner) => {
+                let s = nx_header(out, nxast::CLONE);
+                out.zeros(6);
+                encode_actions(v, inner, out);
                 finish(out, s);
             }
             Action::OutputReg { src, max_len } => {
@@ -685,8 +747,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn canon(ins: Vec<Instruction>) -> Vec<Instruction> {
-        let c = |acts: Vec<Action>| {
+    fn canon_acts(acts: Vec<Action>) -> Vec<Action> {
+        {
             acts.into_iter()
                 .map(|a| match a {
                     Action::SetField { field, value, mask } => {
@@ -708,14 +770,18 @@ mod tests {
                         let (field, value, mask) = oxm::canonical_write(dst.field, value << dst.ofs, dst.mask());
                         Action::SetField { field, value, mask }
                     }
+                    Action::Clone(inner) => Action::Clone(canon_acts(inner)),
                     a => a,
                 })
                 .collect()
-        };
+        }
+    }
+
+    fn canon(ins: Vec<Instruction>) -> Vec<Instruction> {
         ins.into_iter()
             .map(|i| match i {
-                Instruction::Apply(a) => Instruction::Apply(c(a)),
-                Instruction::Write(a) => Instruction::Write(c(a)),
+                Instruction::Apply(a) => Instruction::Apply(canon_acts(a)),
+                Instruction::Write(a) => Instruction::Write(canon_acts(a)),
                 i => i,
             })
             .collect()
@@ -822,6 +888,8 @@ mod tests {
             rt(v, "move:NXM_NX_REG0[0..15]->NXM_NX_REG1[16..31],move:reg0[]->reg1[],move:eth_src[]->eth_dst[]");
             rt(v, "output:NXM_NX_REG0[0..15],output:reg1[],load:0x1234->xreg3[0..15],set_field:6->xreg1");
             rt(v, "load:0x1->xxreg3[100],set_field:7->xxreg2,move:xxreg0[]->xxreg1[]");
+            rt(v, "push:reg0[],push:NXM_NX_REG1[0..15],pop:reg2[0..15],pop:NXM_NX_REG3[],set_field:5->pkt_mark");
+            rt(v, "clone(load:1->reg0[],output:2),clone(clone(output:3)),output:1");
         }
     }
 
@@ -855,6 +923,16 @@ mod tests {
         assert_eq!(
             enc(Version::Of15, "move:reg0[0..15]->reg1[16..31]")[8..],
             [0, 28, 0, 24, 0, 16, 0, 0, 0, 16, 0, 0, 0, 1, 0, 4, 0, 1, 2, 4, 0, 0, 0, 0]
+        );
+        // push:NXM_NX_REG1[0..15] (struct nx_action_stack: offset, header, n_bits).
+        assert_eq!(
+            enc(Version::Of10, "push:reg1[0..15]"),
+            [0xff, 0xff, 0, 24, 0, 0, 0x23, 0x20, 0, 27, 0, 0, 0, 1, 2, 4, 0, 16, 0, 0, 0, 0, 0, 0]
+        );
+        // clone(output:2): 16-byte header, then the nested actions.
+        assert_eq!(
+            enc(Version::Of10, "clone(output:2)"),
+            [0xff, 0xff, 0, 24, 0, 0, 0x23, 0x20, 0, 42, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0, 2, 0, 0]
         );
         // A 128-bit load is two 64-bit REG_LOADs.
         assert_eq!(enc(Version::Of13, "load:7->xxreg2[]").len(), 8 + 48);

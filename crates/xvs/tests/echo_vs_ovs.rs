@@ -130,7 +130,8 @@ fn flows_are_dumped_as_ovs_dumps_them() {
 /// move and output:reg, through OpenFlow 1.0 (NXM), 1.3 and 1.5: each
 /// comes back in the encoding the controller used (load as NXAST_REG_LOAD
 /// before 1.5, masked set_field in 1.5; move as NXAST_REG_MOVE, copy_field
-/// in 1.5), so ovs-ofctl prints the same text for both switches.
+/// in 1.5), push/pop, pkt_mark and clone, so ovs-ofctl prints the same
+/// text for both switches.
 #[test]
 fn register_flows_are_dumped_as_ovs_dumps_them() {
     let p = Pair::start("r");
@@ -143,6 +144,10 @@ fn register_flows_are_dumped_as_ovs_dumps_them() {
         "priority=6,actions=load:2->reg1[0..15],resubmit(,1),set_field:0x5/0xff->reg2,load:0x1234->xreg3[0..15]",
         "priority=7,ip,reg4=0x10/0x10,actions=move:NXM_NX_REG0[]->NXM_OF_IP_DST[],output:2",
         "table=1,priority=8,reg1=2,metadata=0x5,actions=output:reg1[0..15]",
+        "priority=10,actions=push:reg0[],push:NXM_NX_REG1[0..15],pop:reg2[0..15],pop:NXM_NX_REG3[],set_field:5->pkt_mark,load:3->pkt_mark[0..7]",
+        "priority=11,pkt_mark=0x5/0xff,actions=push:eth_src[],pop:eth_dst[]",
+        // (ovs-ofctl itself refuses clone in OpenFlow 1.0.)
+        "priority=12,actions=clone(set_field:1->reg0,output:2),clone(push_vlan:0x8100,output:3),output:1",
     ];
     let mut failures = Vec::new();
     for proto in ["-OOpenFlow10", "-OOpenFlow13", "-OOpenFlow15"] {

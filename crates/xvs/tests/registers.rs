@@ -98,3 +98,23 @@ fn registers_and_metadata_survive_conntrack_recirculation() {
         assert_eq!(h1.ping(&h2.ip, 2).unwrap(), 0, "{proto}: reg0=0x2b does not match reg0=0x2a after ct()");
     }
 }
+
+/// push/pop carry a port number through the stack, and a clone's register
+/// write does not leak into the actions after it: frames pass only if
+/// both hold (the clone writes a port that does not exist).
+#[test]
+fn stack_and_clone_keep_the_pipeline_state_straight() {
+    let (h1, h2) = hosts("stk");
+    let d = start("stk", &[&h1, &h2]);
+    let (p1, p2) = (d.ofport(&h1.port), d.ofport(&h2.port));
+    let flow = |from: u32, to: u32| {
+        format!(
+            "table=0,priority=10,in_port={from},actions=load:{to}->reg3[],push:reg3[0..15],load:0->reg3[],pop:NXM_NX_REG4[0..15],clone(load:77->reg4[0..15]),output:reg4[0..15]"
+        )
+    };
+    install(&d, "-OOpenFlow13", &[flow(p1, p2), flow(p2, p1)]);
+    let dump = d.ofctl_ok(&["-OOpenFlow13", "dump-flows"]);
+    eprintln!("{} dump-flows:\n{dump}", d.name());
+    assert!(dump.contains("push:NXM_NX_REG3[0..15],load:0->NXM_NX_REG3[],pop:NXM_NX_REG4[0..15],clone(load:0x4d->NXM_NX_REG4[0..15]),output:NXM_NX_REG4[0..15]"), "{dump}");
+    assert_eq!(h1.ping(&h2.ip, 3).unwrap(), 3, "the popped port, not the clone's, is output to");
+}

@@ -71,6 +71,11 @@ pub fn arb_actions(table: u8) -> impl Strategy<Value = String> {
         Just("move:reg0[0..1]->reg1[2..3]".to_string()),
         Just("output:reg1[2..4]".to_string()),
         Just("move:reg1[2..4]->eth_dst[0..2]".to_string()),
+        Just("push:eth_src[0..2]".to_string()),
+        Just("pop:reg1[2..4]".to_string()),
+        Just("clone(load:1->reg0[0..1],mod_vlan_vid:9,output:2)".to_string()),
+        Just("clone(move:eth_src[0..1]->reg1[2..3],output:reg1[2..4])".to_string()),
+        Just("set_field:0x3->pkt_mark".to_string()),
     ];
     let tail = prop_oneof![
         Just(String::new()),
