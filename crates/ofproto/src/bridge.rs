@@ -919,15 +919,22 @@ fn uses_tun_metadata(m: &Match, instructions: &[Instruction], index: u16) -> boo
     if loc.get(&m.mask) != 0 {
         return true;
     }
-    let on = |f: &flow::fields::FieldDef| f.loc.word == loc.word && f.loc.shift == loc.shift;
     instructions.iter().any(|ins| match ins {
-        Instruction::Apply(a) | Instruction::Write(a) => a.iter().any(|a| match a {
-            Action::SetField { field, .. } => on(field),
-            Action::Load { dst, .. } => on(dst.field),
-            Action::Move { src, dst } => on(src.field) || on(dst.field),
-            Action::OutputReg { src, .. } => on(src.field),
-            _ => false,
-        }),
+        Instruction::Apply(a) | Instruction::Write(a) => names_loc(a, *loc),
+        _ => false,
+    })
+}
+
+/// Whether an action list (clones included) reads or writes the field at `loc`.
+fn names_loc(acts: &[Action], loc: flow::key::Loc) -> bool {
+    let on = |f: &flow::fields::FieldDef| f.loc.word == loc.word && f.loc.shift == loc.shift;
+    acts.iter().any(|a| match a {
+        Action::SetField { field, .. } => on(field),
+        Action::Load { dst, .. } => on(dst.field),
+        Action::Move { src, dst } => on(src.field) || on(dst.field),
+        Action::OutputReg { src, .. } => on(src.field),
+        Action::StackPush(sf) | Action::StackPop(sf) => on(sf.field),
+        Action::Clone(inner) => names_loc(inner, loc),
         _ => false,
     })
 }
