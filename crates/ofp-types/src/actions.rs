@@ -283,7 +283,7 @@ fn field_named(tok: &str, name: &str) -> Result<&'static FieldDef, ParseError> {
 pub fn writable(f: &FieldDef) -> bool {
     !matches!(
         f.name,
-        "in_port" | "recirc_id" | "dl_type" | "eth_type" | "nw_proto" | "ip_proto" | "nw_frag" | "dp_hash" | "mpls_bos"
+        "recirc_id" | "dl_type" | "eth_type" | "nw_proto" | "ip_proto" | "nw_frag" | "dp_hash" | "mpls_bos"
     )
 }
 
@@ -571,13 +571,13 @@ mod tests {
     fn errors_name_the_token() {
         let e = parse_actions("output:2,frobnicate:3").unwrap_err();
         assert_eq!(e.token, "frobnicate:3");
-        let e = parse_actions("set_field:1->in_port").unwrap_err();
+        let e = parse_actions("set_field:1->recirc_id").unwrap_err();
         assert!(e.reason.contains("cannot be set"));
         assert!(parse_actions("goto_table:1,goto_table:2").is_err());
         assert!(parse_actions("mod_vlan_vid:5000").is_err());
         assert!(parse_actions("load:0x100->reg0[0..7]").is_err());
         assert!(parse_actions("move:reg0[0..7]->reg1[0..15]").is_err());
-        assert!(parse_actions("move:reg0[0..15]->in_port[]").is_err());
+        assert!(parse_actions("move:reg0[]->recirc_id[]").is_err());
     }
 
     /// Register actions print as ovs-ofctl prints them.

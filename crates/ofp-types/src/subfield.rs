@@ -154,6 +154,16 @@ pub fn print_name(f: &FieldDef) -> &'static str {
     NAMES.iter().find(|(n, _)| *n == f.name).map(|(_, h)| *h).unwrap_or(f.name)
 }
 
+/// A field's width in OpenFlow: its width in the key, except `in_port`,
+/// which the key holds in 32 bits and NXM_OF_IN_PORT names in 16.
+pub fn of_bits(f: &FieldDef) -> u32 {
+    if f.loc == flow::key::loc::IN_PORT {
+        16
+    } else {
+        f.loc.bits
+    }
+}
+
 /// Bits `ofs .. ofs + n_bits` of `field` (bit 0 is the least significant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SubField {
@@ -165,12 +175,12 @@ pub struct SubField {
 impl SubField {
     /// The whole of `field`.
     pub fn whole(field: &'static FieldDef) -> SubField {
-        SubField { field, ofs: 0, n_bits: field.loc.bits }
+        SubField { field, ofs: 0, n_bits: of_bits(field) }
     }
 
     /// A checked sub-field: at least one bit, within the field.
     pub fn new(field: &'static FieldDef, ofs: u32, n_bits: u32) -> Option<SubField> {
-        (n_bits >= 1 && ofs.checked_add(n_bits)? <= field.loc.bits).then_some(SubField { field, ofs, n_bits })
+        (n_bits >= 1 && ofs.checked_add(n_bits)? <= of_bits(field)).then_some(SubField { field, ofs, n_bits })
     }
 
     /// All ones in the sub-field's width.
@@ -187,6 +197,11 @@ impl SubField {
         self.ones() << self.ofs
     }
 
+    /// Whether it is the whole field (`FIELD[]`).
+    pub fn is_whole(&self) -> bool {
+        self.ofs == 0 && self.n_bits == of_bits(self.field)
+    }
+
     /// Parses `NAME[]`, `NAME[i]`, `NAME[a..b]`, or a bare `NAME` (the
     /// whole field) where `bare_ok`.
     pub fn parse(s: &str, bare_ok: bool) -> Result<SubField, ParseError> {
@@ -200,7 +215,7 @@ impl SubField {
         let field = field_by_any_name(name).ok_or_else(|| perr(s, format!("unknown field '{name}'")))?;
         let num = |t: &str| t.trim().parse::<u32>().map_err(|_| perr(s, format!("bad bit index '{t}'")));
         let (ofs, n_bits) = match range.map(str::trim) {
-            None | Some("") => (0, field.loc.bits),
+            None | Some("") => (0, of_bits(field)),
             Some(r) => match r.split_once("..") {
                 Some((a, b)) => {
                     let (a, b) = (num(a)?, num(b)?);
@@ -221,7 +236,7 @@ impl SubField {
 impl fmt::Display for SubField {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", print_name(self.field))?;
-        if self.ofs == 0 && self.n_bits == self.field.loc.bits {
+        if self.ofs == 0 && self.n_bits == of_bits(self.field) {
             write!(f, "[]")
         } else if self.n_bits == 1 {
             write!(f, "[{}]", self.ofs)
@@ -247,6 +262,8 @@ mod tests {
             ("xxreg3[100]", "NXM_NX_XXREG3[100]"),
             ("OXM_OF_PKT_REG1[]", "OXM_OF_PKT_REG1[]"),
             ("ip_dst[0..7]", "NXM_OF_IP_DST[0..7]"),
+            ("NXM_OF_IN_PORT[]", "NXM_OF_IN_PORT[]"),
+            ("in_port[0..15]", "NXM_OF_IN_PORT[]"),
         ] {
             assert_eq!(SubField::parse(text, false).unwrap().to_string(), printed, "{text}");
         }

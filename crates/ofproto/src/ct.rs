@@ -4,8 +4,8 @@
 //!
 //! A packet comes back from the tracker with nothing but its bytes, its
 //! datapath key and a recirculation id. Everything the pipeline knew that
-//! the datapath does not carry (the table to resume in, the OpenFlow
-//! metadata and the sixteen registers) is *frozen* under that id, as in
+//! the datapath does not carry (the table to resume in, in_port as the
+//! pipeline left it, the OpenFlow metadata and the sixteen registers) is *frozen* under that id, as in
 //! Open vSwitch: the id names one frozen state, and a different state gets
 //! a different id, so the megaflows of the first pass (which end in
 //! `recirc(id)`) stay exact about what the second pass will see.
@@ -23,6 +23,8 @@ use std::sync::Mutex;
 pub struct Frozen {
     /// The table the recirculated packet is looked up in.
     pub table: u8,
+    /// in_port as the pipeline left it (it may have rewritten it).
+    pub in_port: u32,
     pub metadata: u64,
     /// reg0..reg15, two per word (the key's own layout).
     pub regs: [u64; 8],
@@ -35,11 +37,12 @@ impl Frozen {
         for (i, r) in regs.iter_mut().enumerate() {
             *r = loc::xreg(i).get(key) as u64;
         }
-        Frozen { table, metadata: key.metadata(), regs }
+        Frozen { table, in_port: key.in_port(), metadata: key.metadata(), regs }
     }
 
     /// Writes the frozen state back into a recirculated packet's key.
     pub fn restore(&self, key: &mut FlowKey) {
+        key.set_in_port(self.in_port);
         key.set_metadata(self.metadata);
         for (i, r) in self.regs.iter().enumerate() {
             loc::xreg(i).set(key, *r as u128);

@@ -25,12 +25,13 @@ const MAX_DEPTH: u32 = 64;
 /// Entries the push/pop stack holds at most.
 const MAX_STACK: usize = 1024;
 
-/// Whether a field is pipeline state only: the OpenFlow registers and
-/// metadata. The datapath never carries them (a packet enters with them
+/// Whether a field is pipeline state only: the OpenFlow registers,
+/// metadata and in_port (which a pipeline rewrites, e.g. to 0 so that a
+/// packet may go back out of the port it came in on). The datapath never carries them (a packet enters with them
 /// zero, and recirculation restores them from the frozen state, see
 /// `ct.rs`), so writing them emits no datapath action.
 fn key_only(l: flow::key::Loc) -> bool {
-    l.word == loc::METADATA.word || (loc::REGS[0].word..=loc::REGS[15].word).contains(&l.word)
+    l == loc::IN_PORT || l.word == loc::METADATA.word || (loc::REGS[0].word..=loc::REGS[15].word).contains(&l.word)
 }
 
 /// The result of a translation with its human-readable walk.

@@ -211,3 +211,16 @@ fn clone_and_stack() {
     assert!(mask.contains("dl_src=00:00:00:00:00:42/00:00:00:00:00:ff"), "{mask}");
     assert_eq!(acts, "set(eth(dst=00:00:00:00:00:42/00:00:00:00:00:ff)),2");
 }
+
+/// in_port is writable, as in OVS: OVN clears it so that a packet may
+/// leave by the port it came in on. The write changes only the
+/// translation (no datapath action), and output to the original port
+/// then happens.
+#[test]
+fn in_port_write_allows_hairpin() {
+    let (_, acts) = trace_one(
+        &["table=0,priority=5,in_port=1,actions=output:1,load:0->NXM_OF_IN_PORT[],output:1"],
+        "in_port=1,udp,nw_src=1.1.1.1",
+    );
+    assert_eq!(acts, "1");
+}

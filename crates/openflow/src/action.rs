@@ -427,7 +427,10 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
                 if v >= Version::Of15 || !encode_load(dst, *value, out) {
                     // OpenFlow 1.5 has masked set_field (Open vSwitch
                     // sends loads so).
-                    let w = Action::SetField { field: dst.field, value: value << dst.ofs, mask: dst.mask() };
+                    // A whole-field load is an unmasked set_field (in_port's
+                    // 16 OpenFlow bits are all of it).
+                    let mask = if dst.is_whole() { dst.field.loc.max() } else { dst.mask() };
+                    let w = Action::SetField { field: dst.field, value: value << dst.ofs, mask };
                     encode_actions(v, &[w], out);
                 }
             }
@@ -890,6 +893,7 @@ mod tests {
             rt(v, "load:0x1->xxreg3[100],set_field:7->xxreg2,move:xxreg0[]->xxreg1[]");
             rt(v, "push:reg0[],push:NXM_NX_REG1[0..15],pop:reg2[0..15],pop:NXM_NX_REG3[],set_field:5->pkt_mark");
             rt(v, "clone(load:1->reg0[],output:2),clone(clone(output:3)),output:1");
+            rt(v, "load:0->NXM_OF_IN_PORT[],push:in_port[],pop:reg0[0..15],move:in_port[]->reg14[0..15]");
         }
     }
 
@@ -938,7 +942,7 @@ mod tests {
         assert_eq!(enc(Version::Of13, "load:7->xxreg2[]").len(), 8 + 48);
         // Errors: a move into a read-only field, a load past the field.
         let mut b = enc(Version::Of10, "move:reg0[0..15]->reg1[16..31]");
-        b[20..24].copy_from_slice(&[0, 0, 0, 2]); // dst NXM_OF_IN_PORT
+        b[20..24].copy_from_slice(&[0, 1, 0x48, 4]); // dst NXM_NX_RECIRC_ID (read-only)
         assert_eq!(decode_actions(Version::Of10, &b), Err(ErrorKind::BadSetArgument));
         let mut b = enc(Version::Of10, "load:5->NXM_NX_REG0[0..7]");
         b[10..12].copy_from_slice(&((30u16 << 6) | 7).to_be_bytes());

@@ -148,6 +148,9 @@ fn register_flows_are_dumped_as_ovs_dumps_them() {
         "priority=11,pkt_mark=0x5/0xff,actions=push:eth_src[],pop:eth_dst[]",
         // (ovs-ofctl itself refuses clone in OpenFlow 1.0.)
         "priority=12,actions=clone(set_field:1->reg0,output:2),clone(push_vlan:0x8100,output:3),output:1",
+        // in_port is 16 bits in OpenFlow and writable.
+        "priority=13,actions=load:0->NXM_OF_IN_PORT[],push:NXM_OF_IN_PORT[],pop:reg0[0..15],move:NXM_OF_IN_PORT[]->NXM_NX_REG14[0..15],set_field:5->in_port,resubmit(,1)",
+        "priority=14,in_port=3,actions=move:reg1[0..15]->in_port[],output:in_port[]",
     ];
     let mut failures = Vec::new();
     for proto in ["-OOpenFlow10", "-OOpenFlow13", "-OOpenFlow15"] {
