@@ -13,7 +13,7 @@ impl Sink for Count {
         self.0 += pkts.len() as u64;
         pkts.clear();
     }
-    fn userspace(&mut self, _: Packet, _: &DpAction) {}
+    fn userspace(&mut self, _: Packet, _full_len: usize, _: &DpAction) {}
 }
 
 /// Answers misses with a mask chosen per call: mask variant `i` (0..66)

@@ -8,7 +8,24 @@
 use flow::{FlowKey, FlowMask};
 use std::fmt;
 
+/// What a `controller(...)` action with more than a length adds to its
+/// packet-in: the controller id, the reason it names, its userdata, whether
+/// it pauses the pipeline, and the pipeline metadata at the action
+/// (registers, `metadata`, tunnel fields: words `0..STAGE_L2` of the
+/// translation's key), which only translation knows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UserspaceExtra {
+    pub controller_id: u16,
+    /// OFPR_* as the action names it.
+    pub reason: u8,
+    pub userdata: Vec<u8>,
+    pub pause: bool,
+    pub meta: flow::FlowKey,
+}
+
 /// Why a packet is sent to userspace (the OpenFlow layer).
+use std::sync::Arc;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UserspaceReason {
     /// An OpenFlow `controller` action.
@@ -35,7 +52,7 @@ pub enum DpAction {
     PopVlan,
     /// Hand the packet to the OpenFlow layer (packet-in), truncated to
     /// `max_len` bytes, with the OpenFlow table/cookie it came from.
-    Userspace { reason: UserspaceReason, max_len: u16, table_id: u8, cookie: u64 },
+    Userspace { reason: UserspaceReason, max_len: u16, table_id: u8, cookie: u64, extra: Option<Arc<UserspaceExtra>> },
     /// Continue in the datapath with a new recirc_id.
     Recirc(u32),
     /// Run the packet through an OpenFlow meter: it may be dropped (the

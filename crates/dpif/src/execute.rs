@@ -17,8 +17,9 @@ pub trait Sink {
     /// (it must leave `pkts` empty).
     fn output(&mut self, port: u32, pkts: &mut Vec<Packet>);
     /// A packet for the OpenFlow layer (packet-in), already truncated to
-    /// the action's `max_len`.
-    fn userspace(&mut self, pkt: Packet, action: &DpAction);
+    /// the action's `max_len`; `full_len` is its length before (a
+    /// packet-in's total_len).
+    fn userspace(&mut self, pkt: Packet, full_len: usize, action: &DpAction);
 }
 
 /// Per-port output queues of one batch, flushed to the sink at its end.
@@ -105,14 +106,15 @@ pub fn execute(
                 }
             }
             DpAction::Userspace { max_len, .. } => {
+                let full_len = pkt.len();
                 if Some(i) == last_use {
                     pkt.truncate(*max_len as usize);
-                    sink.userspace(pkt, a);
+                    sink.userspace(pkt, full_len, a);
                     return Exec::Done;
                 }
                 let mut p = pkt.clone();
                 p.truncate(*max_len as usize);
-                sink.userspace(p, a);
+                sink.userspace(p, full_len, a);
             }
             DpAction::Recirc(id) => {
                 key.set_recirc_id(*id);

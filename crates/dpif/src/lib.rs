@@ -45,7 +45,9 @@ pub mod execute;
 pub mod pmd;
 
 pub mod meter;
-pub use actions::{format_actions, CounterRef, DpAction, FlowCounters, Translation, Upcall, UserspaceReason};
+pub use actions::{
+    format_actions, CounterRef, DpAction, FlowCounters, Translation, Upcall, UserspaceExtra, UserspaceReason,
+};
 pub use execute::{OutQueues, Sink};
 pub use meter::{Meter, MeterRef};
 

@@ -315,7 +315,7 @@ fn dummy_ports_end_to_end() {
             self.0.tx_batch(pkts).unwrap();
             pkts.clear();
         }
-        fn userspace(&mut self, _: Packet, _: &DpAction) {}
+        fn userspace(&mut self, _: Packet, _full_len: usize, _: &DpAction) {}
     }
     let mut m = Model::new();
     m.add(1, "in_port=1", out(2));

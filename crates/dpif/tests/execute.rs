@@ -23,7 +23,7 @@ impl Sink for Rec {
             self.out.push((port, p.data().to_vec()));
         }
     }
-    fn userspace(&mut self, pkt: Packet, _a: &DpAction) {
+    fn userspace(&mut self, pkt: Packet, _full_len: usize, _a: &DpAction) {
         self.to_user += 1;
         self.user_len.push(pkt.len());
     }
@@ -420,7 +420,8 @@ fn outputs_copy_until_the_last_use_and_userspace_after_it_still_runs() {
         k.set_nw_ttl(1);
         m.set_nw_ttl(0xff);
     });
-    let us = DpAction::Userspace { reason: dpif::UserspaceReason::Action, max_len: 30, table_id: 0, cookie: 0 };
+    let us =
+        DpAction::Userspace { reason: dpif::UserspaceReason::Action, max_len: 30, table_id: 0, cookie: 0, extra: None };
     let rec = run(f.clone(), vec![DpAction::Output(2), ttl, DpAction::Output(3), us.clone()]);
     assert_eq!(rec.out.len(), 2);
     assert_eq!(rec.out[0].1, f, "the first copy is as it was then");

@@ -78,6 +78,28 @@ impl fmt::Display for OfPort {
     }
 }
 
+/// The arguments of `controller(...)`, as `ovs-actions(7)` lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerSpec {
+    pub max_len: u16,
+    pub controller_id: u16,
+    /// OFPR_* (0 no_match, 1 action, 2 invalid_ttl, 3 action_set, 4 group,
+    /// 5 packet_out); `action` by default.
+    pub reason: u8,
+    pub userdata: Vec<u8>,
+    pub pause: bool,
+    pub meter_id: Option<u32>,
+}
+
+impl ControllerSpec {
+    /// Needs `NXAST_CONTROLLER2` (not the shorter `NXAST_CONTROLLER`).
+    pub fn needs_v2(&self) -> bool {
+        !self.userdata.is_empty() || self.pause || self.meter_id.is_some()
+    }
+}
+
+const REASONS: [&str; 6] = ["no_match", "action", "invalid_ttl", "action_set", "group", "packet_out"];
+
 /// An OpenFlow action (what goes inside apply/write actions).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -86,6 +108,10 @@ pub enum Action {
     Controller {
         max_len: u16,
     },
+    /// `controller(...)` with more than a length: a controller id or a
+    /// reason (Nicira `NXAST_CONTROLLER`), or userdata, `pause` or a meter
+    /// (`NXAST_CONTROLLER2`, what OVN's pinctrl flows use).
+    ControllerNx(Box<ControllerSpec>),
     /// Write `value` under `mask` into a field (set_field / load / mod_*).
     SetField {
         field: &'static FieldDef,
@@ -338,21 +364,52 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
             Action::Output(OfPort::parse(name).expect("reserved names parse"))
         }
         "controller" => {
-            let mut max_len = 65535u16;
+            let mut c = ControllerSpec {
+                max_len: 65535,
+                controller_id: 0,
+                reason: 1,
+                userdata: Vec::new(),
+                pause: false,
+                meter_id: None,
+            };
             if let Some(a) = arg {
                 for kv in a.split(',') {
                     let kv = kv.trim();
+                    let num = |v: &str, max: u128, what: &str| {
+                        parse_int(v).filter(|&n| n <= max).ok_or_else(|| perr(tok, format!("bad {what} '{v}'")))
+                    };
                     if let Some(v) = kv.strip_prefix("max_len=") {
-                        max_len = parse_int(v).filter(|&n| n <= 65535).ok_or_else(|| perr(tok, "bad max_len"))? as u16;
+                        c.max_len = num(v, 65535, "max_len")? as u16;
+                    } else if let Some(v) = kv.strip_prefix("id=") {
+                        c.controller_id = num(v, 65535, "controller id")? as u16;
+                    } else if let Some(v) = kv.strip_prefix("reason=") {
+                        c.reason = REASONS
+                            .iter()
+                            .position(|r| *r == v)
+                            .ok_or_else(|| perr(tok, format!("unknown reason '{v}' ({})", REASONS.join(", "))))?
+                            as u8;
+                    } else if let Some(v) = kv.strip_prefix("userdata=") {
+                        c.userdata = v
+                            .split('.')
+                            .map(|b| u8::from_str_radix(b, 16).ok().filter(|_| b.len() == 2))
+                            .collect::<Option<Vec<u8>>>()
+                            .ok_or_else(|| perr(tok, format!("userdata: '{v}' is not hex bytes separated by '.'")))?;
+                    } else if kv == "pause" {
+                        c.pause = true;
+                    } else if let Some(v) = kv.strip_prefix("meter_id=") {
+                        c.meter_id = Some(num(v, u32::MAX as u128, "meter_id")? as u32);
                     } else if let Some(n) = parse_int(kv) {
-                        max_len = n.min(65535) as u16;
-                    } else if kv.starts_with("reason=") || kv.starts_with("id=") || kv.starts_with("userdata=") {
+                        c.max_len = n.min(65535) as u16;
                     } else if !kv.is_empty() {
                         return Err(perr(tok, format!("unknown controller option '{kv}'")));
                     }
                 }
             }
-            Action::Controller { max_len }
+            if c.needs_v2() || c.controller_id != 0 || c.reason != 1 {
+                Action::ControllerNx(Box::new(c))
+            } else {
+                Action::Controller { max_len: c.max_len }
+            }
         }
         "set_field" => {
             // set_field:VALUE[/MASK]->FIELD
@@ -479,6 +536,30 @@ impl fmt::Display for Action {
                 } else {
                     write!(f, "CONTROLLER:{max_len}")
                 }
+            }
+            Action::ControllerNx(c) => {
+                // ovs-ofctl's order; defaults left out.
+                let mut p = Vec::new();
+                if c.reason != 1 {
+                    p.push(format!("reason={}", REASONS.get(c.reason as usize).copied().unwrap_or("action")));
+                }
+                if c.max_len != 65535 {
+                    p.push(format!("max_len={}", c.max_len));
+                }
+                if c.controller_id != 0 {
+                    p.push(format!("id={}", c.controller_id));
+                }
+                if !c.userdata.is_empty() {
+                    let h: Vec<String> = c.userdata.iter().map(|b| format!("{b:02x}")).collect();
+                    p.push(format!("userdata={}", h.join(".")));
+                }
+                if c.pause {
+                    p.push("pause".into());
+                }
+                if let Some(m) = c.meter_id {
+                    p.push(format!("meter_id={m}"));
+                }
+                write!(f, "controller({})", p.join(","))
             }
             Action::SetField { field, value, mask } => {
                 let v = flow::matching::format_value(field, *value, *mask);

@@ -23,7 +23,7 @@ pub mod ct;
 pub mod parse;
 pub mod subfield;
 
-pub use actions::{Action, Instruction, OfPort};
+pub use actions::{Action, ControllerSpec, Instruction, OfPort};
 pub use parse::{parse_flow, parse_flow_file, FlowSpec, Need};
 pub use subfield::SubField;
 

@@ -522,7 +522,7 @@ impl Ofproto {
             None => true,
             Some(p) => acts().any(|a| match a {
                 Action::Output(o) | Action::OutputMaxLen(o, _) => crate::actions::ofport_number(*o) == p,
-                Action::Controller { .. } => p == crate::actions::ofpp::CONTROLLER,
+                Action::Controller { .. } | Action::ControllerNx(_) => p == crate::actions::ofpp::CONTROLLER,
                 _ => false,
             }),
         };

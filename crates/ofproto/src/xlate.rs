@@ -220,6 +220,7 @@ impl Ctx<'_> {
                             max_len: 128,
                             table_id: table,
                             cookie: 0,
+                            extra: None,
                         });
                         self.say(|| "    CONTROLLER (table miss)");
                     }
@@ -466,6 +467,38 @@ impl Ctx<'_> {
             Action::Output(OfPort::Normal) => self.normal(),
             Action::Output(OfPort::Controller) => self.controller(65535),
             Action::Controller { max_len } => self.controller(*max_len),
+            Action::ControllerNx(c) => {
+                self.commit();
+                let (table_id, cookie) = (self.table, self.cookie);
+                let mut meta = FlowKey::ZERO;
+                meta.w[..flow::key::STAGE_L2].copy_from_slice(&self.key.w[..flow::key::STAGE_L2]);
+                let extra = dpif::UserspaceExtra {
+                    controller_id: c.controller_id,
+                    reason: c.reason,
+                    userdata: c.userdata.clone(),
+                    pause: c.pause,
+                    meta,
+                };
+                let reason = match c.reason {
+                    0 => UserspaceReason::NoMatch,
+                    2 => UserspaceReason::InvalidTtl,
+                    _ => UserspaceReason::Action,
+                };
+                // Open vSwitch sends the whole packet here whatever
+                // max_len says (it buffers nothing), and so does xvs.
+                self.actions.push(DpAction::Userspace {
+                    reason,
+                    max_len: u16::MAX,
+                    table_id,
+                    cookie,
+                    extra: Some(std::sync::Arc::new(extra)),
+                });
+                // A paused pipeline would continue after NXT_RESUME, which
+                // xvs does not do yet: the packet's translation ends here.
+                if c.pause {
+                    self.stop = true;
+                }
+            }
             Action::SetField { field, value, mask } => self.set_field(field, *value, *mask),
             Action::StackPush(sf) => {
                 let Some(v) = self.read_subfield(sf) else { return };
@@ -789,7 +822,13 @@ impl Ctx<'_> {
     fn controller(&mut self, max_len: u16) {
         self.commit();
         let (table_id, cookie) = (self.table, self.cookie);
-        self.actions.push(DpAction::Userspace { reason: UserspaceReason::Action, max_len, table_id, cookie });
+        self.actions.push(DpAction::Userspace {
+            reason: UserspaceReason::Action,
+            max_len,
+            table_id,
+            cookie,
+            extra: None,
+        });
     }
 
     /// Emits VLAN changes so that the packet leaves in `vlan`, tagged or not.

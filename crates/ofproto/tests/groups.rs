@@ -194,7 +194,7 @@ fn meters_drop_over_rate_packets_in_the_datapath() {
             self.0 += pkts.len();
             pkts.clear();
         }
-        fn userspace(&mut self, _p: netdev::Packet, _a: &DpAction) {}
+        fn userspace(&mut self, _p: netdev::Packet, _full_len: usize, _a: &DpAction) {}
     }
     let f =
         Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).l3(L3::ipv4(1, 2)).l4(L4::Udp { src: 1, dst: 2 }).build();

@@ -17,7 +17,7 @@ use crate::header::Version;
 use crate::oxm::{self, port_from_of11, port_to_of11, Flavor};
 use flow::fields::by_name;
 use ofp_types::actions::ofpp;
-use ofp_types::{Action, Instruction, OfPort, SubField};
+use ofp_types::{Action, ControllerSpec, Instruction, OfPort, SubField};
 
 /// OpenFlow 1.5's standard copy_field action type (OFPAT_COPY_FIELD).
 const OFPAT15_COPY_FIELD: u16 = 28;
@@ -48,6 +48,76 @@ fn reg_move(n_bits: u16, src_ofs: u16, dst_ofs: u16, rd: &mut Rd) -> Result<Acti
     Ok(Action::Move { src, dst })
 }
 
+/// `NXAST_CONTROLLER2`: six zero bytes, then properties (type, length,
+/// value, padded to 8): 0 max_len, 1 controller id, 2 reason, 3 userdata,
+/// 4 pause, 5 meter id.
+fn decode_controller2(rd: &mut Rd) -> Result<ControllerSpec, ErrorKind> {
+    rd.skip(6)?;
+    let mut c = ControllerSpec {
+        max_len: 65535,
+        controller_id: 0,
+        reason: 1,
+        userdata: Vec::new(),
+        pause: false,
+        meter_id: None,
+    };
+    while !rd.is_empty() {
+        let ty = rd.u16()?;
+        let len = rd.u16()? as usize;
+        let mut v = Rd::new(rd.bytes(len.checked_sub(4).ok_or(ErrorKind::BadActionLen)?)?, ErrorKind::BadActionLen);
+        match ty {
+            0 => c.max_len = v.u16()?,
+            1 => c.controller_id = v.u16()?,
+            2 => c.reason = v.u8()?,
+            3 => c.userdata = v.rest().to_vec(),
+            4 => c.pause = true,
+            5 => c.meter_id = Some(v.u32()?),
+            _ => return Err(ErrorKind::BadArgument),
+        }
+        rd.skip(((8 - len % 8) % 8).min(rd.len()))?;
+    }
+    Ok(c)
+}
+
+fn encode_controller(c: &ControllerSpec, out: &mut Vec<u8>) {
+    if !c.needs_v2() {
+        let s = nx_header(out, nxast::CONTROLLER);
+        out.u16(c.max_len);
+        out.u16(c.controller_id);
+        out.u8(c.reason);
+        out.u8(0);
+        finish(out, s);
+        return;
+    }
+    let s = nx_header(out, nxast::CONTROLLER2);
+    out.zeros(6);
+    let prop = |out: &mut Vec<u8>, ty: u16, v: &[u8]| {
+        out.u16(ty);
+        out.u16(4 + v.len() as u16);
+        out.extend_from_slice(v);
+        out.zeros((8 - (4 + v.len()) % 8) % 8);
+    };
+    if c.max_len != 65535 {
+        prop(out, 0, &c.max_len.to_be_bytes());
+    }
+    if c.controller_id != 0 {
+        prop(out, 1, &c.controller_id.to_be_bytes());
+    }
+    if c.reason != 1 {
+        prop(out, 2, &[c.reason]);
+    }
+    if !c.userdata.is_empty() {
+        prop(out, 3, &c.userdata);
+    }
+    if c.pause {
+        prop(out, 4, &[]);
+    }
+    if let Some(m) = c.meter_id {
+        prop(out, 5, &m.to_be_bytes());
+    }
+    finish(out, s);
+}
+
 /// Nicira's vendor / experimenter id.
 pub const NX_VENDOR: u32 = 0x0000_2320;
 
@@ -64,6 +134,7 @@ mod nxast {
     pub const RESUBMIT_TABLE: u16 = 14;
     pub const DEC_TTL: u16 = 18;
     pub const CONTROLLER: u16 = 20;
+    pub const CONTROLLER2: u16 = 37;
     pub const WRITE_METADATA: u16 = 22;
     pub const REG_LOAD2: u16 = 33;
     pub const GROUP: u16 = 40;
@@ -166,8 +237,23 @@ fn decode_nx(
         nxast::DEC_TTL => acts.push(Action::DecTtl),
         nxast::CONTROLLER => {
             let max_len = rd.u16()?;
-            acts.push(Action::Controller { max_len });
+            let controller_id = rd.u16()?;
+            let reason = rd.u8()?;
+            if controller_id == 0 && reason == 1 {
+                acts.push(Action::Controller { max_len });
+            } else {
+                let c = ControllerSpec {
+                    max_len,
+                    controller_id,
+                    reason,
+                    userdata: Vec::new(),
+                    pause: false,
+                    meter_id: None,
+                };
+                acts.push(Action::ControllerNx(Box::new(c)));
+            }
         }
+        nxast::CONTROLLER2 => acts.push(Action::ControllerNx(Box::new(decode_controller2(rd)?))),
         nxast::WRITE_METADATA => {
             rd.skip(6)?;
             let value = rd.u64()?;
@@ -493,6 +579,7 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
                 }
                 finish(out, s);
             }
+            Action::ControllerNx(c) => encode_controller(c, out),
             Action::Controller { max_len } => {
                 let s = simple(out, 0);
                 if of10 {

@@ -271,6 +271,10 @@ struct ConnState {
     async_on: bool,
     /// NXM flow-removed format (set_flow_format nxm).
     nxm: bool,
+    /// NXT_SET_PACKET_IN_FORMAT: 0 standard, 1 NXT_PACKET_IN, 2 NXT_PACKET_IN2.
+    pin_format: u32,
+    /// NXT_SET_CONTROLLER_ID: `controller(id=N)` packet-ins go to this id.
+    controller_id: u16,
     bundles: BTreeMap<u32, Bundle>,
 }
 
@@ -542,6 +546,8 @@ impl OfManager {
                 miss_send_len: if kind == Kind::Controller { 128 } else { 0 },
                 async_on: false,
                 nxm: false,
+                pin_format: 0,
+                controller_id: 0,
                 bundles: BTreeMap::new(),
             }),
             alive: AtomicBool::new(true),
@@ -736,7 +742,19 @@ impl OfManager {
                 }
                 Vec::new()
             }
-            Msg::SetPacketInFormat(_) | Msg::SetControllerId(_) | Msg::FlowAge | Msg::TableMod => {
+            Msg::SetPacketInFormat(f) => {
+                let mut st = conn.st.lock().expect("conn state");
+                st.pin_format = f;
+                st.async_on = true;
+                Vec::new()
+            }
+            Msg::SetControllerId(id) => {
+                let mut st = conn.st.lock().expect("conn state");
+                st.controller_id = id;
+                st.async_on = true;
+                Vec::new()
+            }
+            Msg::FlowAge | Msg::TableMod => {
                 conn.st.lock().expect("conn state").async_on = true;
                 Vec::new()
             }
@@ -1364,20 +1382,37 @@ impl OfManager {
     }
 
     fn deliver_packet_in(&self, ev: PacketInEvent) {
-        let reason = match ev.reason {
-            dpif::UserspaceReason::NoMatch => 0u8,
-            dpif::UserspaceReason::Action => 1,
-            dpif::UserspaceReason::InvalidTtl => 2,
+        let reason = match (&ev.extra, ev.reason) {
+            (Some(x), _) => x.reason,
+            (None, dpif::UserspaceReason::NoMatch) => 0u8,
+            (None, dpif::UserspaceReason::Action) => 1,
+            (None, dpif::UserspaceReason::InvalidTtl) => 2,
         };
+        // The pipeline metadata the controller action saw, as match fields
+        // (NXT_PACKET_IN2's metadata): in_port and every non-zero
+        // metadata-stage field.
+        let metadata = ev.extra.as_ref().map(|x| {
+            let mut m = flow::Match::CATCHALL;
+            for f in flow::fields::FIELDS.iter().filter(|f| !f.alias && f.loc.word < flow::key::STAGE_L2) {
+                let v = f.get(&x.meta);
+                if v != 0 || f.name == "in_port" {
+                    m.set_field(f, if f.name == "in_port" { ev.in_port as u128 } else { v });
+                }
+            }
+            m
+        });
         let conns = self.conns.lock().expect("conns").clone();
         let mut sent = false;
         for c in conns.iter().filter(|c| c.wants_async()) {
-            let (Some(v), role, msl) = ({
+            let (Some(v), role, msl, pin_format, cid) = ({
                 let st = c.st.lock().expect("conn state");
-                (st.ctx.map(|x| x.version), st.role, st.miss_send_len)
+                (st.ctx.map(|x| x.version), st.role, st.miss_send_len, st.pin_format, st.controller_id)
             }) else {
                 continue;
             };
+            if ev.extra.as_ref().is_some_and(|x| x.controller_id != cid) {
+                continue;
+            }
             if role == ROLE_SLAVE {
                 continue;
             }
@@ -1395,6 +1430,29 @@ impl OfManager {
                 continue;
             }
             let data = &ev.data[..ev.data.len().min(max)];
+            if pin_format == 2 {
+                let catchall = flow::Match::CATCHALL;
+                let mut m0 = catchall.clone();
+                if metadata.is_none() {
+                    if let Some(f) = flow::fields::by_name("in_port") {
+                        m0.set_field(f, ev.in_port as u128);
+                    }
+                }
+                let p = msg::PacketIn2 {
+                    reason,
+                    table: ev.table_id,
+                    cookie: ev.cookie,
+                    total_len: ev.full_len as u32,
+                    data,
+                    metadata: metadata.as_ref().unwrap_or(&m0),
+                    userdata: ev.extra.as_ref().map_or(&[][..], |x| &x.userdata[..]),
+                };
+                let b = msg::encode_packet_in2(v, 0, &p);
+                self.snoop(&b);
+                c.send_async(&b);
+                sent = true;
+                continue;
+            }
             let b = msg::encode_packet_in(
                 v,
                 0,
@@ -1402,7 +1460,7 @@ impl OfManager {
                 ev.table_id,
                 ev.cookie,
                 ev.in_port,
-                ev.data.len() as u16,
+                ev.full_len.min(u16::MAX as usize) as u16,
                 data,
             );
             self.snoop(&b);
@@ -1591,7 +1649,7 @@ fn outputs_to(ins: &[ofproto::Instruction], out_port: u32, out_group: u32) -> bo
     let port_ok = out_port == msg::OFPP_ANY
         || acts().any(|a| match a {
             ofproto::Action::Output(p) => ofproto::actions::ofport_number(*p) == out_port,
-            ofproto::Action::Controller { .. } => out_port == ofpp::CONTROLLER,
+            ofproto::Action::Controller { .. } | ofproto::Action::ControllerNx(_) => out_port == ofpp::CONTROLLER,
             _ => false,
         });
     let group_ok =

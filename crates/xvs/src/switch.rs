@@ -107,6 +107,10 @@ pub struct PacketInEvent {
     pub table_id: u8,
     pub cookie: u64,
     pub data: Vec<u8>,
+    /// The packet's length before truncation to `max_len`.
+    pub full_len: usize,
+    /// From `controller(...)` with userdata, id or reason (NXAST_CONTROLLER/2).
+    pub extra: Option<std::sync::Arc<dpif::UserspaceExtra>>,
 }
 
 impl Shared {
@@ -518,8 +522,8 @@ impl Sink for PortSink<'_> {
         }
     }
 
-    fn userspace(&mut self, pkt: Packet, action: &DpAction) {
-        let DpAction::Userspace { reason, max_len, table_id, cookie } = action else { return };
+    fn userspace(&mut self, pkt: Packet, full_len: usize, action: &DpAction) {
+        let DpAction::Userspace { reason, max_len, table_id, cookie, extra } = action else { return };
         let ev = PacketInEvent {
             in_port: pkt.in_port,
             reason: *reason,
@@ -527,6 +531,8 @@ impl Sink for PortSink<'_> {
             table_id: *table_id,
             cookie: *cookie,
             data: pkt.data().to_vec(),
+            full_len,
+            extra: extra.clone(),
         };
         // Never block a poll thread: a full queue drops (and counts).
         if self.packet_in.try_send(ev).is_err() {

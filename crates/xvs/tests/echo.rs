@@ -106,3 +106,42 @@ fn tlv_map_binds_a_geneve_option_to_tun_metadata() {
     let map = sw.ofctl_ok(&["-OOpenFlow15", "dump-tlv-map"]);
     assert!(!map.contains("tun_metadata0"), "{map}");
 }
+
+/// `controller(userdata=...)` as OVN's pinctrl flows use it: the packet-in
+/// comes as NXT_PACKET_IN2 with the userdata and the pipeline metadata
+/// (registers, `metadata`) the action saw, and the full length.
+#[test]
+fn controller_userdata_arrives_in_packet_in2_with_the_pipeline_metadata() {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h1 = Host::create(&format!("xvspi{id}h1"), &format!("xp{id}h1"), "10.83.2.1/24", 1).unwrap();
+    let h2 = Host::create(&format!("xvspi{id}h2"), &format!("xp{id}h2"), "10.83.2.2/24", 1).unwrap();
+    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "pin2", "brpin2", &[&h1.port, &h2.port], &[]);
+    let flow = "priority=10,icmp,actions=set_field:0x5->reg14,set_field:0x3->metadata,controller(userdata=01.02.03,max_len=64)";
+    sw.ofctl_ok(&["-OOpenFlow15", "add-flow", flow]);
+    let dump = sw.ofctl_ok(&["-OOpenFlow15", "dump-flows"]);
+    assert!(dump.contains("controller(max_len=64,userdata=01.02.03)"), "{dump}");
+    let _ = std::fs::create_dir_all("/var/run/openvswitch");
+    let target = format!("unix:{}/{}.mgmt", sw.run_dir, sw.bridge);
+    let mon = std::process::Command::new("timeout")
+        .args(["5", "stdbuf", "-o0", "ovs-ofctl", "-OOpenFlow15", "monitor", &target, "65534", "-P", "nxt_packet_in2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    h1.exec(&["ip", "neigh", "replace", &h2.ip, "lladdr", &h2.mac, "dev", "eth0"]).unwrap();
+    let _ = h1.ping(&h2.ip, 1);
+    let out = mon.wait_with_output().unwrap();
+    // ovs-ofctl monitor prints what it receives on stdout or stderr.
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{} monitor:\n{text}", sw.name());
+    let pin =
+        text.lines().find(|l| l.starts_with("NXT_PACKET_IN2")).unwrap_or_else(|| panic!("no packet-in2:\n{text}"));
+    // The whole packet, whatever max_len says (Open vSwitch buffers
+    // nothing and sends it all).
+    assert!(pin.contains("total_len=98 ") && pin.contains("data_len=98 "), "{pin}");
+    assert!(pin.contains("reg14=0x5") && pin.contains("metadata=0x3") && pin.contains("in_port=1"), "{pin}");
+    assert!(pin.contains("(via action)"), "{pin}");
+    assert!(text.contains("userdata=01.02.03"), "{text}");
+}

@@ -50,7 +50,7 @@ impl Sink for Rec {
             self.0.push((port, p.data().to_vec()));
         }
     }
-    fn userspace(&mut self, _: Packet, _: &DpAction) {}
+    fn userspace(&mut self, _: Packet, _full_len: usize, _: &DpAction) {}
 }
 
 const RULES: &[&str] = &[

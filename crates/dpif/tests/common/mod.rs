@@ -101,7 +101,7 @@ impl Sink for Rec {
             self.out.push((port, p.data().to_vec()));
         }
     }
-    fn userspace(&mut self, pkt: Packet, a: &DpAction) {
+    fn userspace(&mut self, pkt: Packet, _full_len: usize, a: &DpAction) {
         self.to_user.push((pkt.data().to_vec(), a.clone()));
     }
 }

@@ -120,6 +120,7 @@ pub mod nxt {
     pub const SET_ASYNC_CONFIG: u32 = 19;
     pub const SET_CONTROLLER_ID: u32 = 20;
     pub const TLV_TABLE_MOD: u32 = 24;
+    pub const PACKET_IN2: u32 = 30;
     pub const TLV_TABLE_REQUEST: u32 = 25;
     pub const TLV_TABLE_REPLY: u32 = 26;
     pub const CT_FLUSH_ZONE: u32 = 29;
