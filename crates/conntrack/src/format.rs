@@ -108,13 +108,23 @@ pub fn action(a: &crate::CtAction) -> String {
     match a.nat {
         None => {}
         Some(crate::Nat::Existing) => parts.push("nat".into()),
-        Some(crate::Nat::Src(r)) => parts.push(format!("nat(src={})", nat_range(&r))),
-        Some(crate::Nat::Dst(r)) => parts.push(format!("nat(dst={})", nat_range(&r))),
+        Some(crate::Nat::Src(r)) => parts.push(nat_kind("src", &r)),
+        Some(crate::Nat::Dst(r)) => parts.push(nat_kind("dst", &r)),
     }
     if parts.is_empty() {
         "ct".into()
     } else {
         format!("ct({})", parts.join(","))
+    }
+}
+
+/// `nat(src=RANGE)`, or `nat(src)` when no address is given.
+pub fn nat_kind(kind: &str, r: &crate::NatRange) -> String {
+    // Without an address Open vSwitch prints no flags either.
+    if r.addr_min == 0 && r.addr_max == 0 {
+        format!("nat({kind})")
+    } else {
+        format!("nat({kind}={})", nat_range(r))
     }
 }
 
@@ -127,7 +137,9 @@ pub fn nat_range(r: &crate::NatRange) -> String {
             addr(x, false)
         }
     };
-    let mut s = a(r.addr_min);
+    // No address (`nat(src)`): nothing printed for it.
+    let none = r.addr_min == 0 && r.addr_max == 0;
+    let mut s = if none { String::new() } else { a(r.addr_min) };
     if r.addr_max != r.addr_min {
         let _ = write!(s, "-{}", a(r.addr_max));
     }

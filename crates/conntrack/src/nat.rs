@@ -199,6 +199,15 @@ pub(crate) fn mix(mut x: u64) -> u64 {
 /// 1024 or not). Destination NAT changes the port only when a range gives
 /// one.
 pub(crate) fn candidates(tuple: &Tuple, range: &NatRange, src: bool, salt: u64, limit: usize) -> Vec<Tuple> {
+    // No address given (`nat(src)`): the packet's own, ports as needed.
+    let own;
+    let range = if range.addr_min == 0 && range.addr_max == 0 {
+        let a = if src { tuple.src } else { tuple.dst };
+        own = NatRange { addr_min: a, addr_max: a, v6: tuple.v6, ..*range };
+        &own
+    } else {
+        range
+    };
     let naddr = range.addr_max.saturating_sub(range.addr_min).saturating_add(1).min(1 << 32) as u64;
     let tsalt = (tuple.src as u64) ^ ((tuple.dst as u64) << 1) ^ ((tuple.sport as u64) << 17) ^ tuple.dport as u64;
     let start_addr = if range.flags.persistent {

@@ -281,7 +281,7 @@ fn parse(p: &[u8], k: &mut FlowKey, l: &mut Layout) -> Result<(), ParseError> {
     match ty {
         et::IPV4 => parse_ipv4(p, off, k, l),
         et::IPV6 => parse_ipv6(p, off, k, l),
-        et::ARP => parse_arp(p, off, k),
+        et::ARP | et::RARP => parse_arp(p, off, k),
         et::MPLS | et::MPLS_MCAST => {
             let Some(h) = at::<4>(p, off) else {
                 return Err(ParseError::TruncatedMpls);

@@ -215,7 +215,7 @@ impl Prereq {
         match self {
             P::None => true,
             P::Ipv4 => dl(et::IPV4),
-            P::Arp => dl(et::ARP),
+            P::Arp => dl(et::ARP) || dl(et::RARP),
             P::Ipv6 => dl(et::IPV6),
             P::IpAny => ip_any,
             P::Transport => proto(ipproto::TCP) || proto(ipproto::UDP) || proto(ipproto::SCTP),

@@ -121,6 +121,10 @@ pub enum Action {
     PushVlan(u16),
     PopVlan,
     DecTtl,
+    /// `dec_ttl(id,...)` (Nicira `NXAST_DEC_TTL_CNT_IDS`): the same, with
+    /// the controller ids that hear of an expired TTL (OVN writes
+    /// `dec_ttl()`, an empty list).
+    DecTtlIds(Vec<u16>),
     SetNwTtl(u8),
     /// Nicira resubmit: look up again in `table` (or the current table)
     /// with in_port temporarily replaced by `port` (if given).
@@ -488,7 +492,17 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
             }
             Action::PushVlan(v as u16)
         }
-        "dec_ttl" => Action::DecTtl,
+        "dec_ttl" => match arg {
+            None => Action::DecTtl,
+            Some(a) => Action::DecTtlIds(
+                a.split(',')
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .map(|x| parse_int(x).filter(|&n| n <= 0xffff).map(|n| n as u16))
+                    .collect::<Option<Vec<u16>>>()
+                    .ok_or_else(|| perr(tok, format!("dec_ttl: '{a}' is not a list of controller ids")))?,
+            ),
+        },
         "resubmit" => {
             let a = need("(port,table)")?;
             let (p, t) = match a.split_once(',') {
@@ -568,6 +582,10 @@ impl fmt::Display for Action {
             Action::PushVlan(t) => write!(f, "push_vlan:{t:#x}"),
             Action::PopVlan => write!(f, "pop_vlan"),
             Action::DecTtl => write!(f, "dec_ttl"),
+            Action::DecTtlIds(ids) => {
+                let ids: Vec<String> = ids.iter().map(u16::to_string).collect();
+                write!(f, "dec_ttl({})", ids.join(","))
+            }
             Action::SetNwTtl(t) => write!(f, "mod_nw_ttl:{t}"),
             Action::Resubmit { port, table } => {
                 let p = port.map(|p| p.to_string()).unwrap_or_default();

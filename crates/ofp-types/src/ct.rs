@@ -13,13 +13,15 @@
 //! a field (`zone=NXM_NX_REG13[0..15]`, read at translation, as OVN
 //! writes it), `table=N`,
 //! `exec(set_field:V[/M]->ct_mark, set_field:V[/M]->ct_label)`, `nat`,
-//! `nat(src=A[-B][:P[-Q]][,random|hash|persistent])`, `nat(dst=...)`,
+//! `nat(src=A[-B][:P[-Q]][,random|hash|persistent])`, `nat(dst=...)`, `nat(src)`
+//! (keep the address, change the port only on a collision),
 //! `alg=ftp|tftp`. Refused with a message: other `exec` actions. As in Open vSwitch, the packet's
 //! own instance continues after `ct(table=N)` untracked; xvs ends that
 //! instance's translation there (actions after `ct(table=N)` are not run),
 //! which is what pipelines written as `..., ct(table=N)` expect.
 
 use crate::actions::{perr, Action, ParseError};
+use crate::subfield::SubField;
 use conntrack::{Nat, NatFlags, NatRange};
 use flow::matching::{parse_int, split_top_level};
 use std::fmt;
@@ -42,9 +44,35 @@ pub struct CtSpec {
     pub nat_last: bool,
     /// `alg=ftp` or `alg=tftp`: the helper's well-known port (21 or 69).
     pub alg: Option<u16>,
+    /// `exec(move:SRC->ct_label[..])` (or ct_mark): bits of a field (a
+    /// register, typically) copied into the connection's label or mark on
+    /// commit, read at translation. OVN keeps a load balancer's backend in
+    /// the label this way.
+    pub moves: Vec<(crate::subfield::SubField, crate::subfield::SubField)>,
 }
 
 impl CtSpec {
+    /// The tracker's parameters for a packet whose translation-time key is
+    /// `key`: the zone, and the `exec(move:...)` bits folded into the
+    /// mark and label writes.
+    pub fn params_for(&self, key: &flow::FlowKey) -> conntrack::CtAction {
+        let mut p = self.params();
+        p.zone = self.zone_for(key);
+        for (src, dst) in &self.moves {
+            let v = (src.field.loc.get(key) >> src.ofs) & src.ones();
+            if dst.field.name == "ct_mark" {
+                let (ov, om) = p.mark.unwrap_or((0, 0));
+                let m = dst.mask() as u32;
+                p.mark = Some(((ov & !m) | ((v << dst.ofs) as u32 & m), om | m));
+            } else {
+                let (ov, om) = p.label.unwrap_or((0, 0));
+                let m = dst.mask();
+                p.label = Some(((ov & !m) | ((v << dst.ofs) & m), om | m));
+            }
+        }
+        p
+    }
+
     /// The zone for a packet whose (translation-time) key is `key`.
     pub fn zone_for(&self, key: &flow::FlowKey) -> u16 {
         match &self.zone_src {
@@ -90,6 +118,9 @@ fn addr(tok: &str, s: &str) -> Result<(u128, bool), ParseError> {
 
 /// `A[-B][:P[-Q]]` (IPv6 addresses bracketed when ports follow).
 fn nat_range(tok: &str, s: &str, flags: NatFlags) -> Result<NatRange, ParseError> {
+    if s.is_empty() {
+        return Ok(NatRange { addr_min: 0, addr_max: 0, port_min: 0, port_max: 0, v6: false, flags });
+    }
     let (addrs, ports) = if let Some(rest) = s.strip_prefix('[') {
         // [v6]-[v6]:ports or [v6]:ports
         match rest.rfind("]:") {
@@ -139,6 +170,10 @@ fn parse_nat(tok: &str, arg: Option<&str>) -> Result<Nat, ParseError> {
             "hash" => flags.hash = true,
             "persistent" => flags.persistent = true,
             "" => {}
+            // No address: keep it, and change the port only to avoid a
+            // collision (OVN's `nat(src)`).
+            "src" => what = Some((true, String::new())),
+            "dst" => what = Some((false, String::new())),
             _ => match part.split_once('=') {
                 Some(("src", r)) => what = Some((true, r.to_string())),
                 Some(("dst", r)) => what = Some((false, r.to_string())),
@@ -203,6 +238,22 @@ pub fn parse_ct(tok: &str, arg: Option<&str>) -> Result<Action, ParseError> {
             ("exec", Some(v)) => {
                 for a in split_top_level(v) {
                     let a = a.trim();
+                    if let Some(m) = a.strip_prefix("move:") {
+                        let (src, dst) =
+                            m.split_once("->").ok_or_else(|| perr(tok, "exec: move needs SRC[..]->DST[..]"))?;
+                        let (src, dst) = (SubField::parse(src, false)?, SubField::parse(dst, false)?);
+                        if !matches!(dst.field.name, "ct_mark" | "ct_label") {
+                            return Err(perr(
+                                tok,
+                                format!("exec: move can only write ct_mark or ct_label, not {}", dst.field.name),
+                            ));
+                        }
+                        if src.n_bits != dst.n_bits {
+                            return Err(perr(tok, "exec: move source and destination differ in width"));
+                        }
+                        s.moves.push((src, dst));
+                        continue;
+                    }
                     let Some(rest) = a.strip_prefix("set_field:").or_else(|| a.strip_prefix("load:")) else {
                         return Err(perr(
                             tok,
@@ -232,7 +283,7 @@ pub fn parse_ct(tok: &str, arg: Option<&str>) -> Result<Action, ParseError> {
             _ => return Err(perr(tok, format!("ct: unknown argument '{part}'"))),
         }
     }
-    if (s.mark.is_some() || s.label.is_some()) && !s.commit {
+    if (s.mark.is_some() || s.label.is_some() || !s.moves.is_empty()) && !s.commit {
         return Err(perr(tok, "ct: exec(...) requires commit"));
     }
     if s.force && !s.commit {
@@ -261,8 +312,8 @@ impl fmt::Display for CtSpec {
         }
         let nat = self.nat.as_ref().map(|n| match n {
             Nat::Existing => "nat".to_string(),
-            Nat::Src(r) => format!("nat(src={})", conntrack::format::nat_range(r)),
-            Nat::Dst(r) => format!("nat(dst={})", conntrack::format::nat_range(r)),
+            Nat::Src(r) => conntrack::format::nat_kind("src", r),
+            Nat::Dst(r) => conntrack::format::nat_kind("dst", r),
         });
         let mut ex = Vec::new();
         if let Some((v, m)) = self.mark {
@@ -283,6 +334,9 @@ impl fmt::Display for CtSpec {
             Some(n) if self.nat_last && !ex.is_empty() => ex.push(n),
             Some(n) => p.push(n),
             None => {}
+        }
+        for (src, dst) in &self.moves {
+            ex.push(format!("move:{src}->{dst}"));
         }
         if !ex.is_empty() {
             p.push(format!("exec({})", ex.join(",")));

@@ -326,7 +326,7 @@ impl Ctx<'_> {
         let rank = |a: &Action| match a {
             Action::PopVlan => 0,
             Action::PushVlan(_) => 1,
-            Action::DecTtl => 2,
+            Action::DecTtl | Action::DecTtlIds(_) => 2,
             Action::SetNwTtl(_) => 3,
             Action::SetField { .. } => 4,
             Action::SetQueue(_) => 5,
@@ -424,8 +424,7 @@ impl Ctx<'_> {
             Action::Ct(spec) => {
                 // Field writes so far reach the tracker.
                 self.commit();
-                let mut params = spec.params();
-                params.zone = spec.zone_for(&self.key);
+                let params = spec.params_for(&self.key);
                 self.actions.push(DpAction::Ct(self.of.conntrack.clone(), params));
                 if let Some(t) = spec.table {
                     let id = self.of.recirc.id_for(&crate::ct::Frozen::capture(t, &self.key));
@@ -579,7 +578,7 @@ impl Ctx<'_> {
                     self.actions.push(DpAction::PopVlan);
                 }
             }
-            Action::DecTtl | Action::SetNwTtl(_) => {
+            Action::DecTtl | Action::DecTtlIds(_) | Action::SetNwTtl(_) => {
                 self.consult_dl_type();
                 if !self.key.is_ip_any() {
                     self.say(|| "  not IP; ignored");

@@ -20,7 +20,7 @@ use ofp_types::actions::ofpp;
 use ofp_types::{Action, ControllerSpec, Instruction, OfPort, SubField};
 
 /// OpenFlow 1.5's standard copy_field action type (OFPAT_COPY_FIELD).
-const OFPAT15_COPY_FIELD: u16 = 28;
+pub(crate) const OFPAT15_COPY_FIELD: u16 = 28;
 
 /// A sub-field named by a header, a bit offset and a width, checked to lie
 /// within the field.
@@ -38,7 +38,7 @@ fn move_headers(rd: &mut Rd) -> Result<(u32, u32), ErrorKind> {
     Ok((src, dst))
 }
 
-fn reg_move(n_bits: u16, src_ofs: u16, dst_ofs: u16, rd: &mut Rd) -> Result<Action, ErrorKind> {
+pub(crate) fn reg_move(n_bits: u16, src_ofs: u16, dst_ofs: u16, rd: &mut Rd) -> Result<Action, ErrorKind> {
     let (sh, dh) = move_headers(rd)?;
     let src = subfield(sh, src_ofs as u32, n_bits as u32)?;
     let dst = subfield(dh, dst_ofs as u32, n_bits as u32)?;
@@ -133,6 +133,7 @@ mod nxast {
     pub const CLONE: u16 = 42;
     pub const RESUBMIT_TABLE: u16 = 14;
     pub const DEC_TTL: u16 = 18;
+    pub const DEC_TTL_CNT_IDS: u16 = 21;
     pub const CONTROLLER: u16 = 20;
     pub const CONTROLLER2: u16 = 37;
     pub const WRITE_METADATA: u16 = 22;
@@ -235,6 +236,12 @@ fn decode_nx(
             acts.push(Action::SetQueue(rd.u32()?));
         }
         nxast::DEC_TTL => acts.push(Action::DecTtl),
+        nxast::DEC_TTL_CNT_IDS => {
+            let n = rd.u16()? as usize;
+            rd.skip(4)?;
+            let ids = (0..n).map(|_| rd.u16()).collect::<Result<Vec<u16>, _>>()?;
+            acts.push(Action::DecTtlIds(ids));
+        }
         nxast::CONTROLLER => {
             let max_len = rd.u16()?;
             let controller_id = rd.u16()?;
@@ -675,6 +682,15 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
             }
             Action::PopVlan => {
                 let s = simple(out, if of10 { 3 } else { 18 });
+                finish(out, s);
+            }
+            Action::DecTtlIds(ids) => {
+                let s = nx_header(out, nxast::DEC_TTL_CNT_IDS);
+                out.u16(ids.len() as u16);
+                out.zeros(4);
+                for id in ids {
+                    out.u16(*id);
+                }
                 finish(out, s);
             }
             Action::DecTtl => {

@@ -51,6 +51,7 @@ const CT_LABEL: u32 = 0x0001_d810;
 const CT_LABEL_W: u32 = 0x0001_d920;
 const REG_LOAD2: u16 = 33;
 const REG_LOAD: u16 = 7;
+const REG_MOVE: u16 = 6;
 
 /// `NXAST_REG_LOAD` (OpenFlow 1.0's `load:V->NXM_NX_CT_MARK[a..b]`): a
 /// value of up to 64 bits at an offset of `ct_mark` or `ct_label`.
@@ -124,14 +125,34 @@ pub fn decode_ct(rd: &mut Rd) -> Result<Action, ErrorKind> {
                     }
                     REG_LOAD2 => ct_field(&mut a, &mut s)?,
                     REG_LOAD => ct_reg_load(&mut a, &mut s)?,
+                    REG_MOVE => {
+                        let (n_bits, src_ofs, dst_ofs) = (a.u16()?, a.u16()?, a.u16()?);
+                        ct_move(crate::action::reg_move(n_bits, src_ofs, dst_ofs, &mut a)?, &mut s)?;
+                    }
                     _ => return Err(ErrorKind::BadArgument),
                 }
             }
             25 => ct_field(&mut a, &mut s)?,
+            crate::action::OFPAT15_COPY_FIELD => {
+                let (n_bits, src_ofs, dst_ofs) = (a.u16()?, a.u16()?, a.u16()?);
+                a.skip(2)?;
+                ct_move(crate::action::reg_move(n_bits, src_ofs, dst_ofs, &mut a)?, &mut s)?;
+            }
             _ => return Err(ErrorKind::BadArgument),
         }
     }
     Ok(Action::Ct(s))
+}
+
+/// A nested `move` into `ct_mark` or `ct_label`.
+fn ct_move(a: Action, s: &mut CtSpec) -> Result<(), ErrorKind> {
+    match a {
+        Action::Move { src, dst } if matches!(dst.field.name, "ct_mark" | "ct_label") => {
+            s.moves.push((src, dst));
+            Ok(())
+        }
+        _ => Err(ErrorKind::BadArgument),
+    }
 }
 
 /// A nested write of `ct_mark` or `ct_label` (an NXM/OXM TLV).
@@ -279,6 +300,7 @@ pub fn encode_ct(v: Version, s: &CtSpec, out: &mut Vec<u8>) {
             out.u32(CT_LABEL);
             out.u64(((val & m) >> ofs) as u64);
             finish(out, st);
+            encode_moves(v, s, out);
             if s.nat_last {
                 encode_nat(s, out);
             }
@@ -293,10 +315,17 @@ pub fn encode_ct(v: Version, s: &CtSpec, out: &mut Vec<u8>) {
         }
         field(out, &t);
     }
+    encode_moves(v, s, out);
     if s.nat_last {
         encode_nat(s, out);
     }
     out.patch_len(start + 2, start);
+}
+
+/// `exec(move:...)`: nested moves, encoded as any move is for `v`.
+fn encode_moves(v: Version, s: &CtSpec, out: &mut Vec<u8>) {
+    let moves: Vec<Action> = s.moves.iter().map(|(src, dst)| Action::Move { src: *src, dst: *dst }).collect();
+    crate::action::encode_actions(v, &moves, out);
 }
 
 fn encode_nat(s: &CtSpec, out: &mut Vec<u8>) {
@@ -320,8 +349,11 @@ fn encode_nat(s: &CtSpec, out: &mut Vec<u8>) {
             if r.flags.random {
                 flags |= NAT_RANDOM;
             }
-            present |= if r.v6 { R_V6_MIN } else { R_V4_MIN };
-            if r.addr_max != r.addr_min {
+            let none = r.addr_min == 0 && r.addr_max == 0;
+            if !none {
+                present |= if r.v6 { R_V6_MIN } else { R_V4_MIN };
+            }
+            if !none && r.addr_max != r.addr_min {
                 present |= if r.v6 { R_V6_MAX } else { R_V4_MAX };
             }
             if r.port_min != 0 || r.port_max != 0 {
@@ -333,7 +365,7 @@ fn encode_nat(s: &CtSpec, out: &mut Vec<u8>) {
         }
         out.u16(flags);
         out.u16(present);
-        if let Some(r) = r {
+        if let Some(r) = r.filter(|_| present & (R_V4_MIN | R_V6_MIN) != 0) {
             if r.v6 {
                 out.extend_from_slice(&r.addr_min.to_be_bytes());
                 if present & R_V6_MAX != 0 {

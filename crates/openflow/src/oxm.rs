@@ -533,7 +533,8 @@ pub fn encode_field_tlv(field: &FieldDef, value: u128, mask: u128, flavor: Flavo
 /// output:reg: an entry for that name, else one for exactly its bits,
 /// Nicira's before OXM (as Open vSwitch writes them for every version).
 pub fn field_header(field: &FieldDef) -> Option<u32> {
-    let plain = |x: &&'static Entry| x.sp == Sp::Plain && x.class != EXP && def_of(x).loc == field.loc;
+    let plain =
+        |x: &&'static Entry| matches!(x.sp, Sp::Plain | Sp::VarLen) && x.class != EXP && def_of(x).loc == field.loc;
     let ent = ENTRIES
         .iter()
         .filter(plain)
@@ -553,7 +554,7 @@ pub fn field_by_header(h: u32) -> Result<&'static FieldDef, ErrorKind> {
         .find(|x| x.class == class && x.field == field && x.class != EXP && x.sp != Sp::Cookie)
         .ok_or(ErrorKind::BadArgument)?;
     match ent.sp {
-        Sp::Plain => Ok(def_of(ent)),
+        Sp::Plain | Sp::VarLen => Ok(def_of(ent)),
         Sp::IpTos => Ok(def("nw_tos")),
         _ => Err(ErrorKind::BadArgument),
     }

@@ -145,3 +145,37 @@ fn controller_userdata_arrives_in_packet_in2_with_the_pipeline_metadata() {
     assert!(pin.contains("(via action)"), "{pin}");
     assert!(text.contains("userdata=01.02.03"), "{text}");
 }
+
+/// Flows in the shapes ovn-controller 23.03 installs (taken from its
+/// br-int on Open vSwitch 3.1): each is accepted and comes back as Open
+/// vSwitch prints it.
+#[test]
+fn ovn_flow_shapes_are_accepted_and_echoed() {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h1 = Host::create(&format!("xvsov{id}h1"), &format!("xo{id}h1"), "10.83.3.1/24", 1).unwrap();
+    let h2 = Host::create(&format!("xvsov{id}h2"), &format!("xo{id}h2"), "10.83.3.2/24", 1).unwrap();
+    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "ovnsh", "brovnsh", &[&h1.port, &h2.port], &[]);
+    sw.ofctl_ok(&["-OOpenFlow15", "add-tlv-map", "{class=0x102,type=0x80,len=4}->tun_metadata0"]);
+    let p = "-OOpenFlow15";
+    let cases: &[&str] = &[
+        "ct(commit,zone=NXM_NX_REG13[0..15],nat(src),exec(set_field:0/0x1->ct_label,move:NXM_NX_XXREG0[0..31]->NXM_NX_CT_LABEL[96..127]))",
+        "move:NXM_NX_TUN_ID[0..23]->OXM_OF_METADATA[0..23],move:NXM_NX_TUN_METADATA0[16..30]->NXM_NX_REG14[0..14],resubmit(,40)",
+        "set_field:0x5->reg14,controller(userdata=00.00.00.0b.00.00.00.00)",
+        "dec_ttl(1,2),set_field:0/0xffff00000000->xreg4,move:NXM_OF_IP_DST[]->NXM_NX_XXREG0[96..127]",
+        "push:NXM_NX_REG0[],push:NXM_OF_ETH_SRC[],pop:NXM_NX_REG0[],pop:NXM_OF_ETH_SRC[],resubmit(,10)",
+        "clone(ct_clear,set_field:0->reg11,resubmit(,8)),set_field:0x8004->reg15,resubmit(,37)",
+    ];
+    let mut bad = Vec::new();
+    for acts in cases {
+        let got = echo(&sw, p, &format!("ip,actions={acts}"));
+        if got != *acts {
+            bad.push(format!("sent {acts}\n got {got}"));
+        }
+    }
+    // RARP's opcode, as OVN matches it.
+    sw.ofctl_ok(&[p, "add-flow", "table=33,priority=75,rarp,dl_src=00:00:00:00:ff:02,arp_op=3,actions=resubmit(,37)"]);
+    let dump = sw.ofctl_ok(&[p, "dump-flows", "table=33"]);
+    assert!(dump.contains("rarp,dl_src=00:00:00:00:ff:02,arp_op=3"), "{dump}");
+    assert!(bad.is_empty(), "{} echoed differently:\n{}", sw.name(), bad.join("\n"));
+}
