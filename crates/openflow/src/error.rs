@@ -271,10 +271,12 @@ impl ErrorKind {
             BadBand => (12, 8),
             // OpenFlow 1.3 carries bundles as an ONF extension; its errors
             // are experimenter errors there (see `experimenter_error`).
-            BundleBadId => (if of13 { 0xffff } else { 17 }, if of13 { 2301 } else { 1 }),
-            BundleClosed => (if of13 { 0xffff } else { 17 }, if of13 { 2310 } else { 10 }),
-            BundleBadType => (if of13 { 0xffff } else { 17 }, if of13 { 2302 } else { 2 }),
-            BundleMsgFailed => (if of13 { 0xffff } else { 17 }, if of13 { 2315 } else { 15 }),
+            // OFPBFC_* (ONF's 2300 + code in 1.3): BAD_ID 2, BUNDLE_CLOSED 4,
+            // BAD_TYPE 6, MSG_FAILED 13.
+            BundleBadId => (if of13 { 0xffff } else { 17 }, if of13 { 2302 } else { 2 }),
+            BundleClosed => (if of13 { 0xffff } else { 17 }, if of13 { 2304 } else { 4 }),
+            BundleBadType => (if of13 { 0xffff } else { 17 }, if of13 { 2306 } else { 6 }),
+            BundleMsgFailed => (if of13 { 0xffff } else { 17 }, if of13 { 2313 } else { 13 }),
             TlvBadCommand => (0xffff, 16),
             TlvBadOptLen => (0xffff, 17),
             TlvBadFieldIdx => (0xffff, 18),

@@ -911,19 +911,20 @@ impl OfManager {
             }
             Msg::BundleAdd { bundle_id, flags, inner } => {
                 let mut st = conn.st.lock().expect("conn state");
-                match st.bundles.get_mut(&bundle_id) {
-                    None => err(ErrorKind::BundleBadId),
-                    Some(b) if b.flags != flags => err(ErrorKind::BundleBadId),
-                    Some(b) => {
-                        // Only flow mods (and group/meter mods, port mods) may be bundled.
-                        let it = if v == Version::Of10 { 255 } else { inner.header.msg_type };
-                        if !matches!(it, t::FLOW_MOD | t::GROUP_MOD | t::PORT_MOD | t::METER_MOD) {
-                            return err(ErrorKind::BundleBadType);
-                        }
-                        b.msgs.push(inner);
-                        Vec::new()
-                    }
+                // A message for a bundle not yet opened opens it (OpenFlow
+                // 1.4's implicit open, as OVS does; ovn-controller relies on
+                // it: it never sends OPEN_REQUEST).
+                let b = st.bundles.entry(bundle_id).or_insert_with(|| Bundle { flags, msgs: Vec::new() });
+                if b.flags != flags {
+                    return err(ErrorKind::BundleBadId);
                 }
+                // Only flow mods (and group/meter mods, port mods) may be bundled.
+                let it = if v == Version::Of10 { 255 } else { inner.header.msg_type };
+                if !matches!(it, t::FLOW_MOD | t::GROUP_MOD | t::PORT_MOD | t::METER_MOD) {
+                    return err(ErrorKind::BundleBadType);
+                }
+                b.msgs.push(inner);
+                Vec::new()
             }
         }
     }
@@ -1059,11 +1060,12 @@ impl OfManager {
                 if !self.can_modify(conn) {
                     return err(ErrorKind::IsSlave);
                 }
-                // Decode everything first: one bad message fails the whole bundle.
-                let mut mods = Vec::new();
+                // Decode everything first: one bad message fails the whole
+                // bundle before anything is applied.
+                let mut decoded = Vec::new();
                 for inner in &b.msgs {
                     match msg::decode(&ctx, inner) {
-                        Ok(Msg::FlowMod(fm)) => mods.push((fm.cmd, fm.spec)),
+                        Ok(d @ (Msg::FlowMod(_) | Msg::GroupMod(_) | Msg::MeterMod(_))) => decoded.push(d),
                         Ok(_) => {
                             return vec![
                                 error_reply(v, ErrorKind::BundleBadType, &inner.bytes),
@@ -1075,10 +1077,40 @@ impl OfManager {
                         }
                     }
                 }
+                // In order (ovn-controller deletes all groups, then adds flows
+                // that name groups added later in the same bundle): runs of
+                // flow mods apply atomically; a group or meter mod applies
+                // between them.
+                let mut run: Vec<(usize, FlowModCmd, ofproto::FlowSpec)> = Vec::new();
+                for (i, d) in decoded.into_iter().enumerate() {
+                    let fail = |k: ErrorKind| {
+                        vec![error_reply(v, k, &b.msgs[i].bytes), err(ErrorKind::BundleMsgFailed).remove(0)]
+                    };
+                    match d {
+                        Msg::FlowMod(fm) => run.push((i, fm.cmd, fm.spec)),
+                        other => {
+                            if !run.is_empty() {
+                                let mods: Vec<_> = run.iter().map(|(_, c, s)| (*c, s.clone())).collect();
+                                if let Err((j, k)) = self.apply_flow_mods(&mods) {
+                                    let at = run[j].0;
+                                    return vec![
+                                        error_reply(v, k, &b.msgs[at].bytes),
+                                        err(ErrorKind::BundleMsgFailed).remove(0),
+                                    ];
+                                }
+                                run.clear();
+                            }
+                            if let Err(k) = self.group_meter_mod(&other) {
+                                return fail(k);
+                            }
+                        }
+                    }
+                }
+                let mods: Vec<_> = run.iter().map(|(_, c, s)| (*c, s.clone())).collect();
                 match self.apply_flow_mods(&mods) {
                     Ok(()) => vec![msg::encode_bundle_reply(v, xid, id, 5, flags)],
-                    Err((i, k)) => {
-                        vec![error_reply(v, k, &b.msgs[i].bytes), err(ErrorKind::BundleMsgFailed).remove(0)]
+                    Err((j, k)) => {
+                        vec![error_reply(v, k, &b.msgs[run[j].0].bytes), err(ErrorKind::BundleMsgFailed).remove(0)]
                     }
                 }
             }
