@@ -9,7 +9,9 @@ set -euo pipefail
 # test reads xvs's /metrics with.
 # dpdk-dev: dpdk-testpmd, the virtio-net frontend (net_virtio_user) the
 # vhost-user port is tested against (it runs with --no-huge: no hugepages).
-need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client dpdk-dev)
+# ovn-central, ovn-host: ovn-northd and ovn-controller 23.03, which the OVN
+# test runs unchanged on top of xvs.
+need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client dpdk-dev ovn-central ovn-host)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,6 +32,12 @@ fi
 if [[ " ${missing[*]} " == *" openvswitch-switch "* ]]; then
   systemctl stop openvswitch-switch ovs-vswitchd ovsdb-server 2>/dev/null || true
   /usr/share/openvswitch/scripts/ovs-ctl stop >/dev/null 2>&1 || true
+fi
+# The same for OVN's packaged daemons: the tests run their own.
+if [[ " ${missing[*]} " == *" ovn-"* ]]; then
+  systemctl stop ovn-central ovn-host ovn-northd ovn-controller 2>/dev/null || true
+  /usr/share/ovn/scripts/ovn-ctl stop_northd >/dev/null 2>&1 || true
+  /usr/share/ovn/scripts/ovn-ctl stop_controller >/dev/null 2>&1 || true
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

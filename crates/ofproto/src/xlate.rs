@@ -21,6 +21,12 @@ use std::sync::Arc;
 
 /// Resubmit/goto depth limit (OVS uses 64 for resubmits).
 const MAX_DEPTH: u32 = 64;
+/// Resubmits in one translation, all told (Open vSwitch's 64 × 64): the
+/// bound that ends a loop of tail resubmits, which do not deepen the walk.
+const MAX_RESUBMITS: u32 = MAX_DEPTH * MAX_DEPTH;
+/// Tables nested in one walk however they were reached (tail resubmits
+/// included): the bound on the translation's own stack use.
+const MAX_NEST: u32 = 256;
 
 /// Entries the push/pop stack holds at most.
 const MAX_STACK: usize = 1024;
@@ -67,6 +73,14 @@ struct Ctx<'a> {
     written: FlowKey,
     /// The push/pop stack (values of the pushed sub-fields).
     stack: Vec<u128>,
+    /// The action about to run is the last of its list: a resubmit there
+    /// returns to nothing, so (as in Open vSwitch) it does not count
+    /// toward the depth limit. OVN's pipelines chain some 100 tables this
+    /// way.
+    tail: bool,
+    resubmits: u32,
+    /// Tables nested right now (see [`MAX_NEST`]).
+    nest: u32,
 }
 
 impl Ofproto {
@@ -160,6 +174,9 @@ impl<'a> Ctx<'a> {
             counters: Vec::new(),
             written: FlowKey::ZERO,
             stack: Vec::new(),
+            tail: false,
+            resubmits: 0,
+            nest: 0,
         }
     }
 }
@@ -191,12 +208,18 @@ impl Ctx<'_> {
     }
 
     fn do_table(&mut self, table: u8, top: bool) {
-        if self.depth >= MAX_DEPTH {
+        if self.depth >= MAX_DEPTH || self.nest >= MAX_NEST {
             self.say(|| "resubmit/goto depth exceeded; dropping");
             self.stop = true;
             self.too_deep = true;
             return;
         }
+        self.nest += 1;
+        self.do_table_inner(table, top);
+        self.nest -= 1;
+    }
+
+    fn do_table_inner(&mut self, table: u8, top: bool) {
         self.depth += 1;
         let saved_table = self.table;
         self.table = table;
@@ -266,10 +289,11 @@ impl Ctx<'_> {
                     }
                     match ins {
                         Instruction::Apply(acts) => {
-                            for a in acts {
+                            for (i, a) in acts.iter().enumerate() {
                                 if self.stop {
                                     break;
                                 }
+                                self.tail = i + 1 == acts.len();
                                 self.do_action(a);
                             }
                         }
@@ -418,6 +442,7 @@ impl Ctx<'_> {
     }
 
     fn do_action(&mut self, a: &Action) {
+        let tail = std::mem::take(&mut self.tail);
         self.say(|| a.to_string());
         let in_port = self.key.in_port();
         match a {
@@ -604,13 +629,24 @@ impl Ctx<'_> {
                 self.pending.or_assign(&m);
             }
             Action::Resubmit { port, table } => {
+                self.resubmits += 1;
+                if self.resubmits > MAX_RESUBMITS {
+                    self.say(|| "too many resubmits; dropping");
+                    self.stop = true;
+                    self.too_deep = true;
+                    return;
+                }
                 let saved = self.key.in_port();
                 if let Some(p) = port {
                     self.key.set_in_port(*p);
                 }
                 let t = table.unwrap_or(self.table);
                 self.indent += 4;
+                // A tail resubmit does not deepen the walk.
+                let flat = tail && self.depth > 0;
+                self.depth -= flat as u32;
                 self.do_table(t, false);
+                self.depth += flat as u32;
                 self.indent -= 4;
                 self.key.set_in_port(saved);
             }
@@ -782,11 +818,12 @@ impl Ctx<'_> {
         let saved = self.key;
         let outer_written = std::mem::replace(&mut self.written, FlowKey::ZERO);
         self.depth += 1;
-        for a in actions {
+        for (i, a) in actions.iter().enumerate() {
             if self.stop {
                 break;
             }
             self.indent += 2;
+            self.tail = i + 1 == actions.len();
             self.do_action(a);
             self.indent -= 2;
         }

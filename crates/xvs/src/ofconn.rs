@@ -527,7 +527,8 @@ impl OfManager {
 
     fn spawn_conn(self: &Arc<Self>, s: Stream, kind: Kind, name: String, slot: Slot) {
         let me = Arc::clone(self);
-        let _ = std::thread::Builder::new().name("of-conn".into()).spawn(move || {
+        // Packet-outs translate (resubmits recurse): a roomy stack.
+        let _ = std::thread::Builder::new().name("of-conn".into()).stack_size(16 << 20).spawn(move || {
             me.serve_conn(s, kind, name);
             drop(slot);
         });

@@ -238,6 +238,9 @@ impl Switch {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("pmd{id}"))
+                    // Translation recurses through resubmits (up to
+                    // ofproto's nesting bound): room for it, reserved only.
+                    .stack_size(16 << 20)
                     .spawn(move || {
                         if let Some(c) = cpu {
                             if let Err(e) = netdev_linux::sys::pin_current_thread(c) {
