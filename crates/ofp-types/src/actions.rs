@@ -108,6 +108,8 @@ pub enum Action {
     Controller {
         max_len: u16,
     },
+    /// `learn(...)`: add a flow built from this packet (see [`crate::learn`]).
+    Learn(Box<crate::learn::LearnSpec>),
     /// `controller(...)` with more than a length: a controller id or a
     /// reason (Nicira `NXAST_CONTROLLER`), or userdata, `pause` or a meter
     /// (`NXAST_CONTROLLER2`, what OVN's pinctrl flows use).
@@ -337,6 +339,7 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
     };
     Ok(match lname.as_str() {
         "ct" => crate::ct::parse_ct(tok, arg)?,
+        "learn" => Action::Learn(Box::new(crate::learn::parse(tok, arg.unwrap_or(""))?)),
         "ct_clear" if arg.is_none() => Action::CtClear,
         "push" => Action::StackPush(SubField::parse(need("a sub-field")?, false)?),
         "pop" => {
@@ -551,6 +554,7 @@ impl fmt::Display for Action {
                     write!(f, "CONTROLLER:{max_len}")
                 }
             }
+            Action::Learn(l) => write!(f, "{l}"),
             Action::ControllerNx(c) => {
                 // ovs-ofctl's order; defaults left out.
                 let mut p = Vec::new();

@@ -20,6 +20,7 @@
 
 pub mod actions;
 pub mod ct;
+pub mod learn;
 pub mod parse;
 pub mod subfield;
 

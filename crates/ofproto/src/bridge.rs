@@ -190,6 +190,9 @@ pub struct Ofproto {
     generation_hook: Option<Arc<dyn Fn(u64) + Send + Sync>>,
     /// Geneve options bound to `tun_metadataN` (`add-tlv-map`).
     pub tlv: crate::tlv::TlvTable,
+    /// Flows `learn` actions built during translation (which only reads
+    /// the tables); housekeeping adds them ([`Ofproto::take_learned`]).
+    pub(crate) learned: Mutex<Vec<FlowSpec>>,
 }
 
 impl Ofproto {
@@ -212,6 +215,7 @@ impl Ofproto {
             recirc: Default::default(),
             generation_hook: None,
             tlv: Default::default(),
+            learned: Mutex::new(Vec::new()),
         }
     }
 
@@ -405,6 +409,12 @@ impl Ofproto {
                 sf.field.name
             )))
         }
+    }
+
+    /// The flows `learn` actions built since the last call (the caller
+    /// adds them with [`Ofproto::flow_mod`], holding the write lock).
+    pub fn take_learned(&self) -> Vec<FlowSpec> {
+        std::mem::take(&mut *self.learned.lock().expect("learned flows"))
     }
 
     /// Whether any rule matches or writes `tun_metadata{index}` (its TLV

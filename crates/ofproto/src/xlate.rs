@@ -441,6 +441,60 @@ impl Ctx<'_> {
         self.actions.push(DpAction::Output(port));
     }
 
+    /// `learn(...)`: builds the flow from this packet's values (the source
+    /// bits become exact in the megaflow, so a packet that would learn
+    /// something else comes up again) and leaves it for housekeeping to
+    /// add. A megaflow does not re-run the learn for later packets, so a
+    /// learned flow's idle timeout is not refreshed by them.
+    fn learn(&mut self, l: &ofp_types::learn::LearnSpec) {
+        use ofp_types::learn::{LearnItem, LearnSrc};
+        let mut m = flow::Match::CATCHALL;
+        let mut acts = Vec::new();
+        for it in &l.items {
+            let value = |cx: &mut Self, src: &LearnSrc| match src {
+                LearnSrc::Field(f) => cx.read_subfield(f),
+                LearnSrc::Value(v) => Some(*v),
+            };
+            match it {
+                LearnItem::Match { dst, src } => {
+                    let Some(v) = value(self, src) else { return };
+                    let (old_v, old_m) = (dst.field.get(&m.key), dst.field.get(&m.mask));
+                    dst.field.set(&mut m.key, (old_v & !dst.mask()) | ((v << dst.ofs) & dst.mask()));
+                    dst.field.set(&mut m.mask, old_m | dst.mask());
+                }
+                LearnItem::Load { dst, src } => {
+                    let Some(v) = value(self, src) else { return };
+                    acts.push(Action::Load { dst: *dst, value: v & dst.ones() });
+                }
+                LearnItem::Output { src } => {
+                    let Some(p) = self.read_subfield(src) else { return };
+                    acts.push(Action::Output(crate::actions::OfPort::Port(p as u32)));
+                }
+            }
+        }
+        let mut spec = crate::FlowSpec {
+            table: l.table,
+            priority: l.priority as u32,
+            cookie: l.cookie,
+            idle_timeout: l.idle_timeout,
+            hard_timeout: l.hard_timeout,
+            matched: m,
+            instructions: vec![Instruction::Apply(acts)],
+            has_actions: true,
+            table_given: true,
+            cookie_mask: 0,
+            flags: 0,
+            importance: 0,
+            out_port: None,
+            out_group: None,
+        };
+        if l.flags & ofp_types::learn::F_SEND_FLOW_REM != 0 {
+            spec.flags |= ofp_types::parse::flags::SEND_FLOW_REM;
+        }
+        self.say(|| format!("  learned: table={} priority={} {:?}", spec.table, spec.priority, spec.matched));
+        self.of.learned.lock().expect("learned flows").push(spec);
+    }
+
     fn do_action(&mut self, a: &Action) {
         let tail = std::mem::take(&mut self.tail);
         self.say(|| a.to_string());
@@ -553,6 +607,7 @@ impl Ctx<'_> {
                     self.stop = false;
                 }
             }
+            Action::Learn(l) => self.learn(l),
             Action::Load { dst, value } => self.set_field(dst.field, value << dst.ofs, dst.mask()),
             Action::Move { src, dst } => {
                 // The bits read decide what is written: they become exact

@@ -267,6 +267,7 @@ fn decode_nx(
             let mask = rd.u64()?;
             extra.push(Instruction::WriteMetadata { value, mask });
         }
+        crate::nx_learn::LEARN => acts.push(Action::Learn(Box::new(crate::nx_learn::decode(rd)?))),
         nxast::GROUP => {
             rd.skip(2)?;
             acts.push(Action::Group(rd.u32()?));
@@ -587,6 +588,7 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
                 finish(out, s);
             }
             Action::ControllerNx(c) => encode_controller(c, out),
+            Action::Learn(l) => crate::nx_learn::encode(l, out),
             Action::Controller { max_len } => {
                 let s = simple(out, 0);
                 if of10 {

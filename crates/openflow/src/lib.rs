@@ -22,6 +22,7 @@ pub mod error;
 pub mod header;
 pub mod msg;
 pub mod nx_ct;
+pub mod nx_learn;
 pub mod of10;
 pub mod oxm;
 

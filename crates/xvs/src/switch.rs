@@ -407,6 +407,16 @@ impl Switch {
     pub fn housekeeping(&self) {
         let now = self.shared.now_ms();
         self.shared.ofproto.read().expect("ofproto lock").run(now);
+        // Flows `learn` actions built since the last round.
+        let learned = self.shared.ofproto.read().expect("ofproto lock").take_learned();
+        if !learned.is_empty() {
+            let mut of = self.shared.ofproto.write().expect("ofproto lock");
+            for spec in &learned {
+                if let Err(e) = of.flow_mod(ofproto::FlowModCmd::Add, spec) {
+                    eprintln!("xvs: bridge {}: a learned flow was refused: {e}", self.shared.bridge);
+                }
+            }
+        }
         // What large deletes left to free, in short write sections.
         if self.shared.ofproto.read().expect("ofproto lock").n_unpurged() > 0 {
             self.shared.ofproto.purge_in_chunks();

@@ -8,6 +8,7 @@
 //! ovs-ofctl prints for the same input. `XVS_SWITCH=ovs` runs the same test
 //! against Open vSwitch 3.1 (`-- --test-threads=1`). Needs root.
 
+use std::time::{Duration, Instant};
 use xvs::netns::Host;
 use xvs::ovsref::Sut;
 
@@ -178,4 +179,35 @@ fn ovn_flow_shapes_are_accepted_and_echoed() {
     let dump = sw.ofctl_ok(&[p, "dump-flows", "table=33"]);
     assert!(dump.contains("rarp,dl_src=00:00:00:00:ff:02,arp_op=3"), "{dump}");
     assert!(bad.is_empty(), "{} echoed differently:\n{}", sw.name(), bad.join("\n"));
+}
+
+/// `learn(...)`: a packet adds a flow built from its own fields, as OVN's
+/// load balancers use it; the learned flow is the same on xvs and OVS.
+#[test]
+fn learn_adds_a_flow_built_from_the_packet() {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h1 = Host::create(&format!("xvsle{id}h1"), &format!("xl{id}h1"), "10.83.4.1/24", 1).unwrap();
+    let h2 = Host::create(&format!("xvsle{id}h2"), &format!("xl{id}h2"), "10.83.4.2/24", 1).unwrap();
+    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "learn", "brlearn", &[&h1.port, &h2.port], &[]);
+    let learn = "learn(table=5,idle_timeout=60,priority=7,NXM_OF_ETH_SRC[]=NXM_OF_ETH_DST[],eth_type=0x800,load:0x3->NXM_NX_REG1[0..15],output:NXM_OF_IN_PORT[])";
+    let flow = format!("priority=10,ip,in_port=1,actions={learn},NORMAL");
+    sw.ofctl_ok(&["add-flow", &flow]);
+    let dump = sw.ofctl_ok(&["dump-flows"]);
+    assert!(dump.contains(&format!("actions={learn},NORMAL")), "{dump}");
+    assert_eq!(h1.ping(&h2.ip, 2).unwrap(), 2);
+    let t = Instant::now();
+    let mut learned = String::new();
+    while t.elapsed() < Duration::from_secs(5) {
+        learned = sw.ofctl_ok(&["dump-flows", "table=5"]);
+        if learned.contains("priority=7") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("{} learned:\n{learned}", sw.name());
+    let line =
+        learned.lines().find(|l| l.contains("priority=7")).unwrap_or_else(|| panic!("nothing learned: {learned}"));
+    assert!(line.contains("idle_timeout=60") && line.contains(&format!("ip,dl_src={}", h2.mac)), "{line}");
+    assert!(line.ends_with("actions=load:0x3->NXM_NX_REG1[0..15],output:1"), "{line}");
 }
