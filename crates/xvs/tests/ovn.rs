@@ -7,9 +7,10 @@
 //! ovn-controller, which finds br-int's management socket through
 //! OVS_RUNDIR; VM namespaces on br-int bound by `external_ids:iface-id`.
 //! The logical network: switch ls1 (vm1, vm2), switch ls2 (vm3), router
-//! lr1 between them. Checked with real traffic: ping on ls1, ping across
-//! the router, then an ACL that drops ICMP to vm2 (ping to vm3 still
-//! passes). Everything is removed afterwards, also on failure. Needs root
+//! lr1 between them, a load balancer on ls1. Checked with real traffic:
+//! ping on ls1, ping across the router, a TCP stream to the load
+//! balancer's VIP reaching its backend on ls2, then an ACL that drops
+//! ICMP to vm2 (ping to vm3 still passes). Everything is removed afterwards, also on failure. Needs root
 //! and ovn-central/ovn-host (scripts/setup.sh installs them). One
 //! hypervisor for now: tunnels between hypervisors are not in xvs yet.
 
@@ -225,7 +226,7 @@ fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
 }
 
 #[test]
-fn ovn_logical_switch_router_and_acl_on_one_hypervisor() {
+fn ovn_logical_switch_router_load_balancer_and_acl_on_one_hypervisor() {
     if Command::new("ovn-controller").arg("--version").stdout(Stdio::null()).status().is_err() {
         eprintln!("skipped: needs ovn-central and ovn-host (scripts/setup.sh installs them)");
         return;
@@ -272,6 +273,24 @@ fn ovn_logical_switch_router_and_acl_on_one_hypervisor() {
     assert_eq!(vm1.ping(&vm3.ip, 3).unwrap(), 3, "logical router");
     let flows = of(&o).lines().count();
     eprintln!("br-int: {flows} flows installed by ovn-controller");
+    // A load balancer on ls1: VIP 10.0.1.100:80 -> vm3:8080, across the
+    // router (conntrack with a zone from a register, DNAT, a dp_hash
+    // group, learn). The VIP is in ls1's subnet, where OVN answers no ARP
+    // for it: vm1 sends it to the router's MAC.
+    o.nbctl(&["lb-add", "lb1", "10.0.1.100:80", "10.0.2.1:8080", "tcp"]);
+    o.nbctl(&["ls-lb-add", "ls1", "lb1"]);
+    o.sync();
+    vm1.exec(&["ip", "neigh", "replace", "10.0.1.100", "lladdr", "00:00:00:00:ff:01", "dev", "eth0"]).unwrap();
+    let ready = format!("/tmp/{}-8080.tready", vm3.ns);
+    let _ = std::fs::remove_file(&ready);
+    let rx = vm3.util(&["tcp-recv", "--port", "8080", "--max-ms", "15000", "--ready-file", &ready]).unwrap();
+    xvs::netns::wait_file(&ready, 5000);
+    let tx = vm1.util(&["tcp-send", "--dst", "10.0.1.100:80", "--bytes", "200000", "--timeout-ms", "10000"]).unwrap();
+    let sent = xvs::netns::finish(tx);
+    let got = xvs::netns::finish(rx).unwrap();
+    let _ = std::fs::remove_file(&ready);
+    sent.unwrap();
+    assert_eq!(xvs::netns::number_after(&got, "received"), Some(200_000), "the VIP's backend got the stream: {got}");
     // An ACL: ICMP to vm2 is dropped; vm3 stays reachable.
     o.nbctl(&["acl-add", "ls1", "to-lport", "1001", "outport == \"vm2\" && icmp4", "drop"]);
     o.sync();
