@@ -91,6 +91,20 @@ pub struct ControllerSpec {
     pub meter_id: Option<u32>,
 }
 
+impl Default for ControllerSpec {
+    /// `controller()`: the whole packet, controller 0, reason `action`.
+    fn default() -> ControllerSpec {
+        ControllerSpec {
+            max_len: 65535,
+            controller_id: 0,
+            reason: 1,
+            userdata: Vec::new(),
+            pause: false,
+            meter_id: None,
+        }
+    }
+}
+
 impl ControllerSpec {
     /// Needs `NXAST_CONTROLLER2` (not the shorter `NXAST_CONTROLLER`).
     pub fn needs_v2(&self) -> bool {
@@ -371,14 +385,7 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
             Action::Output(OfPort::parse(name).expect("reserved names parse"))
         }
         "controller" => {
-            let mut c = ControllerSpec {
-                max_len: 65535,
-                controller_id: 0,
-                reason: 1,
-                userdata: Vec::new(),
-                pause: false,
-                meter_id: None,
-            };
+            let mut c = ControllerSpec::default();
             if let Some(a) = arg {
                 for kv in a.split(',') {
                     let kv = kv.trim();

@@ -53,14 +53,7 @@ pub(crate) fn reg_move(n_bits: u16, src_ofs: u16, dst_ofs: u16, rd: &mut Rd) -> 
 /// 4 pause, 5 meter id.
 fn decode_controller2(rd: &mut Rd) -> Result<ControllerSpec, ErrorKind> {
     rd.skip(6)?;
-    let mut c = ControllerSpec {
-        max_len: 65535,
-        controller_id: 0,
-        reason: 1,
-        userdata: Vec::new(),
-        pause: false,
-        meter_id: None,
-    };
+    let mut c = ControllerSpec::default();
     while !rd.is_empty() {
         let ty = rd.u16()?;
         let len = rd.u16()? as usize;
@@ -249,14 +242,7 @@ fn decode_nx(
             if controller_id == 0 && reason == 1 {
                 acts.push(Action::Controller { max_len });
             } else {
-                let c = ControllerSpec {
-                    max_len,
-                    controller_id,
-                    reason,
-                    userdata: Vec::new(),
-                    pause: false,
-                    meter_id: None,
-                };
+                let c = ControllerSpec { max_len, controller_id, reason, ..ControllerSpec::default() };
                 acts.push(Action::ControllerNx(Box::new(c)));
             }
         }

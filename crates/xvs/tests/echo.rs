@@ -12,6 +12,19 @@ use std::time::{Duration, Instant};
 use xvs::netns::Host;
 use xvs::ovsref::Sut;
 
+/// Two hosts (`NS_PREFIX..h1/h2` at `NET.1` and `NET.2`) on a switch with
+/// bridge `bridge` (xvs, or OVS 3.1 with `XVS_SWITCH=ovs`).
+fn two_hosts(ns: &str, port: &str, net: &str, tag: &str, bridge: &str) -> (Host, Host, Sut) {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let mk = |i: u32| {
+        Host::create(&format!("{ns}{id}h{i}"), &format!("{port}{id}h{i}"), &format!("{net}.{i}/24"), 1).unwrap()
+    };
+    let (h1, h2) = (mk(1), mk(2));
+    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), tag, bridge, &[&h1.port, &h2.port], &[]);
+    (h1, h2, sw)
+}
+
 /// Installs `flow` in `proto` and returns the actions dump-flows prints.
 fn echo(sw: &Sut, proto: &str, flow: &str) -> String {
     sw.ofctl(&[proto, "del-flows"]);
@@ -25,11 +38,7 @@ fn echo(sw: &Sut, proto: &str, flow: &str) -> String {
 
 #[test]
 fn actions_come_back_as_they_were_sent() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let h1 = Host::create(&format!("xvsec{id}h1"), &format!("xe{id}h1"), "10.83.0.1/24", 1).unwrap();
-    let h2 = Host::create(&format!("xvsec{id}h2"), &format!("xe{id}h2"), "10.83.0.2/24", 1).unwrap();
-    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "echo", "brecho", &[&h1.port, &h2.port], &[]);
+    let (_h1, _h2, sw) = two_hosts("xvsec", "xe", "10.83.0", "echo", "brecho");
     let cases: &[(&str, &str, &str)] = &[
         // OpenFlow 1.0: its own mod_* actions, and Nicira actions for what
         // 1.0 lacks (mod_nw_ttl: OVS sends and echoes a Nicira load).
@@ -71,11 +80,7 @@ fn actions_come_back_as_they_were_sent() {
 /// and the refusals for what cannot be mapped.
 #[test]
 fn tlv_map_binds_a_geneve_option_to_tun_metadata() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let h1 = Host::create(&format!("xvstl{id}h1"), &format!("xt{id}h1"), "10.83.1.1/24", 1).unwrap();
-    let h2 = Host::create(&format!("xvstl{id}h2"), &format!("xt{id}h2"), "10.83.1.2/24", 1).unwrap();
-    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "tlv", "brtlv", &[&h1.port, &h2.port], &[]);
+    let (_h1, _h2, sw) = two_hosts("xvstl", "xt", "10.83.1", "tlv", "brtlv");
     let ovn = "{class=0x102,type=0x80,len=4}->tun_metadata0";
     sw.ofctl_ok(&["-OOpenFlow15", "add-tlv-map", ovn]);
     let map = sw.ofctl_ok(&["-OOpenFlow15", "dump-tlv-map"]);
@@ -113,11 +118,7 @@ fn tlv_map_binds_a_geneve_option_to_tun_metadata() {
 /// (registers, `metadata`) the action saw, and the full length.
 #[test]
 fn controller_userdata_arrives_in_packet_in2_with_the_pipeline_metadata() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let h1 = Host::create(&format!("xvspi{id}h1"), &format!("xp{id}h1"), "10.83.2.1/24", 1).unwrap();
-    let h2 = Host::create(&format!("xvspi{id}h2"), &format!("xp{id}h2"), "10.83.2.2/24", 1).unwrap();
-    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "pin2", "brpin2", &[&h1.port, &h2.port], &[]);
+    let (h1, h2, sw) = two_hosts("xvspi", "xp", "10.83.2", "pin2", "brpin2");
     let flow = "priority=10,icmp,actions=set_field:0x5->reg14,set_field:0x3->metadata,controller(userdata=01.02.03,max_len=64)";
     sw.ofctl_ok(&["-OOpenFlow15", "add-flow", flow]);
     let dump = sw.ofctl_ok(&["-OOpenFlow15", "dump-flows"]);
@@ -152,11 +153,7 @@ fn controller_userdata_arrives_in_packet_in2_with_the_pipeline_metadata() {
 /// vSwitch prints it.
 #[test]
 fn ovn_flow_shapes_are_accepted_and_echoed() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let h1 = Host::create(&format!("xvsov{id}h1"), &format!("xo{id}h1"), "10.83.3.1/24", 1).unwrap();
-    let h2 = Host::create(&format!("xvsov{id}h2"), &format!("xo{id}h2"), "10.83.3.2/24", 1).unwrap();
-    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "ovnsh", "brovnsh", &[&h1.port, &h2.port], &[]);
+    let (_h1, _h2, sw) = two_hosts("xvsov", "xo", "10.83.3", "ovnsh", "brovnsh");
     sw.ofctl_ok(&["-OOpenFlow15", "add-tlv-map", "{class=0x102,type=0x80,len=4}->tun_metadata0"]);
     let p = "-OOpenFlow15";
     let cases: &[&str] = &[
@@ -185,11 +182,7 @@ fn ovn_flow_shapes_are_accepted_and_echoed() {
 /// load balancers use it; the learned flow is the same on xvs and OVS.
 #[test]
 fn learn_adds_a_flow_built_from_the_packet() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let h1 = Host::create(&format!("xvsle{id}h1"), &format!("xl{id}h1"), "10.83.4.1/24", 1).unwrap();
-    let h2 = Host::create(&format!("xvsle{id}h2"), &format!("xl{id}h2"), "10.83.4.2/24", 1).unwrap();
-    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "learn", "brlearn", &[&h1.port, &h2.port], &[]);
+    let (h1, h2, sw) = two_hosts("xvsle", "xl", "10.83.4", "learn", "brlearn");
     let learn = "learn(table=5,idle_timeout=60,priority=7,NXM_OF_ETH_SRC[]=NXM_OF_ETH_DST[],eth_type=0x800,load:0x3->NXM_NX_REG1[0..15],output:NXM_OF_IN_PORT[])";
     let flow = format!("priority=10,ip,in_port=1,actions={learn},NORMAL");
     sw.ofctl_ok(&["add-flow", &flow]);
