@@ -127,6 +127,7 @@ pub static FIELDS: &[FieldDef] = &[
     f("tun_gbp_flags", loc::TUN_GBP_FLAGS, Hex, P::None),
     f("tun_metadata0", loc::TUN_METADATA[0], Hex, P::None),
     f("tun_metadata1", loc::TUN_METADATA[1], Hex, P::None),
+    FieldDef { maskable: false, ..f("conj_id", loc::CONJ_ID, Int, P::None) },
     f("dl_dst", loc::DL_DST, Mac, P::None),
     FieldDef { maskable: false, ..f("dl_type", loc::DL_TYPE, Hex, P::None) },
     f("dl_src", loc::DL_SRC, Mac, P::None),

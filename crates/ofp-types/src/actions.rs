@@ -122,6 +122,14 @@ pub enum Action {
     Controller {
         max_len: u16,
     },
+    /// `conjunction(id, k/n)`: this flow is clause `k` of `n` of
+    /// conjunctive match `id` (a flow with only these actions matches no
+    /// packet by itself; see ofproto's translation).
+    Conjunction {
+        id: u32,
+        clause: u8,
+        n_clauses: u8,
+    },
     /// `learn(...)`: add a flow built from this packet (see [`crate::learn`]).
     Learn(Box<crate::learn::LearnSpec>),
     /// `controller(...)` with more than a length: a controller id or a
@@ -353,6 +361,18 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
     };
     Ok(match lname.as_str() {
         "ct" => crate::ct::parse_ct(tok, arg)?,
+        "conjunction" => {
+            let a = need("ID,K/N")?;
+            let bad = || perr(tok, format!("conjunction: '{a}' is not ID,K/N with 1 <= K <= N and 2 <= N <= 64"));
+            let (id, kn) = a.split_once(',').ok_or_else(bad)?;
+            let (k, n) = kn.split_once('/').ok_or_else(bad)?;
+            let id = parse_int(id.trim()).filter(|&v| v <= u32::MAX as u128).ok_or_else(bad)? as u32;
+            let (k, n) = (parse_int(k.trim()).ok_or_else(bad)?, parse_int(n.trim()).ok_or_else(bad)?);
+            if !(2..=64).contains(&n) || k < 1 || k > n {
+                return Err(bad());
+            }
+            Action::Conjunction { id, clause: k as u8, n_clauses: n as u8 }
+        }
         "learn" => Action::Learn(Box::new(crate::learn::parse(tok, arg.unwrap_or(""))?)),
         "ct_clear" if arg.is_none() => Action::CtClear,
         "push" => Action::StackPush(SubField::parse(need("a sub-field")?, false)?),
@@ -562,6 +582,7 @@ impl fmt::Display for Action {
                 }
             }
             Action::Learn(l) => write!(f, "{l}"),
+            Action::Conjunction { id, clause, n_clauses } => write!(f, "conjunction({id},{clause}/{n_clauses})"),
             Action::ControllerNx(c) => {
                 // ovs-ofctl's order; defaults left out.
                 let mut p = Vec::new();

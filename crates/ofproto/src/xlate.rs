@@ -227,6 +227,7 @@ impl Ctx<'_> {
         let stats = &self.of.table_stats[table as usize];
         self.credit(&stats.0);
         let hit = cls.lookup(&self.key, self.version, &mut self.wc);
+        let hit = self.resolve_conjunction(table, hit);
         match hit.and_then(|id| cls.get(id)) {
             None => {
                 self.say(|| format!("{table:2}. No match."));
@@ -441,6 +442,93 @@ impl Ctx<'_> {
         self.actions.push(DpAction::Output(port));
     }
 
+    /// Conjunctive matches (`conjunction(id,k/n)` flows and the flow that
+    /// matches `conj_id=id`), as `ovs-fields(7)` defines them. When the
+    /// highest-priority match `hit` is a conjunctive flow, every flow of
+    /// the table is weighed (each one's match bits consulted, so the
+    /// megaflow stays exact): at each priority, from the highest, a
+    /// conjunction whose every clause has a matching flow leads to the
+    /// `conj_id` flow found with `conj_id` set; an ordinary flow of higher
+    /// priority than the remaining conjunctions wins otherwise. A linear
+    /// walk, taken only in tables whose best match is conjunctive.
+    fn resolve_conjunction(&mut self, table: u8, hit: Option<classifier::RuleId>) -> Option<classifier::RuleId> {
+        let cls = &self.of.tables[table as usize];
+        let conjunctive = |r: &crate::Rule| {
+            let mut any = false;
+            let only = r.instructions.iter().all(|i| match i {
+                Instruction::Apply(a) => a.iter().all(|a| {
+                    any |= matches!(a, Action::Conjunction { .. });
+                    matches!(a, Action::Conjunction { .. })
+                }),
+                _ => false,
+            });
+            only && any
+        };
+        let id = hit?;
+        if !cls.get(id).is_some_and(|(_, _, r)| conjunctive(r)) {
+            return hit;
+        }
+        let mut clauses: Vec<(u32, u32, u8, u8)> = Vec::new();
+        let mut plain: Option<(u32, classifier::RuleId)> = None;
+        let better = |p: u32, id: classifier::RuleId, cur: Option<(u32, classifier::RuleId)>| {
+            cur.is_none_or(|(cp, cid)| p > cp || (p == cp && id < cid))
+        };
+        for rid in cls.iter(self.version) {
+            let Some((m, prio, r)) = cls.get(rid) else { continue };
+            self.wc.or_assign(&m.mask);
+            if !self.key.eq_masked(&m.key, &m.mask) || m.mask.conj_id() != 0 {
+                continue;
+            }
+            if conjunctive(r) {
+                for i in &r.instructions {
+                    if let Instruction::Apply(acts) = i {
+                        for a in acts {
+                            if let Action::Conjunction { id, clause, n_clauses } = a {
+                                clauses.push((prio, *id, *clause, *n_clauses));
+                            }
+                        }
+                    }
+                }
+            } else if better(prio, rid, plain) {
+                plain = Some((prio, rid));
+            }
+        }
+        let mut prios: Vec<u32> = clauses.iter().map(|c| c.0).collect();
+        prios.sort_unstable_by(|a, b| b.cmp(a));
+        prios.dedup();
+        for p in prios {
+            if plain.is_some_and(|(pp, _)| pp > p) {
+                break;
+            }
+            let mut done: Option<u32> = None;
+            for &(_, cid, _, n) in clauses.iter().filter(|c| c.0 == p) {
+                let have = (1..=n).all(|k| clauses.iter().any(|c| c.0 == p && c.1 == cid && c.2 == k && c.3 == n));
+                if have && done.is_none_or(|d| cid < d) {
+                    done = Some(cid);
+                }
+            }
+            let Some(cid) = done else { continue };
+            self.say(|| format!("{table:2}. conjunction({cid}) matched at priority {p}"));
+            self.key.set_conj_id(cid);
+            let mut found: Option<(u32, classifier::RuleId)> = None;
+            for rid in cls.iter(self.version) {
+                let Some((m, prio, _)) = cls.get(rid) else { continue };
+                if m.mask.conj_id() != 0 && self.key.eq_masked(&m.key, &m.mask) && better(prio, rid, found) {
+                    found = Some((prio, rid));
+                }
+            }
+            // conj_id is derived, never a packet field: out of the key and
+            // the megaflow again.
+            self.key.set_conj_id(0);
+            self.wc.set_conj_id(0);
+            if let Some((_, rid)) = found {
+                return Some(rid);
+            }
+        }
+        self.wc.set_conj_id(0);
+        plain.map(|(_, rid)| rid)
+    }
+
     /// `learn(...)`: builds the flow from this packet's values (the source
     /// bits become exact in the megaflow, so a packet that would learn
     /// something else comes up again) and leaves it for housekeeping to
@@ -608,6 +696,8 @@ impl Ctx<'_> {
                 }
             }
             Action::Learn(l) => self.learn(l),
+            // Conjunctive flows are resolved at lookup (resolve_conjunction).
+            Action::Conjunction { .. } => {}
             Action::Load { dst, value } => self.set_field(dst.field, value << dst.ofs, dst.mask()),
             Action::Move { src, dst } => {
                 // The bits read decide what is written: they become exact

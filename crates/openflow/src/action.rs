@@ -129,6 +129,7 @@ mod nxast {
     pub const DEC_TTL_CNT_IDS: u16 = 21;
     pub const CONTROLLER: u16 = 20;
     pub const CONTROLLER2: u16 = 37;
+    pub const CONJUNCTION: u16 = 34;
     pub const WRITE_METADATA: u16 = 22;
     pub const REG_LOAD2: u16 = 33;
     pub const GROUP: u16 = 40;
@@ -252,6 +253,14 @@ fn decode_nx(
             let value = rd.u64()?;
             let mask = rd.u64()?;
             extra.push(Instruction::WriteMetadata { value, mask });
+        }
+        nxast::CONJUNCTION => {
+            let (clause, n) = (rd.u8()?, rd.u8()?);
+            let id = rd.u32()?;
+            if !(2..=64).contains(&n) || clause >= n {
+                return Err(ErrorKind::BadArgument);
+            }
+            acts.push(Action::Conjunction { id, clause: clause + 1, n_clauses: n });
         }
         crate::nx_learn::LEARN => acts.push(Action::Learn(Box::new(crate::nx_learn::decode(rd)?))),
         nxast::GROUP => {
@@ -575,6 +584,13 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
             }
             Action::ControllerNx(c) => encode_controller(c, out),
             Action::Learn(l) => crate::nx_learn::encode(l, out),
+            Action::Conjunction { id, clause, n_clauses } => {
+                let s = nx_header(out, nxast::CONJUNCTION);
+                out.u8(clause - 1);
+                out.u8(*n_clauses);
+                out.u32(*id);
+                finish(out, s);
+            }
             Action::Controller { max_len } => {
                 let s = simple(out, 0);
                 if of10 {

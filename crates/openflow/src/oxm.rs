@@ -202,6 +202,7 @@ static ENTRIES: &[Entry] = &[
     // Geneve options bound by the TLV map (4-byte fields here).
     Entry { sp: Sp::VarLen, ..e(NXM1, 40, 4, true, "tun_metadata0", B) },
     Entry { sp: Sp::VarLen, ..e(NXM1, 41, 4, true, "tun_metadata1", B) },
+    e(NXM1, 37, 4, false, "conj_id", B),
     Entry { sp: Sp::Cookie, ..e(NXM1, 30, 8, true, "cookie", DEC) },
 ];
 

@@ -204,3 +204,35 @@ fn learn_adds_a_flow_built_from_the_packet() {
     assert!(line.contains("idle_timeout=60") && line.contains(&format!("ip,dl_src={}", h2.mac)), "{line}");
     assert!(line.ends_with("actions=load:0x3->NXM_NX_REG1[0..15],output:1"), "{line}");
 }
+
+/// Conjunctive matches, as OVN writes ACLs over address sets: ICMP from
+/// either host passes (two clauses: source in {h1, h2}, protocol ICMP),
+/// TCP does not (its second clause never matches).
+#[test]
+fn conjunctive_match_allows_only_what_every_clause_allows() {
+    let (h1, h2, sw) = two_hosts("xvscj", "xj", "10.83.5", "conj", "brconj");
+    for f in [
+        "priority=100,ip,nw_src=10.83.5.1,actions=conjunction(7,1/2)",
+        "priority=100,ip,nw_src=10.83.5.2,actions=conjunction(7,1/2)",
+        "priority=100,icmp,actions=conjunction(7,2/2)",
+        "priority=100,conj_id=7,ip,actions=NORMAL",
+        "priority=50,ip,actions=drop",
+        "priority=10,arp,actions=NORMAL",
+    ] {
+        sw.ofctl_ok(&["add-flow", f]);
+    }
+    let dump = sw.ofctl_ok(&["dump-flows"]);
+    assert!(dump.contains("priority=100,icmp actions=conjunction(7,2/2)"), "{dump}");
+    assert!(dump.contains("priority=100,conj_id=7,ip actions=NORMAL"), "{dump}");
+    assert_eq!(h1.ping(&h2.ip, 3).unwrap(), 3, "ICMP both ways: every clause matches");
+    let c = h1.run(&["timeout", "2", "bash", "-c", &format!("echo > /dev/tcp/{}/5209", h2.ip)]).unwrap();
+    assert!(!c.status.success(), "TCP matches only the first clause: dropped");
+    let dump = sw.ofctl_ok(&["dump-flows"]);
+    eprintln!("{} dump-flows:\n{dump}", sw.name());
+    let count = |what: &str| -> u64 {
+        let l = dump.lines().find(|l| l.contains(what)).unwrap();
+        l.split("n_packets=").nth(1).unwrap().split(',').next().unwrap().parse().unwrap()
+    };
+    assert!(count("conj_id=7") >= 6, "the conj_id flow forwarded the pings: {dump}");
+    assert!(count("priority=50") >= 1, "the SYN fell to the drop: {dump}");
+}
