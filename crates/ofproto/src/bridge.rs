@@ -192,7 +192,12 @@ pub struct Ofproto {
     pub tlv: crate::tlv::TlvTable,
     /// Flows `learn` actions built during translation (which only reads
     /// the tables); housekeeping adds them ([`Ofproto::take_learned`]).
-    pub(crate) learned: Mutex<Vec<FlowSpec>>,
+    pub(crate) learned: Mutex<Vec<(FlowSpec, Option<(u8, RuleId)>)>>,
+    /// What `learn(...,delete_learned)` rules learned, by learner (table,
+    /// rule): when a learner goes, so do these (table, match, priority).
+    learned_by: Mutex<std::collections::HashMap<(u8, RuleId), Vec<(u8, Match, u32)>>>,
+    /// Learned flows whose learner went, for housekeeping to delete.
+    unlearn: Mutex<Vec<(u8, Match, u32)>>,
 }
 
 impl Ofproto {
@@ -216,6 +221,8 @@ impl Ofproto {
             generation_hook: None,
             tlv: Default::default(),
             learned: Mutex::new(Vec::new()),
+            learned_by: Mutex::new(std::collections::HashMap::new()),
+            unlearn: Mutex::new(Vec::new()),
         }
     }
 
@@ -414,7 +421,37 @@ impl Ofproto {
     /// The flows `learn` actions built since the last call (the caller
     /// adds them with [`Ofproto::flow_mod`], holding the write lock).
     pub fn take_learned(&self) -> Vec<FlowSpec> {
-        std::mem::take(&mut *self.learned.lock().expect("learned flows"))
+        let mut by = self.learned_by.lock().expect("learned flows");
+        let taken = std::mem::take(&mut *self.learned.lock().expect("learned flows"));
+        taken
+            .into_iter()
+            .map(|(spec, learner)| {
+                if let Some(l) = learner {
+                    let v = by.entry(l).or_default();
+                    let k = (spec.table, spec.matched, spec.priority);
+                    if !v.contains(&k) {
+                        v.push(k);
+                    }
+                }
+                spec
+            })
+            .collect()
+    }
+
+    /// Learned flows whose `delete_learned` learner was removed since the
+    /// last call: the caller deletes them (strictly).
+    pub fn take_unlearned(&self) -> Vec<FlowSpec> {
+        std::mem::take(&mut *self.unlearn.lock().expect("learned flows"))
+            .into_iter()
+            .map(|(table, matched, priority)| {
+                let mut s = crate::parse::parse_flow("", crate::parse::Need::NoActions).expect("a valid flow");
+                s.table = table;
+                s.table_given = true;
+                s.matched = matched;
+                s.priority = priority;
+                s
+            })
+            .collect()
     }
 
     /// Whether any rule matches or writes `tun_metadata{index}` (its TLV
@@ -500,6 +537,9 @@ impl Ofproto {
     }
 
     fn note_removed(&mut self, table: usize, id: RuleId, reason: u8) {
+        if let Some(gone) = self.learned_by.get_mut().expect("learned flows").remove(&(table as u8, id)) {
+            self.unlearn.get_mut().expect("learned flows").extend(gone);
+        }
         let Some((m, p, r)) = self.tables[table].get(id) else { return };
         if self.removed.len() >= 100_000 {
             return;

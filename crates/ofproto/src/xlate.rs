@@ -79,6 +79,8 @@ struct Ctx<'a> {
     /// way.
     tail: bool,
     resubmits: u32,
+    /// The rule whose actions are running (a `learn` remembers its learner).
+    rule: Option<(u8, classifier::RuleId)>,
     /// Tables nested right now (see [`MAX_NEST`]).
     nest: u32,
 }
@@ -176,6 +178,7 @@ impl<'a> Ctx<'a> {
             stack: Vec::new(),
             tail: false,
             resubmits: 0,
+            rule: None,
             nest: 0,
         }
     }
@@ -265,6 +268,7 @@ impl Ctx<'_> {
                     format!("{table:2}. {desc}{cookie_s}")
                 });
                 self.cookie = rule.cookie;
+                let outer_rule = self.rule.replace((table, hit.expect("a matched rule has an id")));
                 self.indent += 4;
                 let instructions = &rule.instructions;
                 if instructions.is_empty() {
@@ -326,6 +330,7 @@ impl Ctx<'_> {
                         Instruction::Meter(_) => {}
                     }
                 }
+                self.rule = outer_rule;
                 if let Some(t) = goto {
                     if !self.stop {
                         self.say(|| format!("goto_table:{t}"));
@@ -580,7 +585,8 @@ impl Ctx<'_> {
             spec.flags |= ofp_types::parse::flags::SEND_FLOW_REM;
         }
         self.say(|| format!("  learned: table={} priority={} {:?}", spec.table, spec.priority, spec.matched));
-        self.of.learned.lock().expect("learned flows").push(spec);
+        let learner = (l.flags & ofp_types::learn::F_DELETE_LEARNED != 0).then_some(self.rule).flatten();
+        self.of.learned.lock().expect("learned flows").push((spec, learner));
     }
 
     fn do_action(&mut self, a: &Action) {

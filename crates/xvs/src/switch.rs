@@ -408,13 +408,20 @@ impl Switch {
         let now = self.shared.now_ms();
         self.shared.ofproto.read().expect("ofproto lock").run(now);
         // Flows `learn` actions built since the last round.
-        let learned = self.shared.ofproto.read().expect("ofproto lock").take_learned();
-        if !learned.is_empty() {
+        // and what delete_learned learners that went had learned.
+        let (learned, unlearned) = {
+            let of = self.shared.ofproto.read().expect("ofproto lock");
+            (of.take_learned(), of.take_unlearned())
+        };
+        if !learned.is_empty() || !unlearned.is_empty() {
             let mut of = self.shared.ofproto.write().expect("ofproto lock");
             for spec in &learned {
                 if let Err(e) = of.flow_mod(ofproto::FlowModCmd::Add, spec) {
                     eprintln!("xvs: bridge {}: a learned flow was refused: {e}", self.shared.bridge);
                 }
+            }
+            for spec in &unlearned {
+                let _ = of.flow_mod(ofproto::FlowModCmd::DeleteStrict, spec);
             }
         }
         // What large deletes left to free, in short write sections.

@@ -183,7 +183,7 @@ fn ovn_flow_shapes_are_accepted_and_echoed() {
 #[test]
 fn learn_adds_a_flow_built_from_the_packet() {
     let (h1, h2, sw) = two_hosts("xvsle", "xl", "10.83.4", "learn", "brlearn");
-    let learn = "learn(table=5,idle_timeout=60,priority=7,NXM_OF_ETH_SRC[]=NXM_OF_ETH_DST[],eth_type=0x800,load:0x3->NXM_NX_REG1[0..15],output:NXM_OF_IN_PORT[])";
+    let learn = "learn(table=5,idle_timeout=60,priority=7,delete_learned,NXM_OF_ETH_SRC[]=NXM_OF_ETH_DST[],eth_type=0x800,load:0x3->NXM_NX_REG1[0..15],output:NXM_OF_IN_PORT[])";
     let flow = format!("priority=10,ip,in_port=1,actions={learn},NORMAL");
     sw.ofctl_ok(&["add-flow", &flow]);
     let dump = sw.ofctl_ok(&["dump-flows"]);
@@ -203,6 +203,14 @@ fn learn_adds_a_flow_built_from_the_packet() {
         learned.lines().find(|l| l.contains("priority=7")).unwrap_or_else(|| panic!("nothing learned: {learned}"));
     assert!(line.contains("idle_timeout=60") && line.contains(&format!("ip,dl_src={}", h2.mac)), "{line}");
     assert!(line.ends_with("actions=load:0x3->NXM_NX_REG1[0..15],output:1"), "{line}");
+    // delete_learned: the learned flow goes with its learner.
+    sw.ofctl_ok(&["--strict", "del-flows", "priority=10,ip,in_port=1"]);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(3) && sw.ofctl_ok(&["dump-flows", "table=5"]).contains("priority=7") {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left = sw.ofctl_ok(&["dump-flows", "table=5"]);
+    assert!(!left.contains("priority=7"), "the learned flow outlived its learner: {left}");
 }
 
 /// Conjunctive matches, as OVN writes ACLs over address sets: ICMP from
