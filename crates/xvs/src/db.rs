@@ -238,7 +238,6 @@ fn start_of(
         OfConfig { dpid: key.2, controllers, fail_mode: key.1, run_dir: run_dir.to_path_buf() },
         Arc::clone(stop),
     )?;
-    crate::runfiles::fix_of_sockets(run_dir, &sw.shared.bridge);
     Ok(of)
 }
 

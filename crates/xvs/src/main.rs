@@ -391,7 +391,6 @@ fn run_switch(
         xvs::ofconn::OfConfig { dpid, controllers: of.controllers, fail_mode, run_dir: run_dir.clone() },
         std::sync::Arc::clone(&stop),
     )?;
-    xvs::runfiles::fix_of_sockets(&run_dir, &sw.shared.bridge);
     let mut server = xvs::control::Server::bind(&run_dir)?;
     eprintln!(
         "xvs: bridge {} running; control socket {}; OpenFlow management socket {} (datapath id {dpid:016x})",

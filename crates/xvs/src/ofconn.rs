@@ -25,7 +25,7 @@ use openflow::{error_reply, ErrorKind, Framer, Message, Version};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -367,8 +367,8 @@ impl OfManager {
         let targets = cfg.controllers.iter().map(|c| parse_target(c)).collect::<Result<Vec<_>>>()?;
         std::fs::create_dir_all(&cfg.run_dir)
             .with_context(|| format!("creating run directory {}", cfg.run_dir.display()))?;
-        let mgmt = bind_unix(&cfg.run_dir.join(format!("{}.mgmt", sh.bridge)))?;
-        let snoop = bind_unix(&cfg.run_dir.join(format!("{}.snoop", sh.bridge)))?;
+        let mgmt = crate::runfiles::bind_socket(&cfg.run_dir.join(format!("{}.mgmt", sh.bridge)))?;
+        let snoop = crate::runfiles::bind_socket(&cfg.run_dir.join(format!("{}.snoop", sh.bridge)))?;
         let m = Arc::new(OfManager {
             sh,
             cfg,
@@ -407,7 +407,8 @@ impl OfManager {
             if let Target::Tcp(_) | Target::Unix(_) = target {
                 std::thread::Builder::new().name("of-active".into()).spawn(move || mm.run_active(&target))?;
             } else if let Target::Punix(path) = target {
-                let l = bind_unix(&path).with_context(|| format!("controller punix:{}", path.display()))?;
+                let l = crate::runfiles::bind_socket(&path)
+                    .with_context(|| format!("controller punix:{}", path.display()))?;
                 m.passive.lock().expect("passive").push(Target::Punix(path.clone()));
                 std::thread::Builder::new().name("of-passive".into()).spawn(move || {
                     let lim = Limit::new(format!("punix:{}", path.display()));
@@ -1715,16 +1716,6 @@ fn flow_mod_error(e: &FlowModError) -> ErrorKind {
         FlowModError::UnknownMeter(_) => ErrorKind::UnknownMeter,
         FlowModError::UnmappedTlvField(_) => ErrorKind::InvalidTlvField,
     }
-}
-
-fn bind_unix(path: &std::path::Path) -> Result<UnixListener> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            bail!("another switch is already serving {}", path.display());
-        }
-        std::fs::remove_file(path).ok();
-    }
-    UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))
 }
 
 pub(crate) fn read_sys(dev: &str, what: &str) -> Option<String> {

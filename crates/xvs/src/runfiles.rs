@@ -123,30 +123,6 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener> {
     Ok(l)
 }
 
-/// Gives a socket that something else bound (ofconn's `<bridge>.mgmt`
-/// and `.snoop`, until it binds through [`bind_socket`]) the same mode
-/// and group. Meanwhile the run directory's own mode keeps others out.
-pub fn fix_socket(path: &Path) -> Result<()> {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
-        .with_context(|| format!("chmod {}", path.display()))?;
-    if let Some(Some(g)) = GROUP.get() {
-        std::os::unix::fs::chown(path, None, Some(*g)).with_context(|| format!("chown {}", path.display()))?;
-    }
-    Ok(())
-}
-
-/// The OpenFlow sockets of `bridge` in `run_dir`, given their mode.
-pub fn fix_of_sockets(run_dir: &Path, bridge: &str) {
-    for ext in ["mgmt", "snoop"] {
-        let p = run_dir.join(format!("{bridge}.{ext}"));
-        if p.exists() {
-            if let Err(e) = fix_socket(&p) {
-                eprintln!("xvs: warning: {e:#}");
-            }
-        }
-    }
-}
-
 /// The instance lock: `<run-dir>/xvs.pid`, locked while this process runs.
 pub struct InstanceLock {
     path: PathBuf,
