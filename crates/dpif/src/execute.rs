@@ -59,6 +59,18 @@ pub enum Exec {
     RecircMany(Vec<(Packet, FlowKey)>),
 }
 
+/// Carries the key's tunnel fields with the packet to its output port (a
+/// tunnel port encapsulates with them; other ports ignore them).
+#[inline]
+fn attach_tunnel(pkt: &mut Packet, key: &FlowKey) {
+    let t = flow::key::TNL_WORDS.map(|w| key.w[w]);
+    match &mut pkt.tnl {
+        Some(b) => **b = t,
+        None if t != [0; 4] => pkt.tnl = Some(Box::new(t)),
+        None => {}
+    }
+}
+
 /// Executes `actions` on `pkt` whose extracted key and layout are `key`
 /// and `layout`; `key` follows the rewrites. Outputs go to `out`;
 /// userspace actions to `sink`.
@@ -81,6 +93,7 @@ pub fn execute(
     for (i, a) in actions.iter().enumerate() {
         match a {
             DpAction::Output(port) => {
+                attach_tunnel(&mut pkt, key);
                 if Some(i) == last_use {
                     out.push(*port, pkt);
                     return Exec::Done;

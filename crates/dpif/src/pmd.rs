@@ -301,6 +301,11 @@ impl Pmd {
         let mut key = FlowKey::ZERO;
         for pkt in pkts.drain(..) {
             let (layout, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, &mut key);
+            if let Some(t) = &pkt.tnl {
+                for (i, w) in flow::key::TNL_WORDS.iter().enumerate() {
+                    key.w[*w] = t[i];
+                }
+            }
             if let Some(e) = err {
                 self.stats.count_drop(e.name());
                 continue;

@@ -24,6 +24,11 @@ pub const STAGE_L4: usize = 34;
 /// Stage boundaries: `[0, L2, L3, L4, WORDS]`.
 pub const STAGES: [usize; 5] = [0, STAGE_L2, STAGE_L3, STAGE_L4, WORDS];
 
+/// The words that hold tunnel metadata (tun_id; tun_src/dst; tun_flags,
+/// tos, ttl, gbp; tun_metadata), which a packet carries beside its bytes
+/// (`netdev::Packet::tnl`) into and out of tunnel ports.
+pub const TNL_WORDS: [usize; 4] = [loc::TUN_ID.word, loc::TUN_SRC.word, loc::TUN_FLAGS.word, loc::TUN_METADATA[0].word];
+
 /// A flow key, or a mask over one (same shape).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C, align(64))]

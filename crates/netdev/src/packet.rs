@@ -111,6 +111,11 @@ pub struct Packet {
     pub in_port: u32,
     /// Receive hash from the NIC/XDP metadata, if the port supplied one.
     pub rx_hash: Option<u32>,
+    /// Tunnel metadata: the flow key's tunnel words (`flow::key::TNL_WORDS`:
+    /// tun_id, tun_src/dst, tun_flags/tos/ttl/gbp, tun_metadata). Set by a
+    /// tunnel port on receive, and by the datapath on output when the
+    /// pipeline set tunnel fields; boxed so packets without it stay small.
+    pub tnl: Option<Box<[u64; 4]>>,
 }
 
 impl Packet {
@@ -118,7 +123,7 @@ impl Packet {
     pub fn from_slice(data: &[u8]) -> Packet {
         let mut buf = vec![0u8; HEADROOM + data.len()].into_boxed_slice();
         buf[HEADROOM..].copy_from_slice(data);
-        Packet { buf: Buf::Heap(buf), start: HEADROOM, len: data.len(), in_port: 0, rx_hash: None }
+        Packet { buf: Buf::Heap(buf), start: HEADROOM, len: data.len(), in_port: 0, rx_hash: None, tnl: None }
     }
 
     /// A packet stored in `frame`: `len` bytes at `offset` within it. The
@@ -128,7 +133,7 @@ impl Packet {
     /// If `offset + len` exceeds the frame.
     pub fn from_frame(frame: FrameBuf, offset: usize, len: usize) -> Packet {
         assert!(offset + len <= frame.bytes.len(), "packet beyond its frame");
-        Packet { buf: Buf::Frame(frame), start: offset, len, in_port: 0, rx_hash: None }
+        Packet { buf: Buf::Frame(frame), start: offset, len, in_port: 0, rx_hash: None, tnl: None }
     }
 
     /// The owner of the frame holding this packet, if it is frame-backed.
@@ -217,6 +222,7 @@ impl Clone for Packet {
         let mut p = Packet::from_slice(self.data());
         p.in_port = self.in_port;
         p.rx_hash = self.rx_hash;
+        p.tnl.clone_from(&self.tnl);
         p
     }
 }

@@ -106,6 +106,8 @@ pub enum IfaceKind {
     VhostUserClient {
         path: String,
     },
+    /// `geneve`, `vxlan`, `gre`: a native tunnel port.
+    Tunnel(tunnel::config::PortCfg),
     /// A type xvs does not implement, or options it cannot apply (the
     /// type name is kept); `error` says why.
     Unsupported(String),
@@ -476,6 +478,11 @@ fn iface(i: &Cols) -> IfaceCfg {
             None
         }
     });
+    if let Ok((_, warnings)) = tunnel::config::PortCfg::parse(&ty, &options) {
+        for w in warnings {
+            i.note(format!("interface {name}: {w}"));
+        }
+    }
     let (kind, error) = match iface_kind(&ty, &options) {
         Ok(k) => (k, None),
         Err(e) => {
@@ -487,7 +494,8 @@ fn iface(i: &Cols) -> IfaceCfg {
 }
 
 /// The interface types xvs implements (also written to `iface_types`).
-pub const IFACE_TYPES: &[&str] = &["afxdp", "dpdkvhostuserclient", "internal", "patch", "system", "tap"];
+pub const IFACE_TYPES: &[&str] =
+    &["afxdp", "dpdkvhostuserclient", "geneve", "gre", "internal", "patch", "system", "tap", "vxlan"];
 
 fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind, String> {
     match ty {
@@ -536,6 +544,10 @@ fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind,
                 _ => Err("options:vhost-server-path: a dpdkvhostuserclient interface needs the frontend's socket path"
                     .to_string()),
             }
+        }
+        "geneve" | "vxlan" | "gre" => {
+            // Warnings (unknown options) are noted by the caller.
+            Ok(IfaceKind::Tunnel(tunnel::config::PortCfg::parse(ty, options)?.0))
         }
         other => Err(format!("type: {other:?} is not one of {}", IFACE_TYPES.join(", "))),
     }
@@ -619,7 +631,9 @@ mod tests {
         let o = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         assert_eq!(iface_kind("patch", &o(&[("peer", "x")])), Ok(IfaceKind::Patch { peer: "x".into() }));
         assert!(iface_kind("patch", &o(&[])).unwrap_err().starts_with("options:peer"));
-        assert!(iface_kind("vxlan", &o(&[])).unwrap_err().starts_with("type: \"vxlan\""));
+        assert!(iface_kind("vxlan", &o(&[])).unwrap_err().starts_with("options:remote_ip: missing"));
+        assert!(matches!(iface_kind("geneve", &o(&[("remote_ip", "10.0.0.2")])), Ok(IfaceKind::Tunnel(_))));
+        assert!(iface_kind("stt", &o(&[])).unwrap_err().starts_with("type: \"stt\" is not one of"));
         assert!(iface_kind("afxdp", &o(&[("use-need-wakeup", "maybe")])).unwrap_err().starts_with("options:use-need"));
         assert!(iface_kind("afxdp", &o(&[("n_rxq", "0")])).unwrap_err().starts_with("options:n_rxq"));
         assert_eq!(iface_kind("", &o(&[])), Ok(IfaceKind::System));

@@ -96,7 +96,7 @@ impl NeighCache {
 
 /// (IP, MAC) a frame announces: an ARP packet's sender, or an NA's target
 /// link-layer address / an NS's source link-layer address.
-fn learnable(f: &[u8]) -> Option<(u128, [u8; 6])> {
+pub fn learnable(f: &[u8]) -> Option<(u128, [u8; 6])> {
     let mut off = 12;
     let mut et = u16::from_be_bytes(f.get(off..off + 2)?.try_into().ok()?);
     if et == 0x8100 {

@@ -67,7 +67,7 @@ impl Route {
 }
 
 /// The routing table.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RouteTable {
     routes: Vec<Route>,
     /// Device addresses (device, address, prefix length), for a preferred

@@ -129,9 +129,39 @@ pub const COMMANDS: &[Command] = &[
     Command { names: &["route-add", "ovs/route/add"], usage: "IP/PLEN DEV [GW] [src=IP]", run: crate::routes::add },
     Command { names: &["route-del", "ovs/route/del"], usage: "IP/PLEN", run: crate::routes::del },
     Command { names: &["route-lookup", "ovs/route/lookup"], usage: "IP", run: crate::routes::lookup },
+    Command { names: &["tnl-ports", "tnl/ports/show"], usage: "", run: tnl_ports },
+    Command { names: &["tnl-neigh", "tnl/neigh/show", "tnl/arp/show"], usage: "", run: tnl_neigh },
+    Command { names: &["tnl-neigh-flush", "tnl/neigh/flush", "tnl/arp/flush"], usage: "", run: tnl_neigh_flush },
+    Command { names: &["tnl-neigh-set", "tnl/neigh/set", "tnl/arp/set"], usage: "BRIDGE IP MAC", run: tnl_neigh_set },
     Command { names: &["vlog/set"], usage: "[SPEC]", run: crate::appctl::vlog },
     Command { names: &["vlog/list"], usage: "", run: crate::appctl::vlog },
 ];
+
+fn tnl_env<'a>(ctx: &Ctx<'a>) -> Result<&'a crate::tnl::TnlEnv> {
+    Ok(&ctx.bridge_named(None)?.shared.patches.tnl)
+}
+
+fn tnl_ports(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
+    let env = tnl_env(ctx)?;
+    let drops: serde_json::Map<String, Value> =
+        env.drops().into_iter().map(|(n, c)| (n.to_string(), c.into())).collect();
+    Ok((crate::tnl::ports_show(env), serde_json::json!({ "drops": drops })))
+}
+
+fn tnl_neigh(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
+    Ok((crate::tnl::neigh_show(tnl_env(ctx)?), Value::Null))
+}
+
+fn tnl_neigh_flush(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
+    crate::tnl::neigh_flush(tnl_env(ctx)?);
+    Ok(("OK\n".into(), Value::Null))
+}
+
+fn tnl_neigh_set(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
+    let [b, ip, mac] = args else { bail!("usage: tnl/neigh/set BRIDGE IP MAC") };
+    crate::tnl::neigh_set(tnl_env(ctx)?, b, ip, mac).map_err(|e| anyhow!(e))?;
+    Ok(("OK\n".into(), Value::Null))
+}
 
 /// Runs command `cmd` (any of its names) on a single bridge.
 pub fn run(sw: &Switch, cmd: &str, args: &[String]) -> Result<(String, Value)> {

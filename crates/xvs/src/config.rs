@@ -22,6 +22,8 @@ pub enum PortType {
     /// A vhost-user port connecting to a VM frontend's socket
     /// (`vhost-server-path`), as OVS-DPDK's `dpdkvhostuserclient`.
     VhostUserClient,
+    /// geneve, vxlan, gre (native tunneling; see [`crate::tnl`]).
+    Tunnel,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +51,8 @@ pub struct PortSpec {
     pub tx_flush_us: u32,
     /// For dpdkvhostuserclient ports: the frontend's socket.
     pub vhost_server_path: Option<String>,
+    /// A tunnel port's options (`PortType::Tunnel`).
+    pub tunnel: Option<tunnel::config::PortCfg>,
 }
 
 impl PortSpec {
@@ -65,6 +69,7 @@ impl PortSpec {
             peer: None,
             tx_flush_us: 0,
             vhost_server_path: None,
+            tunnel: None,
         }
     }
 

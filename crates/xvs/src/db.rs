@@ -166,6 +166,10 @@ fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg) -> Result<PortSpec
             spec.kind = PortType::VhostUserClient;
             spec.vhost_server_path = Some(path.clone());
         }
+        IfaceKind::Tunnel(cfg) => {
+            spec.kind = PortType::Tunnel;
+            spec.tunnel = Some(cfg.clone());
+        }
         IfaceKind::Unsupported(t) => return Err(format!("type: \"{t}\" is not supported by xvs")),
     }
     if let Some(r) = iface.ofport_request {
@@ -382,7 +386,7 @@ fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
             let mut f = IfaceFacts { error: ai.error.clone(), ..Default::default() };
             if let Some(n) = ai.ofport {
                 f.ofport = Some(if n == ofproto::actions::ofpp::LOCAL { 65534 } else { n as u16 });
-                let is_kernel = !matches!(ai.spec.kind, PortType::Patch | PortType::VhostUserClient);
+                let is_kernel = !matches!(ai.spec.kind, PortType::Patch | PortType::VhostUserClient | PortType::Tunnel);
                 if is_kernel {
                     f.admin_up = read_sys(iname, "flags")
                         .and_then(|x| u32::from_str_radix(x.trim_start_matches("0x"), 16).ok())
@@ -391,7 +395,7 @@ fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
                     f.mtu = read_sys(iname, "mtu").and_then(|m| m.parse().ok());
                     f.link_speed = Some(read_speed(iname) * 1_000_000);
                     f.mac_in_use = read_mac(iname);
-                } else if ai.spec.kind == PortType::Patch {
+                } else if matches!(ai.spec.kind, PortType::Patch | PortType::Tunnel) {
                     f.admin_up = Some(true);
                     f.link_up = Some(true);
                 }

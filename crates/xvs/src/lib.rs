@@ -28,6 +28,7 @@ pub mod ports;
 pub mod routes;
 pub mod runfiles;
 pub mod switch;
+pub mod tnl;
 pub mod trace;
 pub mod util;
 

@@ -57,9 +57,13 @@ fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemHandle>
 /// Ends of patch-port pairs whose peer has not been added yet, shared by
 /// every bridge of a process: the first end added creates the pair and
 /// parks the other end here under the peer's name.
+///
+/// It also holds the process's native-tunneling state ([`crate::tnl`]),
+/// which the bridges share the same way.
 #[derive(Default)]
 pub struct PatchRegistry {
     parked: Mutex<std::collections::HashMap<String, netdev::patch::PatchPort>>,
+    pub tnl: std::sync::Arc<crate::tnl::TnlEnv>,
 }
 
 impl PatchRegistry {
@@ -116,7 +120,18 @@ pub fn open(
         }
         PortType::Internal => {
             let name = if spec.name.is_empty() { bridge } else { &spec.name };
-            Box::new(TapPort::internal(name).with_context(|| format!("port {name}: opening internal port"))?)
+            let tap = Box::new(TapPort::internal(name).with_context(|| format!("port {name}: opening internal port"))?);
+            if name == bridge {
+                // The bridge's local port: where tunnel frames leave and arrive.
+                Box::new(crate::tnl::LocalPort::new(tap, bridge, &patches.tnl))
+            } else {
+                tap
+            }
+        }
+        PortType::Tunnel => {
+            let cfg =
+                spec.tunnel.clone().ok_or_else(|| anyhow::anyhow!("port {}: tunnel options missing", spec.name))?;
+            Box::new(crate::tnl::TunnelPort::new(&spec.name, bridge, cfg, &patches.tnl))
         }
     })
 }

@@ -22,7 +22,7 @@ fn ifname(i: u32) -> Option<String> {
 }
 
 /// The kernel's routes and addresses, plus the user's routes.
-fn table() -> Result<RouteTable> {
+pub fn table() -> Result<RouteTable> {
     let mut sock = netdev_linux::rtnl::RouteSocket::open(None, 0)?;
     let mut t = RouteTable::new();
     for kind in [netlink::RTM_GETADDR, netlink::RTM_GETROUTE] {

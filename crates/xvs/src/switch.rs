@@ -406,7 +406,12 @@ impl Switch {
     /// Runs control-plane housekeeping once (MAC aging, rule timeouts).
     pub fn housekeeping(&self) {
         let now = self.shared.now_ms();
-        self.shared.ofproto.read().expect("ofproto lock").run(now);
+        {
+            let of = self.shared.ofproto.read().expect("ofproto lock");
+            of.run(now);
+            // Tunnel ports of this bridge encode tun_metadata with its TLV map.
+            self.shared.patches.tnl.set_tlv(&self.shared.bridge, of.tlv.mappings());
+        }
         // Flows `learn` actions built since the last round.
         // and what delete_learned learners that went had learned.
         let (learned, unlearned) = {

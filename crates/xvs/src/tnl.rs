@@ -1,0 +1,908 @@
+//! Native tunneling, as Open vSwitch's userspace datapath does it: Geneve,
+//! VXLAN and GRE headers are pushed and popped by the switch itself, and
+//! the encapsulated frames travel through an ordinary bridge (typically
+//! `br-phy`, whose local port holds the tunnel endpoint's address), routed
+//! with the switch's copy of the kernel's routes and its own ARP/ND cache.
+//!
+//! The pieces, all shared by the bridges of one process ([`TnlEnv`]):
+//! * a **tunnel port** ([`TunnelPort`], `type=geneve|vxlan|gre`) on a
+//!   bridge such as `br-int`. What the pipeline outputs to it is
+//!   encapsulated with the packet's tunnel fields (`tun_id`, `tun_dst`,
+//!   `tun_metadata`, as `set_field` left them; the datapath carries them
+//!   with the packet) and the port's options, then handed to the bridge
+//!   that owns the route to the remote as if its local port had sent it.
+//! * every bridge's **local port** ([`LocalPort`]): frames the pipeline
+//!   sends to it that are tunnel frames for one of the tunnel ports are
+//!   popped there and received, with their tunnel metadata, on that
+//!   tunnel port; ARP and ND seen there fill the neighbour cache; anything
+//!   else goes to the kernel as before. It also sends what tunnel ports
+//!   hand to its bridge (and the ARP requests for missing neighbours).
+//! * a **route thread** keeping the route table current: dumped over
+//!   rtnetlink at start and again whenever a route, address or link
+//!   notification arrives (at least every 2 s), plus `ovs/route/add`
+//!   routes.
+//!
+//! Differences from OVS, by design: the encapsulation happens in the port
+//! rather than in a datapath action, so `dpctl/dump-flows` shows an
+//! output to the tunnel port where OVS shows `tnl_push(...)`;
+//! `tnl/ports/show` shows what each port pushes. A frame that no longer
+//! fits the route device's MTU after encapsulation is sent anyway, as OVS
+//! sends it (the underlay port may well carry it: OVS's documentation has
+//! users raise the underlay's MTU, not br-phy's); the egress device drops
+//! it if it cannot carry it, and `tnl/ports/show` counts such frames
+//! (`over_mtu`) so the cause of those drops is visible.
+
+use crate::routes;
+use netdev::{Netdev, Packet, PortInfo, PortStats};
+use ofproto::tlv::TlvMapping;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+use tunnel::config::{FromFlow, Inherit, PortCfg};
+use tunnel::encap::{self, flags, EncapSpec, Kind, Listen, TunnelMeta};
+use tunnel::route::{fmt_addr, mapped, RouteTable};
+use tunnel::NeighCache;
+
+use flow::key::{loc, FlowKey, TNL_WORDS};
+
+/// Frames a tunnel port's receive queue, or a bridge's injection queue,
+/// holds before dropping.
+const QUEUE: usize = 4096;
+
+/// Drop reasons, as `tnl/ports/show` prints them.
+pub const DROPS: &[&str] = &[
+    "tnl_truncated",
+    "tnl_bad_version",
+    "tnl_bad_options",
+    "tnl_bad_protocol",
+    "tnl_no_vni",
+    "tnl_bad_checksum",
+    "tnl_fragment",
+    "tnl_no_port",
+    "tnl_no_remote",
+    "tnl_no_route",
+    "tnl_no_bridge",
+    "tnl_no_neigh",
+    "tnl_queue_full",
+];
+
+/// A bridge's local port, as tunnels see it.
+pub struct BridgeTnl {
+    pub name: String,
+    inject: Mutex<VecDeque<Packet>>,
+    /// The local device's MAC and MTU (read from sysfs by the route thread).
+    mac: Mutex<[u8; 6]>,
+    mtu: AtomicU64,
+}
+
+/// A tunnel port's shared half: its configuration and receive queue.
+pub struct TnlPortState {
+    pub name: String,
+    pub bridge: String,
+    pub cfg: PortCfg,
+    rx: Mutex<VecDeque<Packet>>,
+    rx_dropped: AtomicU64,
+    tx_packets: AtomicU64,
+    rx_packets: AtomicU64,
+}
+
+/// What the bridges of one process share for native tunneling.
+pub struct TnlEnv {
+    /// Some tunnel port exists (local ports look at their frames only then).
+    active: AtomicBool,
+    routes: RwLock<RouteTable>,
+    neigh: Mutex<NeighCache>,
+    bridges: RwLock<HashMap<String, Arc<BridgeTnl>>>,
+    ports: RwLock<Vec<Arc<TnlPortState>>>,
+    listen: RwLock<Listen>,
+    /// TLV maps (`add-tlv-map`) by bridge name.
+    tlv: RwLock<HashMap<String, Vec<TlvMapping>>>,
+    drops: Vec<AtomicU64>,
+    /// Frames sent larger than the route device's MTU.
+    over_mtu: AtomicU64,
+    /// Bumped when routes, neighbours or bridges change (ports cache their
+    /// resolved next hop until then).
+    generation: AtomicU64,
+    route_thread: AtomicBool,
+    start: Instant,
+}
+
+impl Default for TnlEnv {
+    fn default() -> TnlEnv {
+        TnlEnv {
+            active: AtomicBool::new(false),
+            routes: RwLock::new(RouteTable::new()),
+            neigh: Mutex::new(NeighCache::new()),
+            bridges: Default::default(),
+            ports: Default::default(),
+            listen: Default::default(),
+            tlv: Default::default(),
+            drops: DROPS.iter().map(|_| AtomicU64::new(0)).collect(),
+            over_mtu: AtomicU64::new(0),
+            generation: AtomicU64::new(1),
+            route_thread: AtomicBool::new(false),
+            start: Instant::now(),
+        }
+    }
+}
+
+fn drop_index(name: &str) -> usize {
+    DROPS.iter().position(|d| *d == name).expect("a known drop reason")
+}
+
+impl TnlEnv {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn count_drop(&self, name: &'static str, n: u64) {
+        self.drops[drop_index(name)].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn drops(&self) -> Vec<(&'static str, u64)> {
+        DROPS.iter().zip(&self.drops).map(|(n, c)| (*n, c.load(Ordering::Relaxed))).collect()
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn register_bridge(&self, name: &str) -> Arc<BridgeTnl> {
+        let b = Arc::new(BridgeTnl {
+            name: name.to_string(),
+            inject: Mutex::new(VecDeque::new()),
+            mac: Mutex::new(crate::ofconn::read_mac(name).unwrap_or([0; 6])),
+            mtu: AtomicU64::new(read_mtu(name)),
+        });
+        self.bridges.write().expect("tnl bridges").insert(name.to_string(), Arc::clone(&b));
+        self.bump();
+        b
+    }
+
+    fn unregister_bridge(&self, b: &Arc<BridgeTnl>) {
+        let mut m = self.bridges.write().expect("tnl bridges");
+        if m.get(&b.name).is_some_and(|x| Arc::ptr_eq(x, b)) {
+            m.remove(&b.name);
+        }
+        drop(m);
+        self.bump();
+    }
+
+    fn register_port(self: &Arc<Self>, p: Arc<TnlPortState>) {
+        self.ports.write().expect("tnl ports").push(p);
+        self.ports_changed();
+        if !self.route_thread.swap(true, Ordering::AcqRel) {
+            let weak = Arc::downgrade(self);
+            // Fill the table once before the first packet needs it.
+            self.refresh();
+            let _ = std::thread::Builder::new().name("tnl-routes".into()).spawn(move || route_thread(weak));
+        }
+    }
+
+    fn unregister_port(&self, p: &Arc<TnlPortState>) {
+        self.ports.write().expect("tnl ports").retain(|x| !Arc::ptr_eq(x, p));
+        self.ports_changed();
+    }
+
+    fn ports_changed(&self) {
+        let ports = self.ports.read().expect("tnl ports");
+        let mut l = Listen::default();
+        for p in ports.iter() {
+            match p.cfg.kind {
+                Kind::Gre => l.gre = true,
+                k => {
+                    if !l.udp.iter().any(|(port, _)| *port == p.cfg.dst_port) {
+                        l.udp.push((p.cfg.dst_port, k));
+                    }
+                }
+            }
+        }
+        self.active.store(!ports.is_empty(), Ordering::Release);
+        *self.listen.write().expect("tnl listen") = l;
+    }
+
+    /// The bridge's TLV map changed (`add-tlv-map`): used for the Geneve
+    /// options of its tunnel ports.
+    pub fn set_tlv(&self, bridge: &str, maps: &[TlvMapping]) {
+        let cur = self.tlv.read().expect("tnl tlv").get(bridge).cloned().unwrap_or_default();
+        if cur != maps {
+            self.tlv.write().expect("tnl tlv").insert(bridge.to_string(), maps.to_vec());
+        }
+    }
+
+    /// Re-reads the routes (kernel and `ovs/route/add`) and the local
+    /// devices' MAC and MTU; bumps the generation if anything changed.
+    fn refresh(&self) {
+        match routes::table() {
+            Ok(t) => {
+                let changed = *self.routes.read().expect("tnl routes") != t;
+                if changed {
+                    *self.routes.write().expect("tnl routes") = t;
+                    self.bump();
+                }
+            }
+            Err(e) => eprintln!("xvs: tunnels: reading the routing table: {e:#}"),
+        }
+        let bridges: Vec<Arc<BridgeTnl>> = self.bridges.read().expect("tnl bridges").values().cloned().collect();
+        for b in bridges {
+            let mac = crate::ofconn::read_mac(&b.name).unwrap_or([0; 6]);
+            let mtu = read_mtu(&b.name);
+            let mut m = b.mac.lock().expect("bridge mac");
+            if *m != mac || b.mtu.load(Ordering::Relaxed) != mtu {
+                *m = mac;
+                b.mtu.store(mtu, Ordering::Relaxed);
+                self.bump();
+            }
+        }
+        self.neigh.lock().expect("neigh").expire(self.now_ms());
+    }
+
+    /// Learns from ARP / ND seen at a local port: only from frames that
+    /// ask for or answer one of this host's addresses (not every VM's
+    /// ARP that a bridge floods to its local port).
+    fn learn(&self, frame: &[u8], bridge: &str) {
+        let now = self.now_ms();
+        if frame.get(12..14) == Some(&[8, 6]) {
+            let Some(tpa) = frame.get(38..42) else { return };
+            if !self.is_local(mapped(u32::from_be_bytes([tpa[0], tpa[1], tpa[2], tpa[3]]))) {
+                return;
+            }
+        }
+        let mut n = self.neigh.lock().expect("neigh");
+        if let Some((ip, mac)) = neigh_of(frame) {
+            if n.lookup(ip, now).map(|e| e.mac) != Some(mac) {
+                n.learn(ip, mac, bridge, now);
+                drop(n);
+                self.bump();
+            }
+        }
+    }
+
+    /// Looks at a frame the pipeline sends to `bridge`'s local port:
+    /// `Ok(true)` if it was a tunnel frame and is consumed (received on a
+    /// tunnel port, or dropped and counted), `Ok(false)` to pass it on.
+    fn intercept(&self, frame: &[u8], bridge: &str) -> bool {
+        let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
+        match et {
+            Some(0x0806) | Some(0x86dd) => {
+                // ARP, and ND inside IPv6: the neighbour cache learns.
+                self.learn(frame, bridge);
+                return false;
+            }
+            Some(0x0800) => {}
+            _ => return false,
+        }
+        let Some(&proto) = frame.get(23) else { return false };
+        if proto != 17 && proto != 47 {
+            return false;
+        }
+        let d = {
+            let listen = self.listen.read().expect("tnl listen");
+            if proto == 47 && !listen.gre {
+                return false;
+            }
+            match encap::pop(frame, &listen) {
+                Ok(d) => d,
+                Err(encap::DecapError::NotTunnel) => return false,
+                Err(e) => {
+                    // Only frames addressed to this host are ours to judge.
+                    let dst = frame.get(30..34).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    if dst.is_some_and(|a| self.is_local(mapped(a))) {
+                        self.count_drop(e.name(), 1);
+                        return true;
+                    }
+                    return false;
+                }
+            }
+        };
+        let port = {
+            let ports = self.ports.read().expect("tnl ports");
+            match_port(&ports, &d).cloned()
+        };
+        let Some(port) = port else {
+            if self.is_local(mapped(d.meta.dst as u32)) {
+                self.count_drop("tnl_no_port", 1);
+                return true;
+            }
+            return false;
+        };
+        let mut pkt = Packet::from_slice(&frame[d.inner..d.end]);
+        let tlv = self.tlv.read().expect("tnl tlv").get(&port.bridge).cloned().unwrap_or_default();
+        pkt.tnl = Some(Box::new(meta_to_words(&d.meta, &tlv)));
+        let mut q = port.rx.lock().expect("tnl rx");
+        if q.len() >= QUEUE {
+            port.rx_dropped.fetch_add(1, Ordering::Relaxed);
+            self.count_drop("tnl_queue_full", 1);
+        } else {
+            q.push_back(pkt);
+            port.rx_packets.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Whether `addr` is an address of this host (a `local` route).
+    fn is_local(&self, addr: u128) -> bool {
+        self.routes.read().expect("tnl routes").routes().iter().any(|r| r.local && r.prefix == addr)
+    }
+
+    /// How to reach `dst`: the bridge, the source address and the next
+    /// hop's MAC. On a missing neighbour an ARP request / neighbour
+    /// solicitation goes out (at most once a second) and the error names
+    /// the drop.
+    fn resolve(&self, dst: u128, local: Option<u128>) -> Result<NextHop, &'static str> {
+        let route = self.routes.read().expect("tnl routes").lookup(dst).ok_or("tnl_no_route")?;
+        let bridge = self.bridges.read().expect("tnl bridges").get(&route.dev).cloned().ok_or("tnl_no_bridge")?;
+        let src = local.or(route.src).ok_or("tnl_no_route")?;
+        let hop = route.gateway.unwrap_or(dst);
+        let now = self.now_ms();
+        let mac = *bridge.mac.lock().expect("bridge mac");
+        let mut n = self.neigh.lock().expect("neigh");
+        match n.lookup(hop, now) {
+            Some(e) => Ok(NextHop {
+                bridge,
+                src,
+                eth_src: mac,
+                eth_dst: e.mac,
+                generation: self.generation.load(Ordering::Acquire),
+            }),
+            None => {
+                if n.should_ask(hop, now) {
+                    drop(n);
+                    let mut req = Packet::from_slice(&tunnel::neigh::request(hop, mac, src));
+                    req.in_port = 0;
+                    bridge.push(req, self);
+                }
+                Err("tnl_no_neigh")
+            }
+        }
+    }
+}
+
+fn read_mtu(dev: &str) -> u64 {
+    crate::ofconn::read_sys(dev, "mtu").and_then(|s| s.parse().ok()).unwrap_or(1500)
+}
+
+impl BridgeTnl {
+    fn push(&self, pkt: Packet, env: &TnlEnv) {
+        let mut q = self.inject.lock().expect("inject queue");
+        if q.len() >= QUEUE {
+            env.count_drop("tnl_queue_full", 1);
+        } else {
+            q.push_back(pkt);
+        }
+    }
+}
+
+/// The (IP, MAC) an ARP or ND frame tells about its sender.
+fn neigh_of(frame: &[u8]) -> Option<(u128, [u8; 6])> {
+    tunnel::neigh::learnable(frame)
+}
+
+/// The port a decapsulated frame belongs to: same kind and UDP port, the
+/// remote (or `flow`), the local address if the port names one, and the
+/// key (or `flow`). A port with a fixed remote wins over `remote_ip=flow`.
+fn match_port<'a>(ports: &'a [Arc<TnlPortState>], d: &encap::Decap) -> Option<&'a Arc<TnlPortState>> {
+    let (src, dst) = (mapped(d.meta.src as u32), mapped(d.meta.dst as u32));
+    let has_key = d.kind != Kind::Gre || d.meta.flags & flags::KEY != 0;
+    let ok = |p: &&Arc<TnlPortState>| {
+        let c = &p.cfg;
+        c.kind == d.kind
+            && (c.kind == Kind::Gre || c.dst_port == d.meta.tp_dst)
+            && c.local.is_none_or(|l| l == dst)
+            && match c.in_key {
+                None => !has_key,
+                Some(FromFlow::Flow) => true,
+                Some(FromFlow::Fixed(k)) => has_key && k == d.meta.tun_id,
+            }
+            && match c.remote {
+                FromFlow::Fixed(r) => r == src,
+                FromFlow::Flow => true,
+            }
+    };
+    ports.iter().filter(ok).max_by_key(|p| matches!(p.cfg.remote, FromFlow::Fixed(_)))
+}
+
+/// The packet's tunnel words from received metadata; Geneve options that
+/// the bridge's TLV map binds become `tun_metadataN`.
+fn meta_to_words(m: &TunnelMeta, tlv: &[TlvMapping]) -> [u64; 4] {
+    let mut k = FlowKey::ZERO;
+    loc::TUN_ID.set(&mut k, m.tun_id as u128);
+    loc::TUN_SRC.set(&mut k, m.src & 0xffff_ffff);
+    loc::TUN_DST.set(&mut k, m.dst & 0xffff_ffff);
+    loc::TUN_FLAGS.set(&mut k, m.flags as u128);
+    loc::TUN_TOS.set(&mut k, m.tos as u128);
+    loc::TUN_TTL.set(&mut k, m.ttl as u128);
+    loc::TUN_GBP_ID.set(&mut k, m.gbp_id as u128);
+    loc::TUN_GBP_FLAGS.set(&mut k, m.gbp_flags as u128);
+    let o = &m.geneve_opts;
+    let mut i = 0;
+    while i + 4 <= o.len() {
+        let class = u16::from_be_bytes([o[i], o[i + 1]]);
+        let ty = o[i + 2];
+        let len = (o[i + 3] & 0x1f) as usize * 4;
+        if let Some(map) = tlv.iter().find(|t| t.class == class && t.ty == ty) {
+            if let (Some(f), Some(data)) = (loc::TUN_METADATA.get(map.index as usize), o.get(i + 4..i + 4 + len)) {
+                let mut v = 0u128;
+                for b in data.iter().take(4) {
+                    v = v << 8 | *b as u128;
+                }
+                f.set(&mut k, v);
+            }
+        }
+        i += 4 + len;
+    }
+    TNL_WORDS.map(|w| k.w[w])
+}
+
+/// Geneve options for the `tun_metadataN` fields the pipeline set (those
+/// the TLV map binds; a zero field is taken as not set).
+fn words_to_options(k: &FlowKey, tlv: &[TlvMapping]) -> Vec<u8> {
+    let mut o = Vec::new();
+    for map in tlv {
+        let Some(f) = loc::TUN_METADATA.get(map.index as usize) else { continue };
+        let v = f.get(k) as u32;
+        if v == 0 || map.len == 0 {
+            continue;
+        }
+        o.extend_from_slice(&map.class.to_be_bytes());
+        o.push(map.ty);
+        o.push(map.len / 4);
+        let mut data = vec![0u8; map.len as usize];
+        let n = data.len();
+        data[n.saturating_sub(4)..].copy_from_slice(&v.to_be_bytes()[4usize.saturating_sub(n)..]);
+        o.extend_from_slice(&data);
+    }
+    o
+}
+
+/// A resolved way out for one remote.
+#[derive(Clone)]
+struct NextHop {
+    bridge: Arc<BridgeTnl>,
+    src: u128,
+    eth_src: [u8; 6],
+    eth_dst: [u8; 6],
+    generation: u64,
+}
+
+/// The tunnel port as the datapath sees it.
+pub struct TunnelPort {
+    env: Arc<TnlEnv>,
+    state: Arc<TnlPortState>,
+    stats: PortStats,
+    ip_id: u16,
+    /// The last remote resolved, until the environment changes.
+    cache: Option<(u128, NextHop)>,
+    buf: Vec<u8>,
+}
+
+impl TunnelPort {
+    pub fn new(name: &str, bridge: &str, cfg: PortCfg, env: &Arc<TnlEnv>) -> TunnelPort {
+        let state = Arc::new(TnlPortState {
+            name: name.to_string(),
+            bridge: bridge.to_string(),
+            cfg,
+            rx: Mutex::new(VecDeque::new()),
+            rx_dropped: AtomicU64::new(0),
+            tx_packets: AtomicU64::new(0),
+            rx_packets: AtomicU64::new(0),
+        });
+        env.register_port(Arc::clone(&state));
+        TunnelPort { env: Arc::clone(env), state, stats: PortStats::default(), ip_id: 0, cache: None, buf: Vec::new() }
+    }
+
+    fn next_hop(&mut self, dst: u128) -> Result<NextHop, &'static str> {
+        let g = self.env.generation.load(Ordering::Acquire);
+        if let Some((d, h)) = &self.cache {
+            if *d == dst && h.generation == g {
+                return Ok(h.clone());
+            }
+        }
+        let h = self.env.resolve(dst, self.state.cfg.local)?;
+        self.cache = Some((dst, h.clone()));
+        Ok(h)
+    }
+
+    /// Encapsulates one packet; the frame to send and the bridge, or the
+    /// drop reason.
+    fn encap(&mut self, pkt: &Packet, tlv: &[TlvMapping]) -> Result<(Packet, Arc<BridgeTnl>), &'static str> {
+        let cfg = self.state.cfg.clone();
+        let mut k = FlowKey::ZERO;
+        if let Some(t) = &pkt.tnl {
+            for (i, w) in TNL_WORDS.iter().enumerate() {
+                k.w[*w] = t[i];
+            }
+        }
+        let dst = match cfg.remote {
+            FromFlow::Fixed(r) => r,
+            FromFlow::Flow => match loc::TUN_DST.get(&k) as u32 {
+                0 => return Err("tnl_no_remote"),
+                a => mapped(a),
+            },
+        };
+        let hop = self.next_hop(dst)?;
+        let inner = pkt.data();
+        let ip4 = inner.len() >= 34 && inner[12..14] == [8, 0];
+        let tos = match cfg.tos {
+            Inherit::Fixed(t) => t,
+            Inherit::Inherit if ip4 => inner[15],
+            Inherit::Inherit => 0,
+        };
+        let ttl = match cfg.ttl {
+            Inherit::Fixed(t) => t,
+            Inherit::Inherit if ip4 => inner[22],
+            Inherit::Inherit => 64,
+        };
+        let (tun_id, keyed) = match cfg.out_key {
+            Some(FromFlow::Fixed(n)) => (n, true),
+            Some(FromFlow::Flow) => (loc::TUN_ID.get(&k) as u64, true),
+            None => (0, false),
+        };
+        let mut fl = 0;
+        if cfg.df_default {
+            fl |= flags::DF;
+        }
+        if cfg.csum {
+            fl |= flags::CSUM;
+        }
+        if keyed {
+            fl |= flags::KEY;
+        }
+        let hash = pkt.rx_hash.unwrap_or_else(|| inner_hash(inner));
+        let meta = TunnelMeta {
+            tun_id,
+            src: hop.src,
+            dst,
+            v6: false,
+            tos,
+            ttl,
+            flags: fl,
+            tp_src: encap::udp_src_port(hash),
+            tp_dst: cfg.dst_port,
+            gbp_id: if cfg.gbp { loc::TUN_GBP_ID.get(&k) as u16 } else { 0 },
+            gbp_flags: if cfg.gbp { loc::TUN_GBP_FLAGS.get(&k) as u8 } else { 0 },
+            geneve_opts: if cfg.kind == Kind::Geneve { words_to_options(&k, tlv) } else { Vec::new() },
+        };
+        let spec = EncapSpec {
+            kind: cfg.kind,
+            eth_src: hop.eth_src,
+            eth_dst: hop.eth_dst,
+            dst_port: cfg.dst_port,
+            csum: cfg.csum,
+        };
+        if encap::overhead(&spec, &meta) - 14 + inner.len() > hop.bridge.mtu.load(Ordering::Relaxed) as usize {
+            self.env.over_mtu.fetch_add(1, Ordering::Relaxed);
+        }
+        self.ip_id = self.ip_id.wrapping_add(1);
+        encap::push(&spec, &meta, inner, self.ip_id, &mut self.buf);
+        Ok((Packet::from_slice(&self.buf), hop.bridge))
+    }
+}
+
+/// A hash of the inner flow (addresses, protocol, ports) for the outer UDP
+/// source port.
+fn inner_hash(f: &[u8]) -> u32 {
+    let span = if f.len() >= 38 && f[12..14] == [8, 0] { &f[23..38] } else { &f[..f.len().min(14)] };
+    let mut h: u32 = 0x811c_9dc5;
+    for b in span {
+        h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
+    }
+    h ^ (h >> 15)
+}
+
+impl Drop for TunnelPort {
+    fn drop(&mut self) {
+        self.env.unregister_port(&self.state);
+    }
+}
+
+impl Netdev for TunnelPort {
+    fn name(&self) -> &str {
+        &self.state.name
+    }
+
+    fn info(&self) -> PortInfo {
+        let c = &self.state.cfg;
+        PortInfo {
+            kind: c.kind.name().into(),
+            n_rxq: 1,
+            detail: format!("remote_ip={} {}", c.remote_str(), key_str(c)),
+            ..Default::default()
+        }
+    }
+
+    fn rx_batch(&mut self, _rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
+        let mut q = self.state.rx.lock().expect("tnl rx");
+        let n = q.len().min(max);
+        for p in q.drain(..n) {
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += p.len() as u64;
+            out.push(p);
+        }
+        Ok(n)
+    }
+
+    fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
+        let tlv = self.env.tlv.read().expect("tnl tlv").get(&self.state.bridge).cloned().unwrap_or_default();
+        for p in pkts.drain(..) {
+            match self.encap(&p, &tlv) {
+                Ok((frame, bridge)) => {
+                    self.stats.tx_packets += 1;
+                    self.stats.tx_bytes += p.len() as u64;
+                    bridge.push(frame, &self.env);
+                }
+                Err(why) => {
+                    self.stats.tx_dropped += 1;
+                    self.env.count_drop(why, 1);
+                }
+            }
+        }
+        self.state.tx_packets.store(self.stats.tx_packets, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut s = self.stats;
+        s.rx_dropped += self.state.rx_dropped.load(Ordering::Relaxed);
+        s
+    }
+}
+
+fn key_str(c: &PortCfg) -> String {
+    let k = |k: Option<FromFlow<u64>>| match k {
+        None => "none".to_string(),
+        Some(FromFlow::Flow) => "flow".to_string(),
+        Some(FromFlow::Fixed(n)) => n.to_string(),
+    };
+    if c.in_key == c.out_key {
+        format!("key={}", k(c.in_key))
+    } else {
+        format!("in_key={} out_key={}", k(c.in_key), k(c.out_key))
+    }
+}
+
+/// A bridge's local port with native tunneling in front of it (see the
+/// module documentation).
+pub struct LocalPort {
+    inner: Box<dyn Netdev>,
+    env: Arc<TnlEnv>,
+    bridge: Arc<BridgeTnl>,
+    injected: u64,
+    keep: Vec<Packet>,
+}
+
+impl LocalPort {
+    pub fn new(inner: Box<dyn Netdev>, bridge: &str, env: &Arc<TnlEnv>) -> LocalPort {
+        let b = env.register_bridge(bridge);
+        LocalPort { inner, env: Arc::clone(env), bridge: b, injected: 0, keep: Vec::new() }
+    }
+}
+
+impl Drop for LocalPort {
+    fn drop(&mut self) {
+        self.env.unregister_bridge(&self.bridge);
+    }
+}
+
+impl Netdev for LocalPort {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn info(&self) -> PortInfo {
+        self.inner.info()
+    }
+    fn n_rxq(&self) -> usize {
+        self.inner.n_rxq()
+    }
+    fn rx_batch(&mut self, rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
+        let mut n = 0;
+        if rxq == 0 {
+            let mut q = self.bridge.inject.lock().expect("inject queue");
+            n = q.len().min(max);
+            out.extend(q.drain(..n));
+            self.injected += n as u64;
+        }
+        Ok(n + self.inner.rx_batch(rxq, out, max - n)?)
+    }
+    fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
+        if self.env.active.load(Ordering::Acquire) {
+            self.keep.clear();
+            for p in pkts.drain(..) {
+                if !self.env.intercept(p.data(), &self.bridge.name) {
+                    self.keep.push(p);
+                }
+            }
+            std::mem::swap(pkts, &mut self.keep);
+        }
+        self.inner.tx_batch(pkts)
+    }
+    fn stats(&self) -> PortStats {
+        let mut s = self.inner.stats();
+        s.rx_packets += self.injected;
+        s
+    }
+    fn rx_fd(&self, rxq: usize) -> Option<i32> {
+        self.inner.rx_fd(rxq)
+    }
+    fn flush_tx(&mut self, force: bool) -> bool {
+        self.inner.flush_tx(force)
+    }
+    fn poll_housekeeping(&mut self) {
+        self.inner.poll_housekeeping()
+    }
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        self.inner.as_any_mut()
+    }
+}
+
+/// Keeps the route table current: re-reads it whenever rtnetlink reports
+/// a route, address or link change, and every 2 s regardless.
+fn route_thread(env: Weak<TnlEnv>) {
+    // RTMGRP_LINK | IPV4_IFADDR | IPV4_ROUTE | IPV6_IFADDR | IPV6_ROUTE.
+    let groups = 0x1 | 0x10 | 0x40 | 0x100 | 0x400;
+    let mut sock = netdev_linux::rtnl::RouteSocket::open(None, groups).ok();
+    let mut last = Instant::now();
+    loop {
+        let Some(e) = env.upgrade() else { return };
+        let mut changed = last.elapsed() >= Duration::from_secs(2);
+        if let Some(s) = sock.as_mut() {
+            crate::ports::poll_readable(&[s.fd()], 200);
+            match s.recv() {
+                Ok(b) => changed |= !b.is_empty(),
+                Err(_) => sock = None,
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        if changed {
+            e.refresh();
+            last = Instant::now();
+        }
+        if !e.active.load(Ordering::Acquire) && e.ports.read().expect("tnl ports").is_empty() {
+            // Nothing to route for now; keep polling slowly.
+            drop(e);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+/// `tnl/ports/show`: the tunnel ports, the bridges they send through, and
+/// the drop counters.
+pub fn ports_show(env: &TnlEnv) -> String {
+    let mut s = String::from("tunnel ports:\n");
+    let tlv = env.tlv.read().expect("tnl tlv").clone();
+    for p in env.ports.read().expect("tnl ports").iter() {
+        let c = &p.cfg;
+        s.push_str(&format!(
+            "  {} ({}): {} remote_ip={}{} {} dst_port={}{}{} rx={} tx={} rx_dropped={}\n",
+            p.name,
+            p.bridge,
+            c.kind.name(),
+            c.remote_str(),
+            c.local.map(|l| format!(" local_ip={}", fmt_addr(l))).unwrap_or_default(),
+            key_str(c),
+            c.dst_port,
+            if c.csum { " csum" } else { "" },
+            if c.df_default { " df" } else { "" },
+            p.rx_packets.load(Ordering::Relaxed),
+            p.tx_packets.load(Ordering::Relaxed),
+            p.rx_dropped.load(Ordering::Relaxed),
+        ));
+        if let Some(maps) = tlv.get(&p.bridge).filter(|m| !m.is_empty() && c.kind == Kind::Geneve) {
+            for m in maps {
+                s.push_str(&format!(
+                    "    geneve option class={:#x},type={:#x},len={} -> tun_metadata{}\n",
+                    m.class, m.ty, m.len, m.index
+                ));
+            }
+        }
+    }
+    s.push_str("bridges:\n");
+    let bridges: BTreeMap<String, Arc<BridgeTnl>> =
+        env.bridges.read().expect("tnl bridges").iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect();
+    for (n, b) in bridges {
+        let m = *b.mac.lock().expect("bridge mac");
+        s.push_str(&format!(
+            "  {n}: mac {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} mtu {}\n",
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            m[4],
+            m[5],
+            b.mtu.load(Ordering::Relaxed)
+        ));
+    }
+    s.push_str(&format!("sent larger than the route device's MTU: {}\n", env.over_mtu.load(Ordering::Relaxed)));
+    s.push_str("drops:\n");
+    for (n, c) in env.drops() {
+        s.push_str(&format!("  {n}: {c}\n"));
+    }
+    s
+}
+
+pub fn neigh_show(env: &TnlEnv) -> String {
+    env.neigh.lock().expect("neigh").show(env.now_ms())
+}
+
+pub fn neigh_flush(env: &TnlEnv) {
+    env.neigh.lock().expect("neigh").flush();
+    env.bump();
+}
+
+/// `tnl/neigh/set BRIDGE IP MAC`.
+pub fn neigh_set(env: &TnlEnv, bridge: &str, ip: &str, mac: &str) -> Result<(), String> {
+    let a = tunnel::route::parse_addr(ip).ok_or_else(|| format!("{ip:?} is not an IP address"))?;
+    let mut m = [0u8; 6];
+    let parts: Vec<&str> = mac.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("{mac:?} is not a MAC address"));
+    }
+    for (i, p) in parts.iter().enumerate() {
+        m[i] = u8::from_str_radix(p, 16).map_err(|_| format!("{mac:?} is not a MAC address"))?;
+    }
+    env.neigh.lock().expect("neigh").learn(a, m, bridge, env.now_ms());
+    env.bump();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tun_metadata_round_trips_through_geneve_options() {
+        let tlv = [TlvMapping { class: 0x102, ty: 0x80, len: 4, index: 0 }];
+        let mut k = FlowKey::ZERO;
+        loc::TUN_METADATA[0].set(&mut k, 0x0001_0002);
+        let opts = words_to_options(&k, &tlv);
+        assert_eq!(opts, vec![0x01, 0x02, 0x80, 1, 0, 1, 0, 2]);
+        let m = TunnelMeta { tun_id: 5, src: 1, dst: 2, geneve_opts: opts, ..Default::default() };
+        let w = meta_to_words(&m, &tlv);
+        let mut k2 = FlowKey::ZERO;
+        for (i, x) in TNL_WORDS.iter().enumerate() {
+            k2.w[*x] = w[i];
+        }
+        assert_eq!(loc::TUN_METADATA[0].get(&k2), 0x0001_0002);
+        assert_eq!(loc::TUN_ID.get(&k2), 5);
+        assert_eq!((loc::TUN_SRC.get(&k2), loc::TUN_DST.get(&k2)), (1, 2));
+        // Not bound by the map: not a field.
+        assert_eq!(meta_to_words(&m, &[])[3], 0);
+    }
+
+    #[test]
+    fn decapsulated_frames_find_their_port() {
+        let mk = |remote: FromFlow<u128>, key: Option<FromFlow<u64>>| {
+            let mut cfg =
+                PortCfg::parse("geneve", &[("remote_ip".to_string(), "flow".to_string())].into_iter().collect())
+                    .unwrap()
+                    .0;
+            cfg.remote = remote;
+            cfg.in_key = key;
+            Arc::new(TnlPortState {
+                name: "t".into(),
+                bridge: "b".into(),
+                cfg,
+                rx: Default::default(),
+                rx_dropped: AtomicU64::new(0),
+                tx_packets: AtomicU64::new(0),
+                rx_packets: AtomicU64::new(0),
+            })
+        };
+        let flowport = mk(FromFlow::Flow, Some(FromFlow::Flow));
+        let fixed = mk(FromFlow::Fixed(mapped(0x0a00_0002)), Some(FromFlow::Fixed(7)));
+        let ports = vec![Arc::clone(&flowport), Arc::clone(&fixed)];
+        let d = |src: u32, vni: u64| encap::Decap {
+            kind: Kind::Geneve,
+            meta: TunnelMeta { src: src as u128, dst: 1, tun_id: vni, tp_dst: 6081, ..Default::default() },
+            inner: 0,
+            end: 0,
+        };
+        assert!(Arc::ptr_eq(match_port(&ports, &d(0x0a00_0002, 7)).unwrap(), &fixed));
+        assert!(Arc::ptr_eq(match_port(&ports, &d(0x0a00_0002, 8)).unwrap(), &flowport));
+        assert!(Arc::ptr_eq(match_port(&ports, &d(0x0a00_0003, 7)).unwrap(), &flowport));
+        assert!(match_port(&ports[1..], &d(0x0a00_0003, 7)).is_none());
+    }
+}
