@@ -270,7 +270,23 @@ fn trace(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
     let acts = dpif::format_actions(&t.translation.actions);
     let acts = if acts.is_empty() { "drop".to_string() } else { acts };
     writeln!(out, "Datapath actions: {acts}")?;
-    Ok((out, json!({"bridge": b.shared.bridge, "megaflow": megaflow, "actions": acts})))
+    // Native tunneling happens in the ports: say what they will do.
+    let ports = b.shared.ports.read().expect("ports lock").clone();
+    let mut tnl = Vec::new();
+    for a in &t.translation.actions {
+        let dpif::DpAction::Output(n) = a else { continue };
+        let Some(p) = ports.get(n) else { continue };
+        let local = *n == ofproto::actions::ofpp::LOCAL;
+        if p.spec.kind != crate::config::PortType::Tunnel && !local {
+            continue;
+        }
+        let key = if local { &m.key } else { &t.final_key };
+        if let Some(note) = crate::tnl::trace_note(&b.shared.patches.tnl, &b.shared.bridge, &p.spec.name, local, key) {
+            writeln!(out, "  output {}: {note}", p.spec.name)?;
+            tnl.push(note);
+        }
+    }
+    Ok((out, json!({"bridge": b.shared.bridge, "megaflow": megaflow, "actions": acts, "tunnel": tnl})))
 }
 
 fn dpctl_show(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {

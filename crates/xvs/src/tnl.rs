@@ -823,6 +823,68 @@ pub fn ports_show(env: &TnlEnv) -> String {
     s
 }
 
+/// What native tunneling does to a traced flow, in OVS's datapath-action
+/// notation: `tnl_push(...)` for an output to tunnel port `out` (with the
+/// tunnel fields of `key`), `tnl_pop(...)` for a tunnel frame output to the
+/// local port of `bridge`. Read-only: no ARP is sent for a missing
+/// neighbour.
+pub fn trace_note(env: &TnlEnv, bridge: &str, out: &str, to_local: bool, key: &FlowKey) -> Option<String> {
+    let ports = env.ports.read().expect("tnl ports").clone();
+    if to_local {
+        let udp = key.dl_type() == 0x0800 && key.nw_proto() == 17;
+        let gre = key.dl_type() == 0x0800 && key.nw_proto() == 47;
+        let p = ports.iter().find(|p| {
+            (gre && p.cfg.kind == Kind::Gre) || (udp && p.cfg.kind != Kind::Gre && p.cfg.dst_port == key.tp_dst())
+        })?;
+        return Some(format!("tnl_pop({}) (on {bridge}: received on tunnel port {} of {})", p.name, p.name, p.bridge));
+    }
+    let p = ports.iter().find(|p| p.name == out && p.bridge == bridge)?;
+    let c = &p.cfg;
+    let dst = match c.remote {
+        FromFlow::Fixed(r) => r,
+        FromFlow::Flow => mapped(loc::TUN_DST.get(key) as u32),
+    };
+    let route = env.routes.read().expect("tnl routes").lookup(dst);
+    let Some(route) = route else { return Some(format!("tnl_push: no route to {}", fmt_addr(dst))) };
+    let hop = route.gateway.unwrap_or(dst);
+    let src = c.local.or(route.src).unwrap_or(0);
+    let mac = |m: [u8; 6]| format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
+    let eth_src = env.bridges.read().expect("tnl bridges").get(&route.dev).map(|b| *b.mac.lock().expect("mac"));
+    let eth_dst = env.neigh.lock().expect("neigh").lookup(hop, env.now_ms()).map(|n| n.mac);
+    let (Some(es), Some(ed)) = (eth_src, eth_dst) else {
+        return Some(format!(
+            "tnl_push: {} via {} not resolved yet (no bridge local port or no neighbour entry for {})",
+            fmt_addr(dst),
+            route.dev,
+            fmt_addr(hop)
+        ));
+    };
+    let vni = match c.out_key {
+        Some(FromFlow::Fixed(n)) => n,
+        Some(FromFlow::Flow) => loc::TUN_ID.get(key) as u64,
+        None => 0,
+    };
+    let tunnel = match c.kind {
+        Kind::Geneve => format!("udp(src=0,dst={}),geneve(vni={vni:#x})", c.dst_port),
+        Kind::Vxlan => format!("udp(src=0,dst={}),vxlan(flags=0x8000000,vni={vni:#x})", c.dst_port),
+        Kind::Gre => {
+            format!("gre((flags=0x{:x},proto=0x6558),key={vni:#x})", if c.out_key.is_some() { 0x2000 } else { 0 })
+        }
+    };
+    Some(format!(
+        "tnl_push(tnl_port({}),header(type={},eth(dst={},src={},dl_type=0x0800),ipv4(src={},dst={},proto={},ttl=64,frag=0x{}),{tunnel}),out_port({}))",
+        p.name,
+        c.kind.name(),
+        mac(ed),
+        mac(es),
+        fmt_addr(src),
+        fmt_addr(dst),
+        if c.kind == Kind::Gre { 47 } else { 17 },
+        if c.df_default { "4000" } else { "0" },
+        route.dev
+    ))
+}
+
 pub fn neigh_show(env: &TnlEnv) -> String {
     env.neigh.lock().expect("neigh").show(env.now_ms())
 }
