@@ -85,7 +85,21 @@ const SET_GROUPS: &[(&str, &[(&str, &str)])] = &[
     ("tp", &[("src", "tp_src"), ("dst", "tp_dst")]),
     ("arp", &[("sip", "nw_src"), ("tip", "nw_dst"), ("sha", "arp_sha"), ("tha", "arp_tha")]),
     ("skb_mark", &[("", "pkt_mark")]),
-    ("tunnel", &[("tun_id", "tun_id")]),
+    (
+        "tunnel",
+        &[
+            ("tun_id", "tun_id"),
+            ("src", "tun_src"),
+            ("dst", "tun_dst"),
+            ("tos", "tun_tos"),
+            ("ttl", "tun_ttl"),
+            ("flags", "tun_flags"),
+            ("gbp_id", "tun_gbp_id"),
+            ("gbp_flags", "tun_gbp_flags"),
+            ("tun_metadata0", "tun_metadata0"),
+            ("tun_metadata1", "tun_metadata1"),
+        ],
+    ),
 ];
 
 impl fmt::Display for DpAction {
