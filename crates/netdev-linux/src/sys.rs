@@ -391,6 +391,15 @@ pub fn open_tap(name: &str) -> io::Result<(OwnedFd, String)> {
     Ok((fd, actual))
 }
 
+/// Makes the tap device `fd` is attached to outlive the descriptor (`on`),
+/// or go with it (`!on`).
+pub fn set_tap_persist(fd: i32, on: bool) -> io::Result<()> {
+    // SAFETY: TUNSETPERSIST takes its argument by value; `fd` is an open tun
+    // descriptor owned by the caller.
+    cvt(unsafe { libc::ioctl(fd, libc::TUNSETPERSIST, on as libc::c_ulong) })?;
+    Ok(())
+}
+
 /// Sets `IFF_UP` on interface `name`.
 pub fn set_link_up(name: &str) -> io::Result<()> {
     let sock = socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;

@@ -30,6 +30,14 @@ impl TapPort {
         Self::open_kind(bridge, "internal")
     }
 
+    /// Keeps the kernel device (and the addresses and routes configured on
+    /// it) when the port is closed, as Open vSwitch does for the internal
+    /// ports of its userspace datapath, so a restarted switch finds the host
+    /// side as it was; `false` lets the device go with the port.
+    pub fn set_persistent(&mut self, on: bool) -> io::Result<()> {
+        sys::set_tap_persist(self.fd.as_raw_fd(), on)
+    }
+
     fn open_kind(name: &str, kind: &'static str) -> io::Result<TapPort> {
         let (fd, actual) = sys::open_tap(name)?;
         sys::set_link_up(&actual)?;
@@ -84,5 +92,9 @@ impl Netdev for TapPort {
 
     fn rx_fd(&self, _rxq: usize) -> Option<i32> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 }

@@ -57,6 +57,7 @@ pub struct DbOptions {
 /// Runs until `stop` is set (SIGTERM) or `ovs-appctl exit`.
 pub fn run(opts: &DbOptions, stop: &Arc<AtomicBool>) -> Result<()> {
     crate::runfiles::set_group(opts.group);
+    crate::ports::PERSIST_INTERNAL.store(true, Ordering::Relaxed);
     crate::runfiles::prepare_dir(&opts.run_dir, opts.group)?;
     let _instance = crate::runfiles::InstanceLock::acquire(&opts.run_dir)?;
     let mut db = ovsdb::Client::connect(&opts.remote).map_err(|e| anyhow::anyhow!("--db {}: {e}", opts.remote))?;
@@ -256,6 +257,7 @@ fn reconcile(
     let gone: Vec<String> = bridges.keys().filter(|n| d.bridge(n).is_none()).cloned().collect();
     for n in gone {
         if let Some(b) = bridges.remove(&n) {
+            b.sw.release_devices();
             b.of.shutdown();
             b.sw.stop();
             eprintln!("xvs: bridge {n} removed");

@@ -120,7 +120,13 @@ pub fn open(
         }
         PortType::Internal => {
             let name = if spec.name.is_empty() { bridge } else { &spec.name };
-            let tap = Box::new(TapPort::internal(name).with_context(|| format!("port {name}: opening internal port"))?);
+            let mut tap = TapPort::internal(name).with_context(|| format!("port {name}: opening internal port"))?;
+            if PERSIST_INTERNAL.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Err(e) = tap.set_persistent(true) {
+                    eprintln!("xvs: port {name}: cannot keep the device across restarts: {e}");
+                }
+            }
+            let tap = Box::new(tap);
             if name == bridge {
                 // The bridge's local port: where tunnel frames leave and arrive.
                 Box::new(crate::tnl::LocalPort::new(tap, bridge, &patches.tnl))
@@ -134,6 +140,20 @@ pub fn open(
             Box::new(crate::tnl::TunnelPort::new(&spec.name, bridge, cfg, &patches.tnl))
         }
     })
+}
+
+/// Internal ports outlive the process (set by the database-driven daemon,
+/// as ovs-vswitchd keeps them): a restart finds the bridge's local port with
+/// its addresses and routes. Removing the port from the configuration
+/// removes the device ([`release_device`]).
+pub static PERSIST_INTERNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets a port's kernel device go when the port closes (it was removed from
+/// the configuration, not merely stopped).
+pub fn release_device(dev: &mut dyn Netdev) {
+    if let Some(t) = dev.as_any_mut().and_then(|a| a.downcast_mut::<TapPort>()) {
+        let _ = t.set_persistent(false);
+    }
 }
 
 /// Waits until one of `fds` is readable or `timeout_ms` passes.

@@ -388,7 +388,10 @@ impl Switch {
             let Some((&n, _)) = ports.iter().find(|(_, p)| p.spec.name == name) else {
                 bail!("no port named {name} on bridge {}", sh.bridge);
             };
-            ports.remove(&n);
+            if let Some(p) = ports.remove(&n) {
+                // Removed from the configuration: its device goes too.
+                ports::release_device(&mut **p.dev.lock().expect("port lock"));
+            }
             n
         };
         if let Some(o) = sh.offload.lock().expect("offload").as_ref() {
@@ -397,6 +400,14 @@ impl Switch {
         sh.ofproto.write().expect("ofproto lock").remove_port(ofport);
         sh.ports_gen.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+
+    /// The bridge is being removed, not merely stopped: its kernel devices
+    /// (internal ports kept across restarts) go with it.
+    pub fn release_devices(&self) {
+        for p in self.ports() {
+            ports::release_device(&mut **p.dev.lock().expect("port lock"));
+        }
     }
 
     pub fn ports(&self) -> Vec<Arc<Port>> {

@@ -93,6 +93,15 @@ impl Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
+        // Bridges' local ports outlive the switch (as with ovs-vswitchd):
+        // remove the ones this test made.
+        let o =
+            Command::new("ovs-vsctl").arg(format!("--db={}", self.remote())).args(["--timeout=5", "list-br"]).output();
+        if let Ok(o) = o {
+            for b in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("ip").args(["link", "del", b]).stderr(Stdio::null()).status();
+            }
+        }
         if let Some(mut x) = self.xvs.take() {
             let _ = x.kill();
             let _ = x.wait();
@@ -172,6 +181,9 @@ fn vsctl_configures_bridges_ports_errors_and_restart() {
     env.vsctl(&["add-port", &br, &hs[1].port, "--", "set", "interface", &hs[1].port, "type=afxdp"]);
 
     // kill -9 while traffic flows, restart: the database brings everything back.
+    // The bridge's local port keeps what the host configured on it (an
+    // address here), as ovs-vswitchd's internal ports do.
+    assert!(Command::new("ip").args(["addr", "add", "169.254.77.1/32", "dev", &br]).status().unwrap().success());
     assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
     let mut x = env.xvs.take().unwrap();
     x.kill().unwrap();
@@ -183,6 +195,15 @@ fn vsctl_configures_bridges_ports_errors_and_restart() {
     assert!(back, "forwarding resumed after restart");
     eprintln!("forwarding resumed {:?} after restart", t0.elapsed());
     assert!(t0.elapsed() < Duration::from_secs(5), "resumed quickly: {:?}", t0.elapsed());
+    let addr = || {
+        let o = Command::new("ip").args(["-br", "addr", "show", "dev", &br]).output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let (_, a) = addr();
+    assert!(a.contains("169.254.77.1/32") && a.contains("UP"), "local port after the restart: {a}");
+    // Removing the bridge removes its device.
+    env.vsctl(&["del-br", &br]);
+    assert!(eventually(5, || !addr().0), "the bridge's device is gone with the bridge: {}", addr().1);
 }
 
 #[test]

@@ -427,6 +427,8 @@ fn db_mode_serves_the_cli_and_refuses_bad_names() {
                 let _ = c.kill();
                 let _ = c.wait();
             }
+            // The bridge's local port outlives the switch, as with ovs-vswitchd.
+            let _ = Command::new("ip").args(["link", "del", "brdbok"]).stderr(Stdio::null()).status();
             let _ = std::fs::remove_dir_all(&self.1);
         }
     }
