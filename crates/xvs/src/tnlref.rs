@@ -704,6 +704,12 @@ impl Overlay {
                 && !l.contains(&self.kind.tcpdump_words(self.key.vni())[0])),
             "overlay traffic on the underlay without encapsulation:\n{text}"
         );
+        // The tunnel packets end in the switch: a hypervisor's own stack
+        // answering them (port or protocol unreachable) means they leaked.
+        assert!(
+            !frames(text).iter().any(|l| l.contains("unreachable")),
+            "ICMP unreachable on the underlay (tunnel packets reached a hypervisor's kernel):\n{text}"
+        );
     }
 
     /// The (source, destination) MACs of the encapsulated frames from
