@@ -29,6 +29,7 @@ pub mod routes;
 pub mod runfiles;
 pub mod switch;
 pub mod tnl;
+pub mod tnlref;
 pub mod trace;
 pub mod util;
 

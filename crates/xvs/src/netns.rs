@@ -133,6 +133,14 @@ impl Host {
         Ok(host)
     }
 
+    /// A host over an existing namespace `ns` whose interface `ifname`
+    /// the caller set up (e.g. a veth created straight into two
+    /// namespaces): no peer in the root namespace. Dropping it deletes the
+    /// namespace. `ip` is the address without prefix length (may be empty).
+    pub fn bare(ns: &str, ifname: &str, ip: &str) -> Host {
+        Host { ns: ns.into(), ifname: ifname.into(), port: String::new(), ip: ip.into(), mac: String::new() }
+    }
+
     /// Runs a command inside the namespace.
     pub fn exec(&self, args: &[&str]) -> Result<String> {
         let mut v = vec!["ip", "netns", "exec", &self.ns];
@@ -289,7 +297,9 @@ impl Host {
 impl Drop for Host {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).stderr(Stdio::null()).status();
-        let _ = Command::new("ip").args(["link", "del", &self.port]).stderr(Stdio::null()).status();
+        if !self.port.is_empty() {
+            let _ = Command::new("ip").args(["link", "del", &self.port]).stderr(Stdio::null()).status();
+        }
     }
 }
 

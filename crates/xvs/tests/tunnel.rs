@@ -1,0 +1,398 @@
+//! Overlay tunnels with userspace (native) tunneling, end to end: Geneve,
+//! VXLAN and GRE between two hypervisors, each running xvs or Open vSwitch
+//! 3.1 (see [`xvs::tnlref`] for the set-up). Every scenario also runs with
+//! OVS on both sides, the anchor: a scenario that passes there and fails
+//! with xvs points at xvs. Tests are named `<scenario>_<hvA>_<hvB>`.
+//!
+//! - basic (`geneve_*`, `vxlan_*`, `gre_*`): ping 3/3 and a TCP stream
+//!   between the VMs; tcpdump on the underlay shows the encapsulation and
+//!   VNI/key of the echo requests and replies;
+//! - `*_key_flow_*`: `options:key=flow`, the VNI set with `set_field:..->tun_id`
+//!   and matched on input;
+//! - `neigh_*`: the tunnel neighbour cache is flushed and re-learnt, and a
+//!   change of the peer endpoint's MAC is followed;
+//! - `route_*`: a /32 route to the peer endpoint through the middle
+//!   namespace is followed, and its removal too;
+//! - `tlv_*`: Geneve option 0xffff/0 mapped to tun_metadata0 on both
+//!   sides; each sender sets it, each receiver lets only its value through;
+//! - `*_malformed_*`: truncated or bad headers, sent from the underlay with
+//!   the peer's address, are counted by reason and dropped (VM sees
+//!   nothing, the tunnel keeps working).
+//!
+//! Needs root and openvswitch-switch, tcpdump, python3; skipped otherwise.
+//! `cargo test -p xvs --test tunnel -- --nocapture geneve_ovs_ovs`.
+
+use std::time::Instant;
+use xvs::tnlref::{unavailable, Key, Kind, Malformed, Overlay, Switch, MID_MAC};
+use Switch::{Ovs, Xvs};
+
+const VNI: u32 = 5001;
+
+fn setup(tag: &str, kind: Kind, sw: [Switch; 2], key: Key) -> Option<Overlay> {
+    if let Some(why) = unavailable(sw) {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let t = Instant::now();
+    let o = Overlay::start(env!("CARGO_BIN_EXE_xvs"), tag, kind, sw, key).unwrap_or_else(|e| panic!("set-up: {e:#}"));
+    eprintln!(
+        "[{tag}] {kind:?} hvA={} hvB={} underlay 172.31.{}.0/24: set up in {:.1} s",
+        sw[0].name(),
+        sw[1].name(),
+        o.net,
+        t.elapsed().as_secs_f64()
+    );
+    Some(o)
+}
+
+fn step(tag: &str, t0: Instant, what: &str) {
+    eprintln!("[{tag}] {:5.1} s: {what}", t0.elapsed().as_secs_f64());
+}
+
+/// Ping 3/3 (seen encapsulated on the underlay) and a TCP stream.
+fn basic(tag: &str, kind: Kind, sw: [Switch; 2], key: Key) {
+    let t0 = Instant::now();
+    let Some(o) = setup(tag, kind, sw, key) else { return };
+    o.assert_connected(10);
+    step(tag, t0, "vmA reaches vmB");
+    let mut replies = 0;
+    let cap = o.capture(&[], || replies = o.ping(3));
+    assert_eq!(replies, 3, "ping vmA -> vmB over {kind:?}");
+    o.assert_encapsulated(&cap);
+    step(tag, t0, "ping 3/3, encapsulated on the underlay");
+    let bytes = 4_000_000;
+    assert_eq!(o.tcp(5201, bytes).expect("TCP stream"), bytes, "TCP stream vmA -> vmB over {kind:?}");
+    step(tag, t0, "TCP stream of 4 MB");
+}
+
+macro_rules! basic_tests {
+    ($($name:ident: $tag:expr, $kind:expr, $a:expr, $b:expr, $key:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            basic($tag, $kind, [$a, $b], $key);
+        }
+    )*};
+}
+
+basic_tests! {
+    geneve_xvs_xvs: "gxx", Kind::Geneve, Xvs, Xvs, Key::Fixed(VNI);
+    geneve_xvs_ovs: "gxo", Kind::Geneve, Xvs, Ovs, Key::Fixed(VNI);
+    geneve_ovs_xvs: "gox", Kind::Geneve, Ovs, Xvs, Key::Fixed(VNI);
+    geneve_ovs_ovs: "goo", Kind::Geneve, Ovs, Ovs, Key::Fixed(VNI);
+    vxlan_xvs_xvs: "vxx", Kind::Vxlan, Xvs, Xvs, Key::Fixed(VNI);
+    vxlan_xvs_ovs: "vxo", Kind::Vxlan, Xvs, Ovs, Key::Fixed(VNI);
+    vxlan_ovs_ovs: "voo", Kind::Vxlan, Ovs, Ovs, Key::Fixed(VNI);
+    gre_xvs_xvs: "rxx", Kind::Gre, Xvs, Xvs, Key::Fixed(VNI);
+    gre_xvs_ovs: "rxo", Kind::Gre, Xvs, Ovs, Key::Fixed(VNI);
+    gre_ovs_ovs: "roo", Kind::Gre, Ovs, Ovs, Key::Fixed(VNI);
+    geneve_key_flow_xvs_xvs: "gkxx", Kind::Geneve, Xvs, Xvs, Key::Flow(VNI);
+    geneve_key_flow_xvs_ovs: "gkxo", Kind::Geneve, Xvs, Ovs, Key::Flow(VNI);
+    geneve_key_flow_ovs_ovs: "gkoo", Kind::Geneve, Ovs, Ovs, Key::Flow(VNI);
+    vxlan_key_flow_xvs_xvs: "vkxx", Kind::Vxlan, Xvs, Xvs, Key::Flow(VNI);
+    vxlan_key_flow_ovs_ovs: "vkoo", Kind::Vxlan, Ovs, Ovs, Key::Flow(VNI);
+}
+
+/// The neighbour cache: flushed and re-learnt; then the peer endpoint's MAC
+/// changes (B's br-phy `other-config:hwaddr`) and A, flushed, follows.
+fn neigh(tag: &str, sw: [Switch; 2]) {
+    let t0 = Instant::now();
+    let Some(o) = setup(tag, Kind::Geneve, sw, Key::Fixed(VNI)) else { return };
+    let (a, b) = (&o.hv[0], &o.hv[1]);
+    o.assert_connected(10);
+    assert_eq!(o.ping(3), 3);
+    let bmac = b.endpoint_mac();
+    let has = |mac: &str| {
+        let show = a.appctl_ok(&["tnl/neigh/show"]).to_lowercase();
+        show.lines().any(|l| l.split_whitespace().next() == Some(b.endpoint.as_str()) && l.contains(mac))
+    };
+    assert!(has(&bmac), "hvA's tunnel neighbours hold B's endpoint {} at {bmac}", b.endpoint);
+    step(tag, t0, "tunnel up, B's endpoint in A's neighbour cache");
+    a.flush_neighbours();
+    let show = a.appctl_ok(&["tnl/neigh/show"]);
+    assert!(
+        !show.lines().any(|l| l.split_whitespace().next() == Some(b.endpoint.as_str())),
+        "tnl/neigh/flush empties the cache:\n{show}"
+    );
+    // B's flush afterwards: OVS 3.1 re-resolves what it flushed at once
+    // (it sends ARP requests for them), and A may learn B from those
+    // requests, so A's cache is checked before.
+    b.flush_neighbours();
+    o.assert_connected(10);
+    assert_eq!(o.ping(3), 3, "ping after tnl/neigh/flush");
+    assert!(has(&bmac), "B's endpoint re-learnt after the flush");
+    step(tag, t0, "flushed and re-learnt");
+    // B's endpoint moves to a new MAC.
+    let new = "02:00:00:00:0b:02";
+    b.vsctl(&["set", "bridge", "br-phy", &format!("other-config:hwaddr={new}")]).unwrap();
+    assert!(
+        xvs::ovnref::eventually(5, || b.endpoint_mac() == new),
+        "B's br-phy takes other-config:hwaddr={new} (it has {})",
+        b.endpoint_mac()
+    );
+    let followed = xvs::ovnref::eventually(10, || {
+        a.flush_neighbours();
+        o.ping(1) == 1
+    });
+    assert!(followed, "the tunnel works again after B's MAC changed and A flushed its neighbours");
+    let mut replies = 0;
+    let cap = o.capture(&[], || replies = o.ping(3));
+    assert_eq!(replies, 3, "ping after the MAC change");
+    let macs = o.outer_macs(&cap, 0, 1);
+    assert!(
+        !macs.is_empty() && macs.iter().all(|(_, d)| d == new),
+        "A sends the tunnel to B's new MAC {new}: {macs:?}\n{cap}"
+    );
+    assert!(has(new), "A's neighbour cache holds B's new MAC");
+    step(tag, t0, "B's MAC change followed");
+}
+
+#[test]
+fn neigh_xvs_xvs() {
+    neigh("nxx", [Xvs, Xvs]);
+}
+#[test]
+fn neigh_xvs_ovs() {
+    neigh("nxo", [Xvs, Ovs]);
+}
+#[test]
+fn neigh_ovs_xvs() {
+    neigh("nox", [Ovs, Xvs]);
+}
+#[test]
+fn neigh_ovs_ovs() {
+    neigh("noo", [Ovs, Ovs]);
+}
+
+/// A /32 route to B's endpoint through the middle namespace (which
+/// forwards): A's tunnel frames go to the middle's MAC within a few
+/// seconds; with the route removed, straight to B again.
+fn route(tag: &str, sw: [Switch; 2]) {
+    let t0 = Instant::now();
+    let Some(o) = setup(tag, Kind::Geneve, sw, Key::Fixed(VNI)) else { return };
+    let (a, b) = (&o.hv[0], &o.hv[1]);
+    o.assert_connected(10);
+    let bmac = b.endpoint_mac();
+    // The next hop of A's tunnel frames (those A sends, not the middle's
+    // forwarded copies), as tcpdump on the underlay sees them.
+    let next_hops = || {
+        let mut replies = 0;
+        let cap = o.capture(&[], || replies = o.ping(2));
+        let hops: Vec<String> =
+            o.outer_macs(&cap, 0, 1).into_iter().filter(|(s, _)| *s != MID_MAC).map(|(_, d)| d).collect();
+        (replies, hops)
+    };
+    let (n, hops) = next_hops();
+    assert!(
+        n == 2 && !hops.is_empty() && hops.iter().all(|h| *h == bmac),
+        "direct to B ({bmac}): {n} replies, {hops:?}"
+    );
+    step(tag, t0, "tunnel direct to B");
+    let via = format!("{}/32", b.endpoint);
+    a.ns.exec(&["ip", "route", "add", &via, "via", &o.mid.ip, "dev", "br-phy"]).unwrap();
+    let t = Instant::now();
+    let mut last = (0, vec![]);
+    let ok = xvs::ovnref::eventually(8, || {
+        last = next_hops();
+        last.0 == 2 && !last.1.is_empty() && last.1.iter().all(|h| *h == MID_MAC)
+    });
+    assert!(ok, "A's tunnel follows the route via the middle ({MID_MAC}): last {last:?}");
+    step(tag, t0, &format!("route via the middle followed after {:.1} s", t.elapsed().as_secs_f64()));
+    a.ns.exec(&["ip", "route", "del", &via]).unwrap();
+    // Back to direct. OVS 3.1 also learns a tunnel neighbour from the
+    // tunnel packets it receives (outer source address -> source MAC):
+    // while A's tunnel went through the middle, B learnt A's endpoint at
+    // the middle's MAC and answers there, and A re-learns B's endpoint at
+    // the middle's MAC from those answers. Both go on through the middle
+    // (which works: it forwards) until both caches are flushed. So a
+    // switch that does not go direct within 3 s gets tnl/neigh/flush on
+    // both sides, and the test says so.
+    let t = Instant::now();
+    let direct = |last: &mut (u32, Vec<String>)| {
+        *last = next_hops();
+        last.0 == 2 && !last.1.is_empty() && last.1.iter().all(|h| *h == bmac)
+    };
+    let mut flushed = false;
+    if !xvs::ovnref::eventually(3, || direct(&mut last)) {
+        step(tag, t0, &format!("hvA ({}) still sends via the middle: flushing both neighbour caches", a.switch.name()));
+        for hv in &o.hv {
+            hv.flush_neighbours();
+        }
+        flushed = true;
+        let ok = xvs::ovnref::eventually(5, || direct(&mut last));
+        assert!(ok, "A's tunnel goes direct to B ({bmac}) again once the route is gone: last {last:?}");
+    }
+    step(
+        tag,
+        t0,
+        &format!(
+            "route removal followed after {:.1} s{}",
+            t.elapsed().as_secs_f64(),
+            if flushed { " (with tnl/neigh/flush)" } else { "" }
+        ),
+    );
+}
+
+#[test]
+fn route_xvs_xvs() {
+    route("pxx", [Xvs, Xvs]);
+}
+#[test]
+fn route_xvs_ovs() {
+    route("pxo", [Xvs, Ovs]);
+}
+#[test]
+fn route_ovs_ovs() {
+    route("poo", [Ovs, Ovs]);
+}
+
+/// Geneve option class 0xffff type 0 (4 bytes) as tun_metadata0: A sends
+/// 0x1234, B sends 0x5678; each receiver lets only the other's value in.
+fn tlv(tag: &str, sw: [Switch; 2]) {
+    let t0 = Instant::now();
+    let Some(o) = setup(tag, Kind::Geneve, sw, Key::Fixed(VNI)) else { return };
+    let values = ["0x1234", "0x5678"];
+    for (i, hv) in o.hv.iter().enumerate() {
+        hv.ofctl_ok("br-int", &["add-tlv-map", "{class=0xffff,type=0,len=4}->tun_metadata0"]);
+        let map = hv.ofctl_ok("br-int", &["dump-tlv-map"]);
+        assert!(map.contains("tun_metadata0"), "hv{}: dump-tlv-map:\n{map}", hv.name);
+        hv.ofctl_ok("br-int", &["del-flows"]);
+        hv.ofctl_ok(
+            "br-int",
+            &["add-flow", &format!("in_port=vm,actions=set_field:{}->tun_metadata0,output:tun0", values[i])],
+        );
+        hv.ofctl_ok(
+            "br-int",
+            &["add-flow", &format!("in_port=tun0,tun_metadata0={},actions=output:vm", values[1 - i])],
+        );
+    }
+    o.assert_connected(10);
+    let mut replies = 0;
+    let cap = o.capture(&["-v"], || replies = o.ping(3));
+    assert_eq!(replies, 3, "ping with the right tun_metadata0 both ways");
+    assert!(
+        cap.contains("options [class Experimental (0xffff) type 0x0 len 8]"),
+        "the Geneve option on the underlay:\n{cap}"
+    );
+    step(tag, t0, "right metadata passes, the option is on the wire");
+    for (i, wrong) in [(0, "0xdead"), (1, "0xbeef")] {
+        let hv = &o.hv[i];
+        let set = |v: &str| {
+            hv.ofctl_ok(
+                "br-int",
+                &["mod-flows", &format!("in_port=vm,actions=set_field:{v}->tun_metadata0,output:tun0")],
+            )
+        };
+        set(wrong);
+        assert!(
+            xvs::ovnref::eventually(5, || o.ping_quick(1) == 0),
+            "hv{} sends tun_metadata0={wrong}: the peer must drop it",
+            hv.name
+        );
+        assert_eq!(o.ping_quick(3), 0, "hv{} sends tun_metadata0={wrong}: nothing gets through", hv.name);
+        let peer = &o.hv[1 - i];
+        let flows = peer.ofctl_ok("br-int", &["dump-flows"]);
+        eprintln!("[{tag}] hv{} flows with hv{} sending {wrong}:\n{flows}", peer.name, hv.name);
+        set(values[i]);
+        o.assert_connected(10);
+        step(
+            tag,
+            t0,
+            &format!("hv{} sending {wrong} is dropped by hv{}, {} passes again", hv.name, peer.name, values[i]),
+        );
+    }
+}
+
+#[test]
+fn tlv_xvs_xvs() {
+    tlv("txx", [Xvs, Xvs]);
+}
+#[test]
+fn tlv_xvs_ovs() {
+    tlv("txo", [Xvs, Ovs]);
+}
+#[test]
+fn tlv_ovs_xvs() {
+    tlv("tox", [Ovs, Xvs]);
+}
+#[test]
+fn tlv_ovs_ovs() {
+    tlv("too", [Ovs, Ovs]);
+}
+
+/// Malformed encapsulations sent to A's endpoint (with B's address as the
+/// source): counted by reason (xvs: `tnl/ports/show` drops; OVS: its
+/// coverage counter `datapath_drop_tunnel_pop_error`, for the kinds OVS's
+/// tunnel pop rejects) and never delivered to vmA; the tunnel keeps
+/// working.
+fn malformed(tag: &str, kind: Kind, sw: [Switch; 2], what: &[Malformed], ovs_counted: &[Malformed]) {
+    let t0 = Instant::now();
+    let Some(o) = setup(tag, kind, sw, Key::Fixed(VNI)) else { return };
+    let a = &o.hv[0];
+    o.assert_connected(10);
+    let before = a.tunnel_drops();
+    step(tag, t0, &format!("tunnel up; hvA drops before: {before:?}"));
+    let seen = o.vm[0].capture(&["ether", "src", "02:00:00:00:00:99"], || o.send_malformed(0, what).unwrap()).unwrap();
+    let frames = seen.lines().filter(|l| l.contains("02:00:00:00:00:99")).count();
+    assert_eq!(frames, 0, "vmA got inner frames of malformed packets:\n{seen}");
+    let expect: Vec<(String, u64)> = match a.switch {
+        Switch::Xvs => {
+            let mut v: Vec<(String, u64)> = Vec::new();
+            for m in what {
+                match v.iter_mut().find(|(r, _)| r == m.reason()) {
+                    Some((_, n)) => *n += 5,
+                    None => v.push((m.reason().to_string(), 5)),
+                }
+            }
+            v
+        }
+        Switch::Ovs => vec![("datapath_drop_tunnel_pop_error".to_string(), 5 * ovs_counted.len() as u64)],
+    };
+    let mut after = before.clone();
+    let counted = xvs::ovnref::eventually(6, || {
+        after = a.tunnel_drops();
+        expect.iter().all(|(r, n)| after.get(r).copied().unwrap_or(0) >= before.get(r).copied().unwrap_or(0) + n)
+    });
+    step(tag, t0, &format!("hvA drops after: {after:?}"));
+    assert!(
+        counted,
+        "hvA ({}) counts the malformed {kind:?} packets {what:?}: expected increases {expect:?}, before {before:?}, after {after:?}\n{}",
+        a.switch.name(),
+        a.appctl(&["tnl/ports/show"]).1
+    );
+    assert_eq!(o.ping(3), 3, "the tunnel still works");
+    step(tag, t0, "malformed packets counted and dropped, tunnel fine");
+}
+
+use Malformed::{BadOptions, BadProtocol, BadVersion, NoVni, Truncated};
+
+#[test]
+fn geneve_malformed_xvs_xvs() {
+    malformed("mgx", Kind::Geneve, [Xvs, Xvs], &[Truncated, BadVersion, BadOptions, BadProtocol], &[]);
+}
+#[test]
+fn geneve_malformed_ovs_ovs() {
+    malformed(
+        "mgo",
+        Kind::Geneve,
+        [Ovs, Ovs],
+        &[Truncated, BadVersion, BadOptions, BadProtocol],
+        &[Truncated, BadVersion, BadProtocol],
+    );
+}
+#[test]
+fn vxlan_malformed_xvs_xvs() {
+    malformed("mvx", Kind::Vxlan, [Xvs, Xvs], &[Truncated, NoVni], &[]);
+}
+#[test]
+fn vxlan_malformed_ovs_ovs() {
+    malformed("mvo", Kind::Vxlan, [Ovs, Ovs], &[Truncated, NoVni], &[Truncated, NoVni]);
+}
+#[test]
+fn gre_malformed_xvs_xvs() {
+    malformed("mrx", Kind::Gre, [Xvs, Xvs], &[Truncated, BadVersion, BadProtocol], &[]);
+}
+#[test]
+fn gre_malformed_ovs_ovs() {
+    malformed("mro", Kind::Gre, [Ovs, Ovs], &[Truncated, BadVersion, BadProtocol], &[Truncated, BadVersion]);
+}
