@@ -13,7 +13,8 @@
 //! secure) belongs to ovn-controller, which adds the tunnel ports itself.
 //! Debian's ovn-central/ovn-host (23.03) run unchanged. Every name carries
 //! the process id and a tag, so set-ups can run side by side; everything
-//! is removed on drop, also after a failed assertion. OVS runs inside the
+//! is removed on drop, also after a failed assertion (`XVS_KEEP=1` keeps
+//! the directory with the logs). OVS runs inside the
 //! hypervisor namespaces, so its `ovs-netdev` device does not collide with
 //! the root namespace's (no need for the OVS reference lock).
 
@@ -149,10 +150,10 @@ impl Hypervisor {
     /// the switch's log.
     pub fn diagnostics(&self) -> String {
         let mut s = format!("===== {} ({:?}) =====\n", self.name, self.switch);
-        for cmd in
-            [&["tnl/ports/show"][..], &["tnl/neigh/show"], &["ovs/route/show"], &["dpctl/dump-flows"], &["dpif/show"]]
-        {
-            s += &format!("--- ovs-appctl {}\n{}\n", cmd.join(" "), self.appctl(cmd));
+        let cmds =
+            ["tnl/ports/show", "tnl/neigh/show", "ovs/route/show", "dpctl/dump-flows", "dpctl/show", "dpif/show"];
+        for cmd in cmds {
+            s += &format!("--- ovs-appctl {cmd}\n{}\n", self.appctl(&[cmd]));
         }
         let (_, show, err) = self.try_run(&["ovs-vsctl", &format!("--db=unix:{}/db.sock", self.dir), "show"]);
         s += &format!("--- ovs-vsctl show\n{show}{err}\n");
@@ -338,7 +339,7 @@ impl Multi {
                 hv.exec(&[
                     "ovs-vswitchd",
                     &format!("unix:{d}/db.sock"),
-                    &format!("--pidfile={d}/vswitchd.pid"),
+                    &format!("--pidfile={d}/ovs-vswitchd.pid"),
                     &format!("--log-file={d}/vswitchd.log"),
                     "--detach",
                 ]);
@@ -467,21 +468,23 @@ impl Multi {
         );
     }
 
-    /// Waits up to `secs` until every hypervisor's chassis and its tunnel
-    /// ports to all others are there.
+    /// Waits up to `secs` until every hypervisor has a working Geneve port
+    /// (one with an OpenFlow port number) to each of the others.
     pub fn wait_tunnels(&self, secs: u64) -> bool {
         eventually(secs, || {
             self.hvs.iter().all(|hv| {
+                // A port the switch accepted has an OpenFlow port number.
                 let (_, out, _) = hv.try_run(&[
                     "ovs-vsctl",
                     &format!("--db=unix:{}/db.sock", hv.dir),
                     "--bare",
-                    "--columns=name",
+                    "--columns=ofport",
                     "find",
                     "interface",
                     "type=geneve",
                 ]);
-                out.split_whitespace().count() == self.hvs.len() - 1
+                let ofports: Vec<i64> = out.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+                ofports.len() == self.hvs.len() - 1 && ofports.iter().all(|&p| p > 0)
             })
         })
     }
@@ -533,7 +536,7 @@ impl Drop for Multi {
     fn drop(&mut self) {
         let mut pids = Vec::new();
         for hv in &self.hvs {
-            for p in ["ovnc", "vswitchd", "ovsdb"] {
+            for p in ["ovnc", "ovs-vswitchd", "ovsdb"] {
                 pids.push(format!("{}/{p}.pid", hv.dir));
             }
         }

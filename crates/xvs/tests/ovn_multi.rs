@@ -35,7 +35,11 @@ fn scenario(tag: &str, hv1: Switch, hv2: Switch) {
     eprintln!("hv1: {hv1:?}, hv2: {hv2:?}");
     let mut m = Multi::start(env!("CARGO_BIN_EXE_xvs"), tag, &[hv1, hv2]);
     m.two_switches_and_a_router();
-    assert!(m.wait_tunnels(20), "ovn-controller made no Geneve port to the other hypervisor\n{}", m.diagnostics());
+    assert!(
+        m.wait_tunnels(20),
+        "no working Geneve port (one with an ofport) to the other hypervisor\n{}",
+        m.diagnostics()
+    );
     eprintln!("set up in {:.1} s", t0.elapsed().as_secs_f64());
     eprintln!("ovn-sbctl show:\n{}", m.sbctl(&["show"]));
     let (vm1, vm2, vm3) = (m.host(0), m.host(1), m.host(2));
