@@ -35,6 +35,13 @@ fn scenario(tag: &str, hv1: Switch, hv2: Switch) {
     eprintln!("hv1: {hv1:?}, hv2: {hv2:?}");
     let mut m = Multi::start(env!("CARGO_BIN_EXE_xvs"), tag, &[hv1, hv2]);
     m.two_switches_and_a_router();
+    let (vm1, vm2, vm3) = (m.host(0), m.host(1), m.host(2));
+    // First without a tunnel: vm2 and vm3 are both on hv2.
+    assert!(
+        eventually(15, || vm2.ping(&vm3.ip, 1).unwrap() == 1),
+        "vm2 -> vm3 through lr1, both on hv2 (no tunnel)\n{}",
+        m.hvs[1].diagnostics()
+    );
     assert!(
         m.wait_tunnels(20),
         "no working Geneve port (one with an ofport) to the other hypervisor\n{}",
@@ -42,7 +49,6 @@ fn scenario(tag: &str, hv1: Switch, hv2: Switch) {
     );
     eprintln!("set up in {:.1} s", t0.elapsed().as_secs_f64());
     eprintln!("ovn-sbctl show:\n{}", m.sbctl(&["show"]));
-    let (vm1, vm2, vm3) = (m.host(0), m.host(1), m.host(2));
 
     // Logical switch, across the tunnel: ping, with the underlay watched.
     assert!(
