@@ -130,6 +130,12 @@ impl Hypervisor {
         format!("{out}{err}")
     }
 
+    /// The MTU of device `dev` in the hypervisor's namespace (0 if none).
+    pub fn mtu(&self, dev: &str) -> u32 {
+        let (_, out, _) = output(self.command(true, &["cat", &format!("/sys/class/net/{dev}/mtu")]));
+        out.trim().parse().unwrap_or(0)
+    }
+
     /// The switch's log.
     pub fn switch_log(&self) -> String {
         let f = match self.switch {
@@ -380,6 +386,13 @@ impl Multi {
             "interface",
             "ul0",
             ul_type,
+            // The tunnel's route device is br-phy: give it the underlay's
+            // MTU, so 1500-byte frames fit once encapsulated.
+            "--",
+            "set",
+            "interface",
+            "br-phy",
+            "mtu_request=1600",
         ]);
         let up = eventually(10, || hv.try_run(&["ip", "-n", &ns, "link", "show", "br-phy"]).0);
         assert!(up, "{name}: br-phy's local port never appeared:\n{}", hv.switch_log());

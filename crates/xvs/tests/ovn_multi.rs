@@ -74,7 +74,13 @@ fn scenario(tag: &str, hv1: Switch, hv2: Switch) {
     assert!(eventually(10, || vm1.ping(&vm3.ip, 1).unwrap() == 1), "vm1 -> vm3 through lr1\n{}", m.diagnostics());
     assert_eq!(vm1.ping(&vm3.ip, 3).unwrap(), 3, "lr1 across the tunnel");
     for hv in &m.hvs {
-        eprintln!("{} ({:?}): br-int has {} OpenFlow flows", hv.name, hv.switch, hv.flows().lines().count());
+        eprintln!(
+            "{} ({:?}): br-int has {} OpenFlow flows; br-phy's MTU is {} (mtu_request=1600)",
+            hv.name,
+            hv.switch,
+            hv.flows().lines().count(),
+            hv.mtu("br-phy")
+        );
     }
 
     // A load balancer on ls1 (in vm1's hypervisor: conntrack, DNAT) whose
