@@ -22,6 +22,7 @@ pub mod ofconn;
 pub mod offload;
 pub mod oflock;
 pub mod ofout;
+pub mod ovnmulti;
 pub mod ovnref;
 pub mod ovsref;
 pub mod ports;

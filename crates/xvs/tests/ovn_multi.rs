@@ -1,0 +1,199 @@
+//! OVN over two hypervisors: Debian's ovn-northd and one ovn-controller
+//! 23.03 per hypervisor, unchanged, each hypervisor a namespace with its
+//! own ovsdb-server and switch, joined by Geneve tunnels over an underlay
+//! bridge (see `xvs::ovnmulti`).
+//!
+//! The same scenario runs with OVS 3.1 on both hypervisors (the anchor: if
+//! it fails, the scenario is wrong), xvs on both, and xvs facing OVS both ways (the
+//! two must agree on the wire). `XVS_SWITCH=ovs` puts OVS on both sides of
+//! every test. The logical network: switch ls1 with vm1 (hv1) and vm2
+//! (hv2), switch ls2 with vm3 (hv2), router lr1 between them. Checked with
+//! real traffic: ping and a TCP stream vm1 -> vm2 through the tunnel (the
+//! underlay shows Geneve with OVN's option, class 0x102), ping vm1 -> vm3
+//! through the distributed router, a load balancer VIP on ls1 whose
+//! backend (vm3) is on the other hypervisor, then stateful ACLs on ls1
+//! (allow-related TCP to vm2, drop the rest to vm2). Needs root,
+//! ovn-central/ovn-host and tcpdump; skipped otherwise.
+
+use std::sync::Mutex;
+use std::time::Instant;
+use xvs::ovnmulti::{eventually, Multi, Switch};
+
+/// The set-ups are heavy for a small machine (six daemons per
+/// hypervisor pair and AF_XDP ports): the tests of this file take turns.
+static TURN: Mutex<()> = Mutex::new(());
+
+fn scenario(tag: &str, hv1: Switch, hv2: Switch) {
+    if let Some(why) = Multi::unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = Instant::now();
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let (hv1, hv2) = (Switch::or_env(hv1), Switch::or_env(hv2));
+    eprintln!("hv1: {hv1:?}, hv2: {hv2:?}");
+    let mut m = Multi::start(env!("CARGO_BIN_EXE_xvs"), tag, &[hv1, hv2]);
+    m.two_switches_and_a_router();
+    let (vm1, vm2, vm3) = (m.host(0), m.host(1), m.host(2));
+    // First without a tunnel: vm2 and vm3 are both on hv2.
+    assert!(
+        eventually(15, || vm2.ping(&vm3.ip, 1).unwrap() == 1),
+        "vm2 -> vm3 through lr1, both on hv2 (no tunnel)\n{}",
+        m.hvs[1].diagnostics()
+    );
+    assert!(
+        m.wait_tunnels(20),
+        "no working Geneve port (one with an ofport) to the other hypervisor\n{}",
+        m.diagnostics()
+    );
+    eprintln!("set up in {:.1} s", t0.elapsed().as_secs_f64());
+    eprintln!("ovn-sbctl show:\n{}", m.sbctl(&["show"]));
+
+    // Logical switch, across the tunnel: ping, with the underlay watched.
+    assert!(
+        eventually(15, || vm1.ping(&vm2.ip, 1).unwrap() == 1),
+        "vm1 (hv1) -> vm2 (hv2) on ls1\n{}",
+        m.diagnostics()
+    );
+    let mut replies = 0;
+    let wire = m.capture_geneve(|| replies = vm1.ping(&vm2.ip, 3).unwrap());
+    assert_eq!(replies, 3, "ls1 across the tunnel\n{}", m.diagnostics());
+    let geneve = wire.lines().filter(|l| l.contains("Geneve")).count();
+    assert!(geneve >= 6, "the underlay shows the pings in Geneve ({geneve} lines):\n{wire}");
+    assert!(
+        wire.contains("0x102"),
+        "the Geneve frames carry OVN's option (class 0x102):\n{}",
+        wire.lines().take(12).collect::<Vec<_>>().join("\n")
+    );
+    eprintln!("underlay (first lines):\n{}", wire.lines().take(4).collect::<Vec<_>>().join("\n"));
+    let got = vm1.tcp_stream(vm2, 5201, 1_000_000);
+    assert_eq!(got.as_ref().ok(), Some(&1_000_000), "TCP vm1 -> vm2 across the tunnel: {got:?}\n{}", m.diagnostics());
+
+    // The distributed router: routed on hv1, delivered on hv2.
+    assert!(eventually(10, || vm1.ping(&vm3.ip, 1).unwrap() == 1), "vm1 -> vm3 through lr1\n{}", m.diagnostics());
+    assert_eq!(vm1.ping(&vm3.ip, 3).unwrap(), 3, "lr1 across the tunnel");
+    for hv in &m.hvs {
+        eprintln!(
+            "{} ({:?}): br-int has {} OpenFlow flows; br-phy's MTU is {} (mtu_request=1600)",
+            hv.name,
+            hv.switch,
+            hv.flows().lines().count(),
+            hv.mtu("br-phy")
+        );
+    }
+
+    // A load balancer on ls1 (in vm1's hypervisor: conntrack, DNAT) whose
+    // backend is vm3 on the other one. The VIP is in ls1's subnet, where
+    // OVN answers no ARP for it: vm1 sends it to the router's MAC.
+    m.nbctl(&["lb-add", "lb1", "10.0.1.100:80", "10.0.2.1:8080", "tcp"]);
+    m.nbctl(&["ls-lb-add", "ls1", "lb1"]);
+    m.sync();
+    vm1.exec(&["ip", "neigh", "replace", "10.0.1.100", "lladdr", "00:00:00:00:ff:01", "dev", "eth0"]).unwrap();
+    let ready = format!("/tmp/{}-8080.tready", vm3.ns);
+    let _ = std::fs::remove_file(&ready);
+    let rx = vm3.util(&["tcp-recv", "--port", "8080", "--max-ms", "15000", "--ready-file", &ready]).unwrap();
+    xvs::netns::wait_file(&ready, 5000);
+    let tx = vm1.util(&["tcp-send", "--dst", "10.0.1.100:80", "--bytes", "200000", "--timeout-ms", "10000"]).unwrap();
+    let sent = xvs::netns::finish(tx);
+    let got = xvs::netns::finish(rx);
+    let _ = std::fs::remove_file(&ready);
+    assert!(sent.is_ok() && got.is_ok(), "the VIP's stream: sent {sent:?}, got {got:?}\n{}", m.diagnostics());
+    let got = got.unwrap();
+    assert_eq!(xvs::netns::number_after(&got, "received"), Some(200_000), "the VIP's backend got the stream: {got}");
+
+    // Stateful ACLs on ls1: vm2 accepts TCP to port 5202 from vm1 (and
+    // its replies), nothing else it did not ask for.
+    m.nbctl(&[
+        "acl-add",
+        "ls1",
+        "to-lport",
+        "1002",
+        "outport == \"vm2\" && ip4.src == 10.0.1.1 && tcp.dst == 5202",
+        "allow-related",
+    ]);
+    m.nbctl(&["acl-add", "ls1", "to-lport", "1001", "outport == \"vm2\" && ip4", "drop"]);
+    m.sync();
+    assert!(eventually(10, || vm1.ping(&vm2.ip, 1).unwrap() == 0), "the drop ACL stops ICMP to vm2");
+    let got = vm1.tcp_stream(vm2, 5202, 200_000);
+    assert_eq!(
+        got.as_ref().ok(),
+        Some(&200_000),
+        "allow-related lets TCP to vm2:5202 through: {got:?}\n{}",
+        m.diagnostics()
+    );
+    assert_eq!(vm2.ping(&vm1.ip, 2).unwrap(), 2, "replies to what vm2 started pass the drop ACL (conntrack)");
+    assert_eq!(vm1.ping(&vm3.ip, 2).unwrap(), 2, "vm3 is not behind the ACL");
+    for hv in &m.hvs {
+        eprintln!(
+            "{} ({:?}): br-int has {} OpenFlow flows (with LB and ACLs)",
+            hv.name,
+            hv.switch,
+            hv.flows().lines().count()
+        );
+    }
+    // OVN's ARP responders answer with replies, on the asking VM's
+    // hypervisor: the router's for the gateway (vm1 on hv1, vm2 on hv2),
+    // the logical switch's for vm1's address (vm2 on hv2). A responder
+    // that lost `arp_op = 2` sends the request back; the VM still learns
+    // the address from it, so pings pass anyway.
+    let checks = [
+        (vm1, 0, &[&vm3.ip][..], &["Reply 10.0.1.254 is-at 00:00:00:00:ff:01"][..]),
+        (
+            vm2,
+            1,
+            &[&vm1.ip, &vm3.ip],
+            &["Reply 10.0.1.1 is-at 00:00:00:00:01:01", "Reply 10.0.1.254 is-at 00:00:00:00:ff:01"],
+        ),
+    ];
+    for (vm, hv, dsts, replies) in checks {
+        vm.exec(&["ip", "neigh", "flush", "dev", "eth0"]).unwrap();
+        let arp = vm
+            .capture(&["arp"], || {
+                for d in dsts {
+                    let _ = vm.ping(d, 1);
+                }
+            })
+            .unwrap();
+        for reply in replies {
+            assert!(
+                arp.contains(reply),
+                "{} got no ARP \"{reply}\" from {}; it saw:\n{arp}\n{}",
+                vm.ns,
+                m.hvs[hv].name,
+                m.hvs[hv].diagnostics()
+            );
+        }
+    }
+    // The routers' learned neighbours (each is two flows on every br-int).
+    let macs = m.sbctl(&["--bare", "--columns=logical_port,ip", "list", "mac_binding"]);
+    eprintln!("MAC_Binding: {}", macs.split_whitespace().collect::<Vec<_>>().join(" "));
+    if std::env::var_os("XVS_KEEP").is_some() {
+        for hv in &m.hvs {
+            let _ = std::fs::write(format!("{}/br-int-flows.txt", hv.dir), hv.flows());
+        }
+    }
+    eprintln!("passed in {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn two_hypervisors_ovs_ovs() {
+    scenario("oo", Switch::Ovs, Switch::Ovs);
+}
+
+#[test]
+fn two_hypervisors_xvs_xvs() {
+    scenario("xx", Switch::Xvs, Switch::Xvs);
+}
+
+#[test]
+fn two_hypervisors_xvs_ovs() {
+    scenario("xo", Switch::Xvs, Switch::Ovs);
+}
+
+/// The other way round: OVS on the VIP's client side, xvs on the side of
+/// the backend and of the ACLs' target.
+#[test]
+fn two_hypervisors_ovs_xvs() {
+    scenario("ox", Switch::Ovs, Switch::Xvs);
+}
