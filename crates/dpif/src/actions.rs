@@ -83,7 +83,7 @@ const SET_GROUPS: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     ("tp", &[("src", "tp_src"), ("dst", "tp_dst")]),
-    ("arp", &[("sip", "nw_src"), ("tip", "nw_dst"), ("sha", "arp_sha"), ("tha", "arp_tha")]),
+    ("arp", &[("sip", "nw_src"), ("tip", "nw_dst"), ("op", "nw_proto"), ("sha", "arp_sha"), ("tha", "arp_tha")]),
     ("skb_mark", &[("", "pkt_mark")]),
     (
         "tunnel",

@@ -352,6 +352,8 @@ fn writable(key: &FlowKey, layout: &Layout, d: &[u8]) -> FlowKey {
             w.set_nw_dst(u32::MAX);
             w.set_arp_sha(u64::MAX >> 16);
             w.set_arp_tha(u64::MAX >> 16);
+            // arp_op (its low byte is the key's nw_proto, as OVS keeps it).
+            w.set_nw_proto(u8::MAX);
             return w;
         }
         // The top label stack entry (set_field on mpls_label/tc/bos/ttl).
@@ -456,6 +458,10 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
             }
             if m.nw_dst() != 0 {
                 d[l3 + 24..l3 + 28].copy_from_slice(&key.nw_dst().to_be_bytes());
+            }
+            if m.nw_proto() != 0 {
+                // An ARP responder's load:2->arp_op turns the request into a reply.
+                wr16(d, l3 + 6, key.nw_proto() as u16);
             }
             return;
         }

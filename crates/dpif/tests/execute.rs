@@ -501,3 +501,41 @@ fn mpls_top_entry_rewrites_leave_the_rest() {
     });
     assert!(run(g, vec![a, DpAction::Output(2)]).out.iter().all(|(_, p)| p[18..20] == [0x00, 0x06]));
 }
+
+/// An ARP responder's rewrite (as OVN's: load:2->arp_op, swap the
+/// addresses) turns a request into a reply on the wire.
+#[test]
+fn arp_responder_rewrites_op_and_addresses() {
+    let mut f = Vec::new();
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&A);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&A);
+    f.extend_from_slice(&[10, 0, 0, 1]);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&[10, 0, 0, 254]);
+    let rec = run(
+        f,
+        vec![
+            set(|k, m| {
+                k.set_nw_proto(2);
+                m.set_nw_proto(u8::MAX);
+                k.set_arp_sha(0x0200_0000_0002);
+                m.set_arp_sha(u64::MAX >> 16);
+                k.set_arp_tha(0x0200_0000_0001);
+                m.set_arp_tha(u64::MAX >> 16);
+                k.set_nw_src(0x0a00_00fe);
+                m.set_nw_src(u32::MAX);
+                k.set_nw_dst(0x0a00_0001);
+                m.set_nw_dst(u32::MAX);
+            }),
+            DpAction::Output(2),
+        ],
+    );
+    let p = only(&rec);
+    assert_eq!(&p[20..22], &[0, 2], "arp_op is now a reply");
+    assert_eq!(&p[22..28], &B);
+    assert_eq!(&p[28..32], &[10, 0, 0, 254]);
+    assert_eq!(&p[32..38], &A);
+    assert_eq!(&p[38..42], &[10, 0, 0, 1]);
+}

@@ -413,6 +413,36 @@ pub fn set_link_up(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets interface `name`'s MTU.
+pub fn set_mtu(name: &str, mtu: u32) -> io::Result<()> {
+    let sock = socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;
+    let mut ifr = ifreq_with_name(name)?;
+    ifr.ifr_ifru.ifru_mtu = mtu as libc::c_int;
+    // SAFETY: SIOCSIFMTU reads one ifreq whose ifru_mtu was just set.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &mut ifr) })?;
+    Ok(())
+}
+
+/// Sets interface `name`'s Ethernet address.
+pub fn set_mac(name: &str, mac: [u8; 6]) -> io::Result<()> {
+    let sock = socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;
+    let mut ifr = ifreq_with_name(name)?;
+    let mut sa: libc::sockaddr = unsafe_zeroed_sockaddr();
+    sa.sa_family = libc::ARPHRD_ETHER;
+    for (d, s) in sa.sa_data.iter_mut().zip(mac) {
+        *d = s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_hwaddr = sa;
+    // SAFETY: SIOCSIFHWADDR reads one ifreq whose ifru_hwaddr was just set.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFHWADDR, &mut ifr) })?;
+    Ok(())
+}
+
+fn unsafe_zeroed_sockaddr() -> libc::sockaddr {
+    // SAFETY: sockaddr is plain data; all zeroes is a valid value.
+    unsafe { zeroed() }
+}
+
 /// A memory mapping, unmapped on drop.
 pub struct Mmap {
     ptr: NonNull<u8>,

@@ -388,9 +388,14 @@ impl Ctx<'_> {
             let l4 = (STAGE_L4..WORDS).any(|i| self.pending.w[i] != 0);
             let dl = if l3 { self.key.dl_type() } else { 0 };
             let proto = if l4 { self.key.nw_proto() } else { 0 };
-            if let Some(DpAction::SetMasked { key, .. }) = self.actions.last_mut() {
-                key.set_dl_type(dl);
-                key.set_nw_proto(proto);
+            // (arp_op lives in nw_proto's place and is written: kept.)
+            if let Some(DpAction::SetMasked { key, mask }) = self.actions.last_mut() {
+                if mask.dl_type() == 0 {
+                    key.set_dl_type(dl);
+                }
+                if mask.nw_proto() == 0 {
+                    key.set_nw_proto(proto);
+                }
             }
             self.pending = FlowKey::ZERO;
         }

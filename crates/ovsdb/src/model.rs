@@ -119,6 +119,8 @@ pub struct IfaceCfg {
     pub uuid: String,
     pub kind: IfaceKind,
     pub ofport_request: Option<u16>,
+    /// `mtu_request`: the MTU the device should have.
+    pub mtu_request: Option<u32>,
     /// Set when the configuration cannot be applied; the daemon should not
     /// create the interface and should write this to its `error` column.
     pub error: Option<String>,
@@ -490,7 +492,14 @@ fn iface(i: &Cols) -> IfaceCfg {
             (IfaceKind::Unsupported(ty), Some(e))
         }
     };
-    IfaceCfg { name, uuid: i.uuid.to_string(), kind, ofport_request, error }
+    let mtu_request = i.int("mtu_request").and_then(|v| match u32::try_from(v) {
+        Ok(v) if (68..=65535).contains(&v) => Some(v),
+        _ => {
+            i.note(format!("interface {name}: mtu_request: {v} is out of range 68..65535; ignored"));
+            None
+        }
+    });
+    IfaceCfg { name, uuid: i.uuid.to_string(), kind, ofport_request, mtu_request, error }
 }
 
 /// The interface types xvs implements (also written to `iface_types`).

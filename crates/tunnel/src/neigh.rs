@@ -80,7 +80,8 @@ impl NeighCache {
 
     /// `tnl/neigh/show`, in Open vSwitch's layout.
     pub fn show(&self, now_ms: u64) -> String {
-        let mut s = format!("{:<45} {:<17} {}\n", "IP", "MAC", "Bridge");
+        // Column widths as Open vSwitch prints them (MAC then three spaces).
+        let mut s = format!("{:<45} {:<20}{}\n", "IP", "MAC", "Bridge");
         s.push_str(&"=".repeat(74));
         s.push('\n');
         let mut v: Vec<_> = self.entries.iter().filter(|(_, n)| n.expires_ms > now_ms).collect();
@@ -88,7 +89,7 @@ impl NeighCache {
         for (ip, n) in v {
             let m = n.mac;
             let mac = format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
-            let _ = writeln!(s, "{:<45} {:<17} {}", fmt_addr(*ip), mac, n.bridge);
+            let _ = writeln!(s, "{:<45} {:<20}{}", fmt_addr(*ip), mac, n.bridge);
         }
         s
     }

@@ -334,7 +334,40 @@ fn reconcile(
             rt.ifaces.insert(name, applied);
         }
         apply_mirrors(rt, br);
+        apply_hwaddr(br);
+        apply_mtu(rt, br);
         apply_zone_policies(rt, d);
+    }
+}
+
+/// `Interface mtu_request`: the kernel device of each applied interface
+/// takes that MTU (when it differs), as OVS applies it; a refusal lands in
+/// the log and the interface keeps forwarding.
+fn apply_mtu(rt: &BridgeRt, br: &BridgeCfg) {
+    for p in &br.ports {
+        for i in &p.interfaces {
+            let Some(mtu) = i.mtu_request else { continue };
+            let Some(ai) = rt.ifaces.get(&i.name).filter(|a| a.ofport.is_some()) else { continue };
+            if matches!(ai.spec.kind, PortType::Patch | PortType::Tunnel | PortType::VhostUserClient) {
+                continue;
+            }
+            if read_sys(&i.name, "mtu").and_then(|m| m.parse::<u32>().ok()).is_some_and(|m| m != mtu) {
+                if let Err(e) = netdev_linux::sys::set_mtu(&i.name, mtu) {
+                    eprintln!("xvs: interface {}: mtu_request {mtu}: {e}", i.name);
+                }
+            }
+        }
+    }
+}
+
+/// `Bridge other_config:hwaddr`: the bridge's local port takes that MAC
+/// (when it exists and differs), as in OVS.
+fn apply_hwaddr(br: &BridgeCfg) {
+    let Some(mac) = br.hwaddr else { return };
+    if read_mac(&br.name).is_some_and(|m| m != mac) {
+        if let Err(e) = netdev_linux::sys::set_mac(&br.name, mac) {
+            eprintln!("xvs: bridge {}: other_config:hwaddr: {e}", br.name);
+        }
     }
 }
 

@@ -201,6 +201,10 @@ fn vsctl_configures_bridges_ports_errors_and_restart() {
     };
     let (_, a) = addr();
     assert!(a.contains("169.254.77.1/32") && a.contains("UP"), "local port after the restart: {a}");
+    // mtu_request is applied to the device, as OVS applies it.
+    env.vsctl(&["set", "interface", &br, "mtu_request=1600"]);
+    let mtu = || std::fs::read_to_string(format!("/sys/class/net/{br}/mtu")).unwrap_or_default().trim().to_string();
+    assert!(eventually(5, || mtu() == "1600"), "mtu_request applied: {}", mtu());
     // Removing the bridge removes its device.
     env.vsctl(&["del-br", &br]);
     assert!(eventually(5, || !addr().0), "the bridge's device is gone with the bridge: {}", addr().1);
