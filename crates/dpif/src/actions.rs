@@ -21,6 +21,8 @@ pub struct UserspaceExtra {
     pub userdata: Vec<u8>,
     pub pause: bool,
     pub meta: flow::FlowKey,
+    /// With `pause`: the rest of the pipeline, for NXT_RESUME.
+    pub continuation: Option<Arc<ofp_types::Continuation>>,
 }
 
 /// Why a packet is sent to userspace (the OpenFlow layer).

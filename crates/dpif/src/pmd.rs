@@ -335,6 +335,24 @@ impl Pmd {
         self.out.flush(sink);
     }
 
+    /// Like [`Pmd::execute`], for a packet whose pipeline metadata
+    /// (registers, conntrack and tunnel fields) is not in its bytes: `key`
+    /// is its full key (a resumed continuation).
+    pub fn execute_with_key(
+        &mut self,
+        pkt: Packet,
+        mut key: FlowKey,
+        actions: &[DpAction],
+        upcall: &dyn Upcall,
+        now_ms: u64,
+        sink: &mut dyn Sink,
+    ) {
+        let (_, layout, _) = flow::extract(pkt.data(), pkt.in_port);
+        let res = execute(actions, pkt, &mut key, layout, &mut self.out, sink, now_ms);
+        self.recirculate(res, &mut key, upcall, now_ms, sink, 1);
+        self.out.flush(sink);
+    }
+
     #[allow(clippy::too_many_arguments)] // reason: the per-packet context, passed down without a struct on the hot path
     fn handle(
         &mut self,

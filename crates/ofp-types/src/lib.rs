@@ -19,12 +19,14 @@
 #![deny(unsafe_code)]
 
 pub mod actions;
+pub mod continuation;
 pub mod ct;
 pub mod learn;
 pub mod parse;
 pub mod subfield;
 
 pub use actions::{Action, ControllerSpec, Instruction, OfPort};
+pub use continuation::{Continuation, Frozen};
 pub use parse::{parse_flow, parse_flow_file, FlowSpec, Need};
 pub use subfield::SubField;
 

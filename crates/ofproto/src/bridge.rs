@@ -201,6 +201,20 @@ pub struct Ofproto {
 }
 
 impl Ofproto {
+    /// The id a continuation names this bridge by (NXCPT_BRIDGE): a hash
+    /// of its name, so a resume reaches the same bridge after a restart.
+    pub fn continuation_bridge(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        for (i, seed) in [0xcbf2_9ce4_8422_2325u64, 0x9e37_79b9_7f4a_7c15].iter().enumerate() {
+            let mut h = *seed;
+            for b in self.name.bytes() {
+                h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+            }
+            out[i * 8..i * 8 + 8].copy_from_slice(&h.to_be_bytes());
+        }
+        out
+    }
+
     pub fn new(name: &str) -> Ofproto {
         Ofproto {
             name: name.into(),

@@ -35,5 +35,6 @@ pub use actions::{Action, Instruction, OfPort};
 pub use bridge::{FlowModError, Mirror, Ofproto, PortConfig, Rule, TableMiss};
 pub use normal::{MacTable, VlanMode};
 pub use ofp_types::FlowModCmd;
+pub use ofp_types::{Continuation, Frozen};
 pub use parse::{parse_flow, parse_flow_file, FlowSpec, Need};
 pub use xlate::Trace;

@@ -83,6 +83,11 @@ struct Ctx<'a> {
     rule: Option<(u8, classifier::RuleId)>,
     /// Tables nested right now (see [`MAX_NEST`]).
     nest: u32,
+    /// Set by `controller(pause)`: each table the walk unwinds through
+    /// adds the rest of its rule (innermost first), and the paused
+    /// packet-in (action `pause_at`) carries them as its continuation.
+    freeze: Option<Vec<ofp_types::Frozen>>,
+    pause_at: usize,
 }
 
 impl Ofproto {
@@ -96,14 +101,18 @@ impl Ofproto {
     /// the tables (packet-out). Resubmits and NORMAL work as in a rule.
     pub fn translate_actions(&self, key: &FlowKey, actions: &[Action]) -> Translation {
         let mut cx = Ctx::new(self, key, FlowKey::ALL_ONES, false);
-        for a in actions {
+        for (i, a) in actions.iter().enumerate() {
             if cx.stop {
                 break;
             }
             cx.do_action(a);
+            cx.freeze_rest(cx.table, 0, &actions[i + 1..], &[]);
         }
         cx.commit();
-        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters: Vec::new(), too_deep: cx.too_deep }
+        cx.finish_freeze();
+        // The rules the actions resubmitted through count the packet, as
+        // in OVS (the caller credits them: no megaflow will).
+        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters: cx.counters, too_deep: cx.too_deep }
     }
 
     /// Like [`Ofproto::translate_key`], with the walk through the tables.
@@ -140,6 +149,7 @@ impl Ofproto {
         if key.is_ip_any() && cx.wc.dl_type() == 0xffff {
             cx.wc.set_nw_frag(flow::key::FRAG_ANY | flow::key::FRAG_LATER);
         }
+        cx.finish_freeze();
         let final_key = cx.key;
         let mask = cx.wc;
         Trace {
@@ -180,6 +190,8 @@ impl<'a> Ctx<'a> {
             resubmits: 0,
             rule: None,
             nest: 0,
+            freeze: None,
+            pause_at: 0,
         }
     }
 }
@@ -300,6 +312,9 @@ impl Ctx<'_> {
                                 }
                                 self.tail = i + 1 == acts.len();
                                 self.do_action(a);
+                                // A pause: the rest of this rule (and its
+                                // goto_table) runs on resume.
+                                self.freeze_rest(table, cookie, &acts[i + 1..], instructions);
                             }
                         }
                         Instruction::Write(acts) => {
@@ -349,6 +364,40 @@ impl Ctx<'_> {
         }
         self.table = saved_table;
         self.depth -= 1;
+    }
+
+    /// After an action that paused the pipeline (and only then: `freeze`
+    /// is set and this level has not frozen yet), records the actions left
+    /// at this level, with a goto_table as a resubmit to that table.
+    fn freeze_rest(&mut self, table: u8, cookie: u64, rest: &[Action], instructions: &[Instruction]) {
+        if !self.stop {
+            return;
+        }
+        let Some(f) = self.freeze.as_mut() else { return };
+        let mut actions = rest.to_vec();
+        for ins in instructions {
+            if let Instruction::GotoTable(t) = ins {
+                actions.push(Action::Resubmit { port: None, table: Some(*t) });
+            }
+        }
+        // Outer levels see `stop` too and add theirs as the walk unwinds.
+        f.push(ofp_types::Frozen { table_id: table, cookie, actions });
+    }
+
+    /// Hands the frozen pipeline to the paused packet-in.
+    fn finish_freeze(&mut self) {
+        let Some(frames) = self.freeze.take() else { return };
+        let cont = ofp_types::Continuation {
+            bridge: self.of.continuation_bridge(),
+            conntracked: self.key.ct_state() != 0,
+            frames,
+            action_set: std::mem::take(&mut self.action_set),
+        };
+        if let Some(DpAction::Userspace { extra: Some(x), .. }) = self.actions.get_mut(self.pause_at) {
+            let mut e = (**x).clone();
+            e.continuation = Some(Arc::new(cont));
+            *x = Arc::new(e);
+        }
     }
 
     fn execute_action_set(&mut self) {
@@ -655,6 +704,7 @@ impl Ctx<'_> {
                     userdata: c.userdata.clone(),
                     pause: c.pause,
                     meta,
+                    continuation: None,
                 };
                 let reason = match c.reason {
                     0 => UserspaceReason::NoMatch,
@@ -670,10 +720,13 @@ impl Ctx<'_> {
                     cookie,
                     extra: Some(std::sync::Arc::new(extra)),
                 });
-                // A paused pipeline would continue after NXT_RESUME, which
-                // xvs does not do yet: the packet's translation ends here.
+                // A paused pipeline stops here and continues on NXT_RESUME:
+                // each level the walk unwinds through freezes the rest of
+                // its rule (`freeze_rest`) into the packet-in.
                 if c.pause {
                     self.stop = true;
+                    self.freeze = Some(Vec::new());
+                    self.pause_at = self.actions.len() - 1;
                 }
             }
             Action::SetField { field, value, mask } => self.set_field(field, *value, *mask),

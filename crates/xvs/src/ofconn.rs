@@ -826,6 +826,18 @@ impl OfManager {
                 let body = msg::tlv::encode_reply(space, ofproto::tlv::MAX_FIELDS, &maps);
                 vec![msg::encode_nx(v, xid, msg::nxt::TLV_TABLE_REPLY, &body)]
             }
+            Msg::Resume(r) => {
+                if !self.can_modify(conn) {
+                    return err(ErrorKind::IsSlave);
+                }
+                let me = self.sh.ofproto.read().expect("ofproto lock").continuation_bridge();
+                if r.continuation.bridge != me {
+                    // Paused on another bridge (or made up): nothing to resume here.
+                    return err(ErrorKind::BadArgument);
+                }
+                self.sh.resume(&r.metadata, &r.continuation, &r.data);
+                Vec::new()
+            }
             Msg::CtFlushZone(zone) => {
                 let ct = Arc::clone(self.sh.ofproto.read().expect("ofproto lock").conntrack());
                 let n = ct.flush(|c| c.zone == zone);
@@ -1465,6 +1477,9 @@ impl OfManager {
             }
             let data = &ev.data[..ev.data.len().min(max)];
             if pin_format == 2 {
+                // A paused pipeline's rest, in this connection's version.
+                let cont =
+                    ev.extra.as_ref().and_then(|x| x.continuation.as_ref()).map(|c| msg::encode_continuation(v, c));
                 let catchall = flow::Match::CATCHALL;
                 let mut m0 = catchall.clone();
                 if metadata.is_none() {
@@ -1480,6 +1495,7 @@ impl OfManager {
                     data,
                     metadata: metadata.as_ref().unwrap_or(&m0),
                     userdata: ev.extra.as_ref().map_or(&[][..], |x| &x.userdata[..]),
+                    continuation: cont.as_deref(),
                 };
                 let b = msg::encode_packet_in2(v, 0, &p);
                 self.snoop(&b);

@@ -148,9 +148,56 @@ impl Shared {
         };
         let mut pkt = Packet::from_slice(data);
         pkt.in_port = in_port;
+        for c in &t.counters {
+            c.0.credit(1, data.len() as u64, self.now_ms());
+        }
         // No poll loop replays this one's parked packets: it waits instead.
         let upcall = BlockingUpcall(&self.ofproto);
         self.slow_pmd.lock().expect("slow pmd").execute(pkt, &t.actions, &upcall, self.now_ms(), &mut sink);
+    }
+
+    /// Continues a pipeline paused by `controller(pause)` (NXT_RESUME):
+    /// the packet as the controller returned it, with the pipeline metadata
+    /// it returned (registers, `metadata`, in_port, tunnel and conntrack
+    /// fields), runs the actions the pause froze, table by table.
+    pub fn resume(&self, metadata: &flow::Match, cont: &ofproto::Continuation, data: &[u8]) {
+        let in_port = metadata.key.in_port();
+        let (mut key, _, _) = flow::extract(data, in_port);
+        // Only the metadata stage comes from the controller; the headers
+        // are the packet's own.
+        for w in 0..flow::key::STAGE_L2 {
+            key.w[w] = (key.w[w] & !metadata.mask.w[w]) | (metadata.key.w[w] & metadata.mask.w[w]);
+        }
+        let mut actions = cont.actions();
+        actions.extend(cont.action_set.iter().cloned());
+        let t = self.ofproto.read().expect("ofproto lock").translate_actions(&key, &actions);
+        let ports = self.ports.read().expect("ports lock").clone();
+        let mut sink = PortSink {
+            ports: &ports,
+            live: &self.ports,
+            sent: Vec::new(),
+            mirror: self.mirror.as_ref(),
+            userspace_dropped: 0,
+            packet_in: &self.packet_in_tx,
+        };
+        let mut pkt = Packet::from_slice(data);
+        pkt.in_port = in_port;
+        for c in &t.counters {
+            c.0.credit(1, data.len() as u64, self.now_ms());
+        }
+        let tnl = flow::key::TNL_WORDS.map(|w| key.w[w]);
+        if tnl != [0; 4] {
+            pkt.tnl = Some(Box::new(tnl));
+        }
+        let upcall = BlockingUpcall(&self.ofproto);
+        self.slow_pmd.lock().expect("slow pmd").execute_with_key(
+            pkt,
+            key,
+            &t.actions,
+            &upcall,
+            self.now_ms(),
+            &mut sink,
+        );
     }
 
     /// Live counters of every port.

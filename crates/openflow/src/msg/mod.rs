@@ -124,6 +124,7 @@ pub mod nxt {
     pub const TLV_TABLE_REQUEST: u32 = 25;
     pub const TLV_TABLE_REPLY: u32 = 26;
     pub const CT_FLUSH_ZONE: u32 = 29;
+    pub const RESUME: u32 = 28;
     pub const CT_FLUSH: u32 = 32;
 }
 
@@ -219,6 +220,8 @@ pub enum Msg {
     /// `NXT_TLV_TABLE_MOD` / `NXT_TLV_TABLE_REQUEST`.
     TlvTableMod(tlv::TlvTableMod),
     TlvTableRequest,
+    /// `NXT_RESUME`: continue a pipeline paused by `controller(pause)`.
+    Resume(packet::Resume),
     FlowAge,
     QueueGetConfig,
     TableMod,
@@ -353,6 +356,7 @@ fn decode_vendor(ctx: &Ctx, rd: &mut Rd) -> Result<Msg, ErrorKind> {
         nxt::CT_FLUSH => Msg::CtFlush(ct_flush::decode(rd)?),
         nxt::TLV_TABLE_MOD => Msg::TlvTableMod(tlv::decode_mod(rd)?),
         nxt::TLV_TABLE_REQUEST => Msg::TlvTableRequest,
+        nxt::RESUME => Msg::Resume(packet::decode_resume(ctx.version, rd)?),
         nxt::SET_ASYNC_CONFIG => Msg::SetAsync,
         _ => return Err(ErrorKind::BadExpType),
     })

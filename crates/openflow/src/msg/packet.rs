@@ -173,6 +173,8 @@ pub struct PacketIn2<'a> {
     /// registers, `metadata`, tunnel fields), as match fields.
     pub metadata: &'a Match,
     pub userdata: &'a [u8],
+    /// A paused pipeline ([`encode_continuation`]'s bytes).
+    pub continuation: Option<&'a [u8]>,
 }
 
 /// `NXT_PACKET_IN2` (what ovn-controller asks for with
@@ -208,5 +210,154 @@ pub fn encode_packet_in2(v: Version, xid: u32, p: &PacketIn2) -> Vec<u8> {
     if !p.userdata.is_empty() {
         prop(&mut out, 7, &|o| o.extend_from_slice(p.userdata));
     }
+    if let Some(c) = p.continuation {
+        // Nested properties: four bytes of padding after the header.
+        prop(&mut out, 8, &|o| {
+            o.zeros(4);
+            o.extend_from_slice(c)
+        });
+    }
     end(out)
+}
+
+/// Continuation property types (nested in NXT_PACKET_IN2 property 8).
+mod nxcpt {
+    pub const BRIDGE: u16 = 0x8000;
+    pub const STACK: u16 = 0x8001;
+    pub const MIRRORS: u16 = 0x8002;
+    pub const CONNTRACKED: u16 = 0x8003;
+    pub const TABLE_ID: u16 = 0x8004;
+    pub const COOKIE: u16 = 0x8005;
+    pub const ACTIONS: u16 = 0x8006;
+    pub const ACTION_SET: u16 = 0x8007;
+    pub const ODP_PORT: u16 = 0x8008;
+}
+
+/// Appends one property (type, length, value, padded to 8 bytes).
+fn put_prop(out: &mut Vec<u8>, ty: u16, nested: bool, f: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.u16(ty);
+    out.u16(0);
+    if nested {
+        out.zeros(4);
+    }
+    f(out);
+    let len = (out.len() - start) as u16;
+    out[start + 2..start + 4].copy_from_slice(&len.to_be_bytes());
+    out.zeros((8 - len as usize % 8) % 8);
+}
+
+/// The properties of `b` as (type, payload after the 4-byte header).
+fn props(b: &[u8]) -> Result<Vec<(u16, &[u8])>, ErrorKind> {
+    let mut out = Vec::new();
+    let mut rd = Rd::new(b, ErrorKind::BadLen);
+    while !rd.is_empty() {
+        let ty = rd.u16()?;
+        let len = rd.u16()? as usize;
+        if len < 4 {
+            return Err(ErrorKind::BadLen);
+        }
+        let body = rd.bytes(len - 4)?;
+        // Padding to 8 (the last property's may be missing).
+        let pad = (8 - len % 8) % 8;
+        rd.skip(pad.min(rd.len()))?;
+        out.push((ty, body));
+    }
+    Ok(out)
+}
+
+/// A nested property's contents (after its four bytes of padding).
+fn nested(body: &[u8]) -> Result<&[u8], ErrorKind> {
+    body.get(4..).ok_or(ErrorKind::BadLen)
+}
+
+/// The continuation of a paused pipeline, laid out as Open vSwitch lays
+/// it out (so `ovs-ofctl monitor` prints it): the bridge, `conntracked`,
+/// then per frozen table its id and cookie (when they change; both start
+/// at 0) and its actions, then the action set.
+pub fn encode_continuation(v: Version, c: &ofp_types::Continuation) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_prop(&mut out, nxcpt::BRIDGE, false, |o| o.extend_from_slice(&c.bridge));
+    if c.conntracked {
+        put_prop(&mut out, nxcpt::CONNTRACKED, false, |_| {});
+    }
+    let (mut table, mut cookie) = (0u8, 0u64);
+    for f in c.frames.iter().filter(|f| !f.actions.is_empty()) {
+        if f.table_id != table {
+            put_prop(&mut out, nxcpt::TABLE_ID, false, |o| o.u8(f.table_id));
+            table = f.table_id;
+        }
+        if f.cookie != cookie {
+            put_prop(&mut out, nxcpt::COOKIE, false, |o| {
+                o.zeros(4);
+                o.u64(f.cookie)
+            });
+            cookie = f.cookie;
+        }
+        put_prop(&mut out, nxcpt::ACTIONS, true, |o| crate::action::encode_actions(v, &f.actions, o));
+    }
+    if !c.action_set.is_empty() {
+        put_prop(&mut out, nxcpt::ACTION_SET, true, |o| crate::action::encode_actions(v, &c.action_set, o));
+    }
+    out
+}
+
+/// Reads a continuation back (from an NXT_RESUME). Malformed properties
+/// are refused; the stack and mirror properties Open vSwitch may write are
+/// accepted only empty/zero, since xvs never writes them.
+pub fn decode_continuation(v: Version, b: &[u8]) -> Result<ofp_types::Continuation, ErrorKind> {
+    let mut c = ofp_types::Continuation::default();
+    let mut bridge = false;
+    let (mut table, mut cookie) = (0u8, 0u64);
+    for (ty, body) in props(b)? {
+        match ty {
+            nxcpt::BRIDGE => {
+                c.bridge = body.try_into().map_err(|_| ErrorKind::BadLen)?;
+                bridge = true;
+            }
+            nxcpt::CONNTRACKED => c.conntracked = true,
+            nxcpt::TABLE_ID => table = *body.first().ok_or(ErrorKind::BadLen)?,
+            nxcpt::COOKIE => {
+                let b: [u8; 8] = body.get(4..12).and_then(|x| x.try_into().ok()).ok_or(ErrorKind::BadLen)?;
+                cookie = u64::from_be_bytes(b);
+            }
+            nxcpt::ACTIONS => {
+                let (actions, _) = crate::action::decode_actions(v, nested(body)?)?;
+                c.frames.push(ofp_types::Frozen { table_id: table, cookie, actions });
+            }
+            nxcpt::ACTION_SET => c.action_set = crate::action::decode_actions(v, nested(body)?)?.0,
+            nxcpt::MIRRORS if body.iter().all(|&x| x == 0) => {}
+            nxcpt::ODP_PORT => {}
+            nxcpt::STACK | nxcpt::MIRRORS => return Err(ErrorKind::BadArgument),
+            _ => return Err(ErrorKind::BadArgument),
+        }
+    }
+    if !bridge {
+        return Err(ErrorKind::BadArgument);
+    }
+    Ok(c)
+}
+
+/// `NXT_RESUME`: a paused packet (possibly rewritten by the controller),
+/// its pipeline metadata (possibly changed) and the continuation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resume {
+    pub data: Vec<u8>,
+    pub metadata: Match,
+    pub continuation: ofp_types::Continuation,
+}
+
+pub(super) fn decode_resume(v: Version, rd: &mut Rd) -> Result<Resume, ErrorKind> {
+    let (mut data, mut metadata, mut cont) = (None, Match::CATCHALL, None);
+    for (ty, body) in props(rd.rest())? {
+        match ty {
+            0 => data = Some(body.to_vec()),
+            1..=5 | 7 => {}
+            6 => metadata = oxm::decode(body)?.matched,
+            8 => cont = Some(decode_continuation(v, nested(body)?)?),
+            _ => return Err(ErrorKind::BadArgument),
+        }
+    }
+    let data = data.filter(|d| d.len() >= 14).ok_or(ErrorKind::BadPacket)?;
+    Ok(Resume { data, metadata, continuation: cont.ok_or(ErrorKind::BadArgument)? })
 }
