@@ -145,6 +145,14 @@ class Switch:
         self.env = dict(os.environ, OVS_RUNDIR=self.rundir, OVS_DBDIR=d, OVS_LOGDIR=d)
         self.db = f"unix:{d}/db.sock"
         self.vsctl = ["ovs-vsctl", f"--db={self.db}", "--timeout=20"]
+        try:
+            self.start(port_type)
+        except BaseException:
+            self.stop()  # what was started so far
+            raise
+
+    def start(self, port_type):
+        name, xvs, d = self.name, self.xvs, self.d
         sh("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
         sh("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
            f"--unixctl={d}/ovsdb.ctl", "--detach", f"--log-file={d}/ovsdb.log", env=self.env)
@@ -251,11 +259,11 @@ def measure(xvs, sw, case, flows, secs):
     `secs` seconds after a WARM-second warm-up."""
     gen_ns, sink_ns = (VM, SINK) if case == "encap" else (SINK, VM)
     ready = tempfile.mktemp(prefix="xbt-ready-")
-    tmpl = None
-    sink = subprocess.Popen(["ip", "netns", "exec", sink_ns, xvs, "util", "xdp-sink", "--dev", "eth0",
-                             "--seconds", str(WARM + secs + 1.5), "--ready-file", ready],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tmpl, sink, g = None, None, None
     try:
+        sink = subprocess.Popen(["ip", "netns", "exec", sink_ns, xvs, "util", "xdp-sink", "--dev", "eth0",
+                                 "--seconds", str(WARM + secs + 1.5), "--ready-file", ready],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         t = time.time()
         while not os.path.exists(ready) and time.time() - t < 5:
             time.sleep(0.02)
@@ -282,9 +290,10 @@ def measure(xvs, sw, case, flows, secs):
             raise RuntimeError(f"pktgen: {gout.strip()}")
         return float(m.group(1)), (r1 - r0) / (t1 - t0)
     finally:
-        if sink.poll() is None:
-            sink.kill()
-            sink.wait()
+        for p in (g, sink):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
         for f in (ready, tmpl):
             if f and os.path.exists(f):
                 os.unlink(f)
