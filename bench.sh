@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: xvs, OVS 3.1 AF_XDP and the Linux bridge on one
 # veth topology, in one run. Installs what it needs, builds, runs.
-#   ./bench.sh            full matrix (about 15 minutes)
+#   ./bench.sh            full matrix (about 20 minutes)
+#   ./bench.sh --only tunnel   Geneve encap/decap, xvs and OVS (about 4 minutes)
 #   ./bench.sh --quick    a 2-minute subset
 # Output: a table, bench-out/results.json and bench-out/chart.png.
 set -euo pipefail

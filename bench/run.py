@@ -414,7 +414,7 @@ def main():
     ap.add_argument("--tx-flush-us", type=int, default=0,
                     help="transmit flush interval for xvs and OVS (OVS: other_config:tx-flush-interval)")
     ap.add_argument("--only", action="append", default=[],
-                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd)")
+                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd); --only tunnel: Geneve encap and decap through br-int and br-phy, xvs against OVS")
     a = ap.parse_args()
     global TX_FLUSH_US
     TX_FLUSH_US = a.tx_flush_us
@@ -563,12 +563,20 @@ def main():
         import vmports
         vm_results = vmports.run(XVS, secs=a.seconds, log=progress)
         sys.stderr.write("\n")
+    # Native tunneling: Geneve encap and decap, xvs against OVS (tunnels.py).
+    tunnel_results = None
+    if (not a.only and not a.quick) or any("tunnel" == o for o in a.only):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import tunnels
+        tunnel_results = tunnels.run(XVS, secs=5.0, reps=a.reps, log=progress, with_ovs=have_ovs)
+        sys.stderr.write("\n")
     os.makedirs(a.out, exist_ok=True)
     meta = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].split(":", 1)[1].strip(),
             "ncpu": os.cpu_count(), "kernel": os.uname().release, "seconds": a.seconds, "reps": a.reps,
             "generator": "xvs util pktgen (AF_PACKET) on CPU 0", "sink": "XDP count+drop (native) in the sink ns",
             "switch_cpu": "CPU 1 (xvs and the AF_XDP wire pinned; OVS pmd-cpu-mask=0x2)"}
-    json.dump({"meta": meta, "results": results, "churn": churn_results, "vm": vm_results}, open(os.path.join(a.out, "results.json"), "w"),
+    json.dump({"meta": meta, "results": results, "churn": churn_results, "vm": vm_results,
+               "tunnel": tunnel_results}, open(os.path.join(a.out, "results.json"), "w"),
               indent=1)
     if results:
         hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}{'mflows':>9}  ns/pkt usr/sys/sirq  all-cpu ns/pkt"
@@ -597,6 +605,8 @@ def main():
                   f"{r['rss_mb_after_add']:>9.0f}MB{r['rss_mb_after_del']:>9.0f}MB{r['bytes_per_rule']:>8}")
     if vm_results:
         vmports.report(vm_results)
+    if tunnel_results:
+        tunnels.report(tunnel_results)
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -615,4 +625,7 @@ if __name__ == "__main__":
         main()
     except KeyboardInterrupt:
         Topo.cleanup()
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import tunnels
+        tunnels.cleanup()
         sys.exit(130)

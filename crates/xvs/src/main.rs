@@ -229,10 +229,15 @@ enum UtilCmd {
     Pktgen {
         #[arg(long)]
         dev: String,
+        #[arg(long, required_unless_present = "frames_file")]
+        src_mac: Option<String>,
+        #[arg(long, required_unless_present = "frames_file")]
+        dst_mac: Option<String>,
+        /// Send these frames instead (hex, one frame per line, round robin),
+        /// e.g. pre-encapsulated tunnel frames; --size, --flows and the
+        /// MACs are then not used.
         #[arg(long)]
-        src_mac: String,
-        #[arg(long)]
-        dst_mac: String,
+        frames_file: Option<PathBuf>,
         #[arg(long, default_value_t = 60)]
         size: usize,
         #[arg(long, default_value_t = 1)]
@@ -491,8 +496,19 @@ fn main() -> ExitCode {
             UtilCmd::TcpRecv { port, max_ms, ready_file } => xvs::util::tcp_recv(port, max_ms, ready_file.as_deref()),
             UtilCmd::TcpSend { dst, bytes, timeout_ms } => xvs::util::tcp_send(&dst, bytes, timeout_ms),
             UtilCmd::SendRaw { dev, frames } => xvs::util::send_raw(&dev, &frames),
-            UtilCmd::Pktgen { dev, src_mac, dst_mac, size, flows, first_flow, seconds } => {
-                xvs::util::pktgen(&dev, &src_mac, &dst_mac, size, first_flow, flows, seconds)
+            UtilCmd::Pktgen { dev, src_mac, dst_mac, frames_file, size, flows, first_flow, seconds } => {
+                match frames_file {
+                    Some(f) => xvs::util::pktgen_frames(&dev, &f, seconds),
+                    None => xvs::util::pktgen(
+                        &dev,
+                        src_mac.as_deref().unwrap_or_default(),
+                        dst_mac.as_deref().unwrap_or_default(),
+                        size,
+                        first_flow,
+                        flows,
+                        seconds,
+                    ),
+                }
             }
             UtilCmd::XdpSink { dev, seconds, ready_file } => xvs::util::xdp_sink(&dev, seconds, ready_file.as_deref()),
         }

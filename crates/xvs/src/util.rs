@@ -167,7 +167,6 @@ pub fn pktgen(
     flows: u32,
     seconds: f64,
 ) -> Result<String> {
-    use netdev::Netdev;
     let mac = |m: &str| -> Result<[u8; 6]> {
         let v = flow::matching::parse_mac(m).with_context(|| format!("bad MAC {m}"))?;
         Ok(flow::key::mac_to_bytes(v))
@@ -187,6 +186,35 @@ pub fn pktgen(
             netdev::Packet::from_slice(&f)
         })
         .collect();
+    send_for(dev, &frames, seconds)
+}
+
+/// Sends the frames in `path` (hex, one frame per line) round robin out of
+/// `dev` through an AF_PACKET socket for `seconds`, as [`pktgen`] does:
+/// for frames pktgen cannot build, such as pre-encapsulated tunnel frames.
+pub fn pktgen_frames(dev: &str, path: &std::path::Path, seconds: f64) -> Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let frames = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|h| {
+            // An odd digit count leaves a last pair that does not parse.
+            (0..h.len().div_ceil(2))
+                .map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2).unwrap_or("x"), 16))
+                .collect::<Result<Vec<u8>, _>>()
+                .map(|f| netdev::Packet::from_slice(&f))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: frames must be hex, one a line", path.display()))?;
+    if frames.is_empty() {
+        bail!("{}: no frames", path.display());
+    }
+    send_for(dev, &frames, seconds)
+}
+
+fn send_for(dev: &str, frames: &[netdev::Packet], seconds: f64) -> Result<String> {
+    use netdev::Netdev;
     let mut port = netdev_linux::AfPacketPort::open(dev).with_context(|| format!("opening {dev}"))?;
     let start = Instant::now();
     let mut batch = Vec::with_capacity(64);

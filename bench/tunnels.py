@@ -1,0 +1,388 @@
+"""Native tunneling: Geneve encapsulation and decapsulation, xvs against
+Open vSwitch 3.1 (userspace datapath), same topology, same run.
+
+    VM ns --veth--> [ br-int: vm port, tun0 (geneve) ]          hypervisor ns
+                    [ br-phy: underlay port, local port 172.31.9.1 ] --veth--> sink ns (172.31.9.2)
+
+Both switches are configured with ovs-vsctl exactly as OVS's userspace
+tunneling documents it: br-int holds the VM port and the tunnel port
+(remote_ip=172.31.9.2, key=5001), br-phy the underlay port, and the
+tunnel endpoint address sits on br-phy's local port. br-int has two rules
+(vm -> tun0, tun0 -> vm, installed with ovs-ofctl into both); br-phy is
+NORMAL. The switch runs inside the hypervisor namespace with
+other_config:pmd-cpu-mask=0x2 (poll threads on CPU 1); ports are afxdp
+for both if OVS lists it in iface_types, else system. Before measuring,
+the sink pings 172.31.9.1 (ARP both ways, MAC learning on br-phy) and the
+remote's neighbour entry is set with `ovs-appctl tnl/neigh/set`.
+
+Cases, 64-byte inner frames, 1 and 1000 inner flows:
+* encap: `xvs util pktgen` (AF_PACKET, CPU 0) in the VM namespace sends
+  UDP frames (1000 flows: 1000 source and destination addresses); the
+  sink namespace receives the Geneve frames.
+* decap: the same generator in the sink namespace sends pre-built Geneve
+  frames (built here with struct: outer destination = br-phy's MAC, UDP
+  6081, VNI 5001; 1000 flows: inner and outer UDP source ports vary) to
+  br-phy; the VM namespace receives the inner frames.
+The receiving end runs the XDP count-and-drop sink (so the kernel stack
+costs nothing); what is counted is its veth's rx_packets over SECS
+seconds after a 1 s warm-up. Printed: a table of delivered packets/s and
+the xvs/OVS ratio; written: --out/results-tunnel.json. Everything created
+is removed at the end, also on failure and Ctrl-C.
+
+Run through run.py (`./bench.sh --only tunnel`) or alone as root:
+python3 bench/tunnels.py [--xvs target/release/xvs] [--secs 5] [--reps 1].
+"""
+import argparse, json, os, re, shutil, signal, statistics, struct, subprocess, sys, tempfile, time
+
+HV, VM, SINK = "xbt-hv", "xbt-vm", "xbt-sink"
+VMP, ULP = "xbtvm", "xbtul"  # the hypervisor-side veth ends: the switch's ports
+LOCAL_IP, REMOTE_IP = "172.31.9.1", "172.31.9.2"
+VNI = 5001
+REMOTE_VM_MAC = "02:00:00:00:09:02"  # the inner source: a VM behind the remote endpoint
+WARM = 1.0
+
+
+def sh(*a, check=True, **kw):
+    r = subprocess.run(a, capture_output=True, text=True, **kw)
+    if check and r.returncode:
+        raise RuntimeError(f"{' '.join(a)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def ns(n, *a, **kw):
+    return sh("ip", "netns", "exec", n, *a, **kw)
+
+
+def quiet(*a):
+    subprocess.run(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def cleanup():
+    for n in (HV, VM, SINK):
+        quiet("ip", "netns", "del", n)
+
+
+def topo():
+    cleanup()
+    for n in (HV, VM, SINK):
+        sh("ip", "netns", "add", n)
+        # No IPv6 chatter (router solicitations, MLD) through the switch or
+        # into a count; `default` also covers br-phy and br-int, made later.
+        for k in ("all", "default"):
+            quiet("ip", "netns", "exec", n, "sysctl", "-qw", f"net.ipv6.conf.{k}.disable_ipv6=1")
+        ns(n, "ip", "link", "set", "lo", "up")
+    sh("ip", "link", "add", VMP, "netns", HV, "type", "veth", "peer", "name", "eth0", "netns", VM)
+    sh("ip", "link", "add", ULP, "netns", HV, "type", "veth", "peer", "name", "eth0", "netns", SINK)
+    for n, dev in ((HV, VMP), (HV, ULP), (VM, "eth0"), (SINK, "eth0")):
+        if dev == ULP or n == SINK:
+            ns(n, "ip", "link", "set", dev, "mtu", "1600")
+        ns(n, "ip", "link", "set", dev, "up")
+        quiet("ip", "netns", "exec", n, "ethtool", "-K", dev, "tx", "off")
+    ns(SINK, "ip", "addr", "add", f"{REMOTE_IP}/24", "dev", "eth0")
+
+
+def mac_of(n, dev):
+    return ns(n, "cat", f"/sys/class/net/{dev}/address").strip()
+
+
+def rx_packets(n):
+    return int(ns(n, "cat", "/sys/class/net/eth0/statistics/rx_packets").strip())
+
+
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def ipv4(src, dst, proto, payload, ttl=64):
+    h = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 0, 0x4000, ttl, proto, 0,
+                    bytes(map(int, src.split("."))), bytes(map(int, dst.split("."))))
+    return h[:10] + struct.pack("!H", csum(h)) + h[12:] + payload
+
+
+def udp(sport, dport, payload):
+    # Checksum 0: "none", allowed for UDP over IPv4 (and what Geneve
+    # senders usually put in the outer header).
+    return struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+
+
+def eth(dst, src, ethertype, payload):
+    m = lambda s: bytes(int(x, 16) for x in s.split(":"))
+    return m(dst) + m(src) + struct.pack("!H", ethertype) + payload
+
+
+def geneve_frames(flows, outer_dst, outer_src, inner_dst, size=60):
+    """Geneve frames from the remote endpoint to br-phy, one per inner flow:
+    the inner frame is `size` bytes (without FCS) of UDP 10.9.0.2 -> 10.9.0.1
+    to port 5001, from source port 1024+i; the outer UDP source port is
+    49152+i (as a sender derives it from the inner flow's hash)."""
+    out = []
+    for i in range(flows):
+        inner_pl = bytes(size - 14 - 20 - 8)
+        inner = eth(inner_dst, REMOTE_VM_MAC, 0x0800, ipv4("10.9.0.2", "10.9.0.1", 17, udp(1024 + i, 5001, inner_pl)))
+        # Geneve: version 0, no options, not OAM, protocol Ethernet
+        # (0x6558), 24-bit VNI then a reserved byte.
+        gnv = struct.pack("!BBHI", 0, 0, 0x6558, VNI << 8) + inner
+        out.append(eth(outer_dst, outer_src, 0x0800, ipv4(REMOTE_IP, LOCAL_IP, 17, udp(49152 + i, 6081, gnv))))
+    return out
+
+
+class Switch:
+    """xvs or ovs-vswitchd in the hypervisor namespace, configured over
+    its own ovsdb-server (in the root namespace, a Unix socket)."""
+
+    def __init__(self, name, xvs, port_type=None):
+        self.name, self.xvs = name, xvs
+        self.d = tempfile.mkdtemp(prefix=f"xbt-{name}-")
+        d = self.d
+        self.procs, self.pidfiles = [], [f"{d}/ovsdb-server.pid"]
+        self.rundir = f"{d}/run" if name == "xvs" else d
+        os.makedirs(self.rundir, exist_ok=True)
+        self.env = dict(os.environ, OVS_RUNDIR=self.rundir, OVS_DBDIR=d, OVS_LOGDIR=d)
+        self.db = f"unix:{d}/db.sock"
+        self.vsctl = ["ovs-vsctl", f"--db={self.db}", "--timeout=20"]
+        try:
+            self.start(port_type)
+        except BaseException:
+            self.stop()  # what was started so far
+            raise
+
+    def start(self, port_type):
+        name, xvs, d = self.name, self.xvs, self.d
+        sh("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
+        sh("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
+           f"--unixctl={d}/ovsdb.ctl", "--detach", f"--log-file={d}/ovsdb.log", env=self.env)
+        self.v("--no-wait", "init")
+        self.v("--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2")
+        if name == "xvs":
+            log = open(f"{d}/xvs.log", "w")
+            self.procs.append(subprocess.Popen(["ip", "netns", "exec", HV, xvs, "switch", "--db", self.db,
+                                                "--run-dir", self.rundir], stdout=log, stderr=log))
+        else:
+            self.pidfiles.append(f"{d}/ovs-vswitchd.pid")
+            sh("ip", "netns", "exec", HV, "ovs-vswitchd", self.db, f"--pidfile={d}/ovs-vswitchd.pid", "--detach",
+               f"--log-file={d}/vswitchd.log", env=self.env)
+        self.v("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev")
+        self.iface_types = self.v("get", "Open_vSwitch", ".", "iface_types").strip()
+        self.ptype = port_type or ("afxdp" if "afxdp" in self.iface_types else "system")
+        self.v("add-port", "br-phy", ULP, "--", "set", "interface", ULP, f"type={self.ptype}")
+        self.v("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
+        self.v("add-port", "br-int", VMP, "--", "set", "interface", VMP, f"type={self.ptype}")
+        self.v("add-port", "br-int", "tun0", "--", "set", "interface", "tun0", "type=geneve",
+               f"options:remote_ip={REMOTE_IP}", f"options:key={VNI}")
+        self.xdp_mode = "-"
+        if self.ptype == "afxdp" and name == "ovs":
+            # As run.py: native XDP, generic if the kernel refuses it here.
+            self.xdp_mode = "native"
+            time.sleep(2)
+            if '"' in self.v("get", "interface", ULP, "error") + self.v("get", "interface", VMP, "error"):
+                self.xdp_mode = "generic-skb"
+                for p in (ULP, VMP):
+                    self.v("set", "interface", p, "options:xdp-mode=generic-skb")
+        for _ in range(100):
+            if quiet_ok("ip", "netns", "exec", HV, "ip", "link", "show", "br-phy"):
+                break
+            time.sleep(0.1)
+        ns(HV, "ip", "addr", "add", f"{LOCAL_IP}/24", "dev", "br-phy")
+        ns(HV, "ip", "link", "set", "br-phy", "up")
+        ns(HV, "ip", "link", "set", "br-int", "up", check=False)
+        time.sleep(1)
+        for p in (ULP, VMP, "tun0"):
+            err = self.v("get", "interface", p, "error").strip()
+            if err not in ("[]", ""):
+                raise RuntimeError(f"{name}: interface {p}: {err}")
+        mgmt = f"unix:{self.rundir}/br-int.mgmt"
+        for _ in range(50):
+            if os.path.exists(f"{self.rundir}/br-int.mgmt"):
+                break
+            time.sleep(0.1)
+        sh("ovs-ofctl", "del-flows", mgmt)
+        sh("ovs-ofctl", "add-flow", mgmt, f"in_port={VMP},actions=output:tun0")
+        sh("ovs-ofctl", "add-flow", mgmt, f"in_port=tun0,actions=output:{VMP}")
+        if self.ptype == "afxdp":
+            # The XDP mode the ports ended up in: xvs says it in dpctl/show,
+            # OVS in the interface's status column.
+            if name == "xvs":
+                shown = self.appctl("dpctl/show", check=False)
+            else:
+                shown = self.v("get", "interface", ULP, "status") + self.v("get", "interface", VMP, "status")
+            self.xdp_mode = ",".join(sorted(set(re.findall(r'xdp-mode="?=?([\w-]+)', shown)))) or self.xdp_mode
+        # Resolve the remote endpoint: ARP both ways (and br-phy learns the
+        # sink's MAC on the underlay port), then the neighbour entry itself.
+        self.sink_mac = mac_of(SINK, "eth0")
+        ns(SINK, "ping", "-c", "3", "-i", "0.3", "-W", "1", LOCAL_IP, check=False)
+        self.appctl("tnl/neigh/set", "br-phy", REMOTE_IP, self.sink_mac)
+        self.brphy_mac = mac_of(HV, "br-phy")
+        self.pid = self.procs[0].pid if self.procs else int(open(f"{d}/ovs-vswitchd.pid").read())
+
+    def v(self, *a):
+        return sh(*self.vsctl, *a, env=self.env)
+
+    def appctl(self, *a, check=True):
+        return sh("ovs-appctl", *a, env=self.env, check=check)
+
+    def diagnose(self):
+        """What the switch thinks, for a case where nothing arrived."""
+        out = []
+        for c in (["tnl/ports/show"], ["tnl/neigh/show"], ["dpctl/dump-flows"], ["ovs/route/show"]):
+            r = subprocess.run(["ovs-appctl", *c], capture_output=True, text=True, env=self.env)
+            out.append(f"--- {self.name}: ovs-appctl {' '.join(c)}\n{r.stdout}{r.stderr}")
+        return "\n".join(out)
+
+    def stop(self):
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in self.pidfiles:
+            try:
+                os.kill(int(open(f).read()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.3)
+        shutil.rmtree(self.d, ignore_errors=True)
+
+
+def quiet_ok(*a):
+    return subprocess.run(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+
+def measure(xvs, sw, case, flows, secs):
+    """(offered pps, delivered pps) of one case: the sink's rx_packets over
+    `secs` seconds after a WARM-second warm-up."""
+    gen_ns, sink_ns = (VM, SINK) if case == "encap" else (SINK, VM)
+    ready = tempfile.mktemp(prefix="xbt-ready-")
+    tmpl, sink, g = None, None, None
+    try:
+        sink = subprocess.Popen(["ip", "netns", "exec", sink_ns, xvs, "util", "xdp-sink", "--dev", "eth0",
+                                 "--seconds", str(WARM + secs + 1.5), "--ready-file", ready],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        t = time.time()
+        while not os.path.exists(ready) and time.time() - t < 5:
+            time.sleep(0.02)
+        gen = ["ip", "netns", "exec", gen_ns, "taskset", "-c", "0", xvs, "util", "pktgen", "--dev", "eth0",
+               "--seconds", str(WARM + secs + 0.5)]
+        if case == "encap":
+            gen += ["--src-mac", mac_of(VM, "eth0"), "--dst-mac", REMOTE_VM_MAC, "--size", "60",
+                    "--flows", str(flows)]
+        else:
+            fd, tmpl = tempfile.mkstemp(prefix="xbt-geneve-", suffix=".hex")
+            with os.fdopen(fd, "w") as f:
+                for fr in geneve_frames(flows, sw.brphy_mac, sw.sink_mac, mac_of(VM, "eth0")):
+                    f.write(fr.hex() + "\n")
+            gen += ["--frames-file", tmpl]
+        g = subprocess.Popen(gen, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(WARM)
+        r0, t0 = rx_packets(sink_ns), time.time()
+        time.sleep(secs)
+        r1, t1 = rx_packets(sink_ns), time.time()
+        gout = g.communicate(timeout=30)[0]
+        sink.communicate(timeout=30)
+        m = re.search(r"pps (\d+)", gout)
+        if not m:
+            raise RuntimeError(f"pktgen: {gout.strip()}")
+        return float(m.group(1)), (r1 - r0) / (t1 - t0)
+    finally:
+        for p in (g, sink):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in (ready, tmpl):
+            if f and os.path.exists(f):
+                os.unlink(f)
+
+
+CASES = [("encap", 1), ("encap", 1000), ("decap", 1), ("decap", 1000)]
+
+
+def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True):
+    """Every rep sets up each switch afresh and runs all cases through it,
+    xvs and OVS alternating; the rows hold the median over reps."""
+    names = ["xvs"] + (["ovs"] if with_ovs and shutil.which("ovs-vswitchd") else [])
+    got = {(n, c, f): [] for n in names for c, f in CASES}
+    info = {}
+    try:
+        for r in range(reps):
+            for n in names:
+                topo()
+                sw = None
+                try:
+                    log(f"tunnel: {n} set-up, rep {r + 1}/{reps}")
+                    sw = Switch(n, xvs, port_type)
+                    info[n] = {"port_type": sw.ptype, "xdp_mode": sw.xdp_mode, "iface_types": sw.iface_types}
+                    for c, f in CASES:
+                        log(f"tunnel: {n} {c}, {f} inner flows, {secs:g} s (rep {r + 1}/{reps})")
+                        off, fwd = measure(xvs, sw, c, f, secs)
+                        got[(n, c, f)].append((off, fwd))
+                        if fwd < 1:
+                            sys.stderr.write(f"\n{n} {c} {f} flows: nothing arrived\n{sw.diagnose()}\n")
+                finally:
+                    if sw:
+                        sw.stop()
+                    cleanup()
+    finally:
+        cleanup()
+    rows = []
+    for c, f in CASES:
+        row = {"case": c, "inner_flows": f, "frame": 64}
+        for n in names:
+            v = got[(n, c, f)]
+            row[f"{n}_offered_pps"] = statistics.median(x[0] for x in v)
+            row[f"{n}_pps"] = statistics.median(x[1] for x in v)
+            row[f"{n}_runs"] = [x[1] for x in v]
+        rows.append(row)
+    return {"rows": rows, "switches": info, "seconds": secs, "warmup": WARM, "reps": reps}
+
+
+def report(res):
+    rows = res["rows"]
+    ovs = any("ovs_pps" in r for r in rows)
+    print(f"\n{'Geneve, 64 B inner':<20}{'inner flows':>12}{'xvs pps':>12}{'OVS pps':>12}{'xvs/OVS':>9}"
+          f"{'offered (xvs/OVS)':>22}")
+    for r in rows:
+        o = r.get("ovs_pps")
+        ratio = f"{r['xvs_pps'] / o:.2f}" if o else "-"
+        offered = f"{r['xvs_offered_pps']:.0f}/{r['ovs_offered_pps']:.0f}" if ovs else f"{r['xvs_offered_pps']:.0f}"
+        print(f"{r['case']:<20}{r['inner_flows']:>12}{r['xvs_pps']:>12.0f}{(f'{o:.0f}' if o is not None else '-'):>12}"
+              f"{ratio:>9}{offered:>22}")
+    for n, i in res["switches"].items():
+        print(f"{n}: ports type={i['port_type']} xdp-mode={i['xdp_mode']}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--xvs", default=os.environ.get("XVS_BIN") or os.path.join(root, "target/release/xvs"))
+    ap.add_argument("--secs", type=float, default=5.0)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--port-type", help="afxdp or system for both switches (default: afxdp if OVS offers it)")
+    ap.add_argument("--no-ovs", action="store_true")
+    ap.add_argument("--out", default=os.path.join(root, "bench-out"))
+    a = ap.parse_args()
+    res = run(os.path.abspath(a.xvs), a.secs, a.reps, log=lambda m: sys.stderr.write(f"{m}\n"),
+              port_type=a.port_type, with_ovs=not a.no_ovs)
+    res["meta"] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "kernel": os.uname().release,
+                   "ncpu": os.cpu_count(), "loadavg_at_end": os.getloadavg()[0],
+                   "generator": "xvs util pktgen (AF_PACKET) on CPU 0",
+                   "sink": "XDP count+drop; rx_packets of its veth", "switch_cpu": "pmd-cpu-mask=0x2"}
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "results-tunnel.json")
+    json.dump(res, open(path, "w"), indent=1)
+    report(res)
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        main()
+    except KeyboardInterrupt:
+        cleanup()
+        sys.exit(130)
