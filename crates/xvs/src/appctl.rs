@@ -115,7 +115,11 @@ pub fn pmd_stats_show(ctx: &Ctx, args: &[String]) -> Reply {
             let total = (r.busy_ns + r.idle_ns).max(1);
             let cyc = |ns: u64| (ns as f64 * mhz / 1000.0) as u64;
             let pk = s.packets.max(1) as f64;
-            let _ = writeln!(out, "pmd thread numa_id 0 core_id {} ({}):", r.id, b.shared.bridge);
+            if r.main_thread {
+                let _ = writeln!(out, "main thread ({}):", b.shared.bridge);
+            } else {
+                let _ = writeln!(out, "pmd thread numa_id 0 core_id {} ({}):", r.id, b.shared.bridge);
+            }
             let _ = writeln!(out, "  packets received: {}", s.packets);
             let _ = writeln!(out, "  packet recirculations: 0");
             let _ = writeln!(out, "  avg. datapath passes per packet: 1.00");

@@ -58,6 +58,8 @@ pub struct PmdReport {
     pub samples: Vec<flow::FlowKey>,
     /// Packets sent to a controller that is not there (dropped).
     pub userspace_dropped: u64,
+    /// The slow-path datapath, not a poll thread (OVS's "main thread").
+    pub main_thread: bool,
 }
 
 pub struct Shared {
@@ -299,6 +301,7 @@ impl Switch {
                     .expect("spawn pmd thread"),
             );
         }
+        opts.patches.tnl.add_switch(&shared);
         let sw = Switch { shared, threads };
         if opts.local_port {
             let mut spec = PortSpec::new(&opts.bridge);
@@ -419,6 +422,9 @@ impl Switch {
         });
         ports.insert(ofport, port);
         drop(ports);
+        if spec.kind == crate::config::PortType::Tunnel {
+            sh.patches.tnl.set_ofport(&sh.bridge, &spec.name, ofport);
+        }
         let mut pc = PortConfig::new(ofport, &spec.name);
         pc.vlan = spec.vlan.clone();
         sh.ofproto.write().expect("ofproto lock").add_port(pc);
@@ -691,6 +697,13 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             pkts.clear();
         }
         userspace_dropped += sink.userspace_dropped;
+        // Tunnel traffic runs to completion: what this iteration handed
+        // another bridge of the process (encapsulated frames for br-phy,
+        // decapsulated ones for br-int) goes through that bridge's pipeline
+        // here and now, not after a hop to its own poll thread.
+        if moved > 0 && sh.patches.tnl.is_active() {
+            run_peers(&sh, &mut pkts, now_ms);
+        }
         // Writers wait (briefly) for parked packets: say how many there are.
         let parked = pmd.n_deferred();
         sh.ofproto.set_parked(id, parked);
@@ -750,6 +763,42 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
     }
 }
 
+/// Runs the other bridges' in-memory queues (see the call in
+/// `pmd_main`) through their pipelines with their shared slow-path
+/// datapath (`slow_pmd`, whose counters the CLI shows as the main thread's).
+fn run_peers(sh: &Shared, pkts: &mut Vec<Packet>, now_ms: u64) {
+    for peer in sh.patches.tnl.peers(sh) {
+        for _ in 0..4 {
+            pkts.clear();
+            sh.patches.tnl.drain_bridge(&peer.bridge, pkts, BATCH);
+            if pkts.is_empty() {
+                break;
+            }
+            let ports = peer.ports.read().expect("ports lock");
+            let mut sink = PortSink {
+                ports: &ports,
+                live: &peer.ports,
+                sent: Vec::new(),
+                mirror: peer.mirror.as_ref(),
+                userspace_dropped: 0,
+                packet_in: &peer.packet_in_tx,
+            };
+            let upcall = BridgeUpcall(&peer.ofproto);
+            {
+                let mut spmd = peer.slow_pmd.lock().expect("slow pmd");
+                spmd.set_generation(peer.generation.load(Ordering::Acquire));
+                spmd.process_batch(pkts, &upcall, now_ms, &mut sink);
+            }
+            for p in sink.sent.drain(..) {
+                if let Some(port) = ports.get(&p) {
+                    port.dev.lock().expect("port lock").flush_tx(true);
+                }
+            }
+        }
+    }
+    pkts.clear();
+}
+
 /// Sleeps until a polled queue is readable, or 1 ms (ports without a file
 /// descriptor are re-polled on the tick).
 fn wait_for_packets(rxqs: &[(Arc<Port>, usize)]) {
@@ -779,7 +828,22 @@ pub fn collect_reports_of(sh: &Shared, with_flows: bool) -> Vec<PmdReport> {
         std::thread::sleep(Duration::from_millis(20));
         sh.want_dump.store(false, Ordering::Release);
     }
-    sh.reports.iter().map(|r| r.lock().expect("report").clone()).collect()
+    let mut v: Vec<PmdReport> = sh.reports.iter().map(|r| r.lock().expect("report").clone()).collect();
+    // The slow-path datapath (packet-outs, resumes, and other bridges'
+    // threads running this bridge's tunnel traffic), once it saw packets.
+    if let Ok(p) = sh.slow_pmd.try_lock() {
+        if p.stats().packets > 0 {
+            v.push(PmdReport {
+                id: v.len(),
+                main_thread: true,
+                stats: p.stats().clone(),
+                n_megaflows: p.n_megaflows(),
+                megaflows: if with_flows { p.dump_megaflows() } else { Vec::new() },
+                ..Default::default()
+            });
+        }
+    }
+    v
 }
 
 /// The kernel fast-path maps of an AF_XDP port (once).

@@ -86,6 +86,8 @@ pub struct TnlPortState {
     rx_dropped: AtomicU64,
     tx_packets: AtomicU64,
     rx_packets: AtomicU64,
+    /// The port's OpenFlow number (set once the bridge attached it).
+    ofport: std::sync::atomic::AtomicU32,
 }
 
 /// What the bridges of one process share for native tunneling.
@@ -107,6 +109,8 @@ pub struct TnlEnv {
     generation: AtomicU64,
     route_thread: AtomicBool,
     start: Instant,
+    /// The process's bridges, for run-to-completion ([`TnlEnv::peers`]).
+    switches: Mutex<Vec<Weak<crate::switch::Shared>>>,
 }
 
 impl Default for TnlEnv {
@@ -124,6 +128,7 @@ impl Default for TnlEnv {
             generation: AtomicU64::new(1),
             route_thread: AtomicBool::new(false),
             start: Instant::now(),
+            switches: Mutex::new(Vec::new()),
         }
     }
 }
@@ -135,6 +140,61 @@ fn drop_index(name: &str) -> usize {
 impl TnlEnv {
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// Whether any tunnel port exists.
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// A bridge of this process (its poll threads may run the others'
+    /// pipelines for tunnel traffic; see `switch::run_peers`).
+    pub fn add_switch(&self, sh: &Arc<crate::switch::Shared>) {
+        let mut v = self.switches.lock().expect("tnl switches");
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(sh));
+    }
+
+    /// The other bridges of this process.
+    pub fn peers(&self, me: &crate::switch::Shared) -> Vec<Arc<crate::switch::Shared>> {
+        let v = self.switches.lock().expect("tnl switches");
+        v.iter().filter_map(Weak::upgrade).filter(|s| !std::ptr::eq(&**s, me)).collect()
+    }
+
+    /// Records the OpenFlow number a tunnel port got.
+    pub fn set_ofport(&self, bridge: &str, name: &str, ofport: u32) {
+        for p in self.ports.read().expect("tnl ports").iter() {
+            if p.bridge == bridge && p.name == name {
+                p.ofport.store(ofport, Ordering::Release);
+            }
+        }
+    }
+
+    /// Moves up to `max` packets waiting for `bridge` in memory (what
+    /// tunnel ports handed its local port, and what was decapsulated for
+    /// its tunnel ports) into `out`, with their input ports set.
+    pub fn drain_bridge(&self, bridge: &str, out: &mut Vec<Packet>, max: usize) {
+        let b = self.bridges.read().expect("tnl bridges").get(bridge).cloned();
+        if let Some(b) = b {
+            let mut q = b.inject.lock().expect("inject queue");
+            let n = q.len().min(max.saturating_sub(out.len()));
+            for mut p in q.drain(..n) {
+                p.in_port = ofproto::actions::ofpp::LOCAL;
+                out.push(p);
+            }
+        }
+        for p in self.ports.read().expect("tnl ports").iter().filter(|p| p.bridge == bridge) {
+            let ofport = p.ofport.load(Ordering::Acquire);
+            if ofport == 0 {
+                continue;
+            }
+            let mut q = p.rx.lock().expect("tnl rx");
+            let n = q.len().min(max.saturating_sub(out.len()));
+            for mut pkt in q.drain(..n) {
+                pkt.in_port = ofport;
+                out.push(pkt);
+            }
+        }
     }
 
     fn count_drop(&self, name: &'static str, n: u64) {
@@ -488,6 +548,7 @@ impl TunnelPort {
             rx_dropped: AtomicU64::new(0),
             tx_packets: AtomicU64::new(0),
             rx_packets: AtomicU64::new(0),
+            ofport: std::sync::atomic::AtomicU32::new(0),
         });
         env.register_port(Arc::clone(&state));
         TunnelPort { env: Arc::clone(env), state, stats: PortStats::default(), ip_id: 0, cache: None, buf: Vec::new() }
@@ -951,6 +1012,7 @@ mod tests {
                 rx_dropped: AtomicU64::new(0),
                 tx_packets: AtomicU64::new(0),
                 rx_packets: AtomicU64::new(0),
+                ofport: std::sync::atomic::AtomicU32::new(0),
             })
         };
         let flowport = mk(FromFlow::Flow, Some(FromFlow::Flow));
