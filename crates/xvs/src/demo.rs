@@ -14,35 +14,51 @@ pub struct DemoOptions {
     pub xdp_mode: String,
 }
 
-/// OVN on one hypervisor whose switch is this xvs binary (`--db`): VMs
-/// vm1, vm2 on logical switch ls1 and vm3 on ls2 behind router lr1. The
-/// replies of 3 pings on the switch and 3 across the router; `None` when
-/// OVN is not installed.
+/// OVN over two hypervisors (network namespaces), each with its own
+/// ovsdb-server, xvs (this binary, `--db`) and ovn-controller, joined by
+/// Geneve over an underlay: vm1 (hv1) and vm2 (hv2) on logical switch ls1,
+/// vm3 (hv2) on ls2 behind router lr1. The replies of 3 pings across the
+/// tunnel on the switch and 3 across the router; `None` when OVN is not
+/// installed.
 fn ovn_step() -> Result<Option<(u32, u32)>> {
-    use crate::ovnref::{eventually, Ovn};
-    if !Ovn::available() {
-        println!("  skipped: ovn-central and ovn-host are not installed (scripts/setup.sh installs them)");
+    use crate::ovnmulti::{eventually, Multi, Switch};
+    if let Some(why) = Multi::unavailable() {
+        println!("  skipped: {why} (scripts/setup.sh installs ovn-central and ovn-host)");
         return Ok(None);
     }
     let exe = std::env::current_exe()?;
-    let mut o = Ovn::start(&exe.to_string_lossy(), false);
-    o.two_switches_and_a_router();
-    println!("  OVN_Northbound (ovn-nbctl show):");
-    for l in o.nbctl(&["show"]).lines() {
+    let mut m = Multi::start(&exe.to_string_lossy(), "demo", &[Switch::Xvs, Switch::Xvs]);
+    m.two_switches_and_a_router();
+    if !m.wait_tunnels(20) {
+        bail!("ovn-controller's Geneve ports did not come up:\n{}", m.diagnostics());
+    }
+    println!("  OVN_Southbound (ovn-sbctl show): two chassis, each an xvs");
+    for l in m.sbctl(&["show"]).lines() {
         println!("    {l}");
     }
-    let flows = o.run(&["ovs-ofctl", "-OOpenFlow15", "dump-flows", &format!("unix:{}/br-int.mgmt", o.run_dir())]);
-    println!(
-        "  ovn-controller programmed xvs's br-int with {} OpenFlow flows",
-        flows.lines().count().saturating_sub(1)
-    );
-    let (vm1, vm2, vm3) = (o.host(0), o.host(1), o.host(2));
+    for (i, hv) in m.hvs.iter().enumerate() {
+        println!(
+            "  hv{}: ovn-controller programmed xvs's br-int with {} OpenFlow flows",
+            i + 1,
+            hv.flows().lines().count().saturating_sub(1)
+        );
+    }
+    let (vm1, vm2, vm3) = (m.host(0), m.host(1), m.host(2));
     eventually(20, || vm1.ping(&vm2.ip, 1).unwrap_or(0) == 1);
-    let l2 = vm1.ping(&vm2.ip, 3)?;
-    println!("  vm1 -> vm2 on logical switch ls1: {l2}/3 replies");
+    let mut l2 = 0;
+    let wire = m.capture_geneve(|| l2 = vm1.ping(&vm2.ip, 3).unwrap_or(0));
+    println!("  vm1 (hv1) -> vm2 (hv2) on logical switch ls1, through a Geneve tunnel: {l2}/3 replies");
+    println!("  on the underlay (tcpdump), the first frames:");
+    for l in wire.lines().filter(|l| l.contains("Geneve")).take(2) {
+        println!("    {}", l.trim());
+    }
     eventually(10, || vm1.ping(&vm3.ip, 1).unwrap_or(0) == 1);
     let l3 = vm1.ping(&vm3.ip, 3)?;
-    println!("  vm1 -> vm3 across logical router lr1 (TTL decremented, MACs rewritten): {l3}/3 replies");
+    println!("  vm1 (hv1) -> vm3 (hv2) across logical router lr1 (TTL decremented, MACs rewritten): {l3}/3 replies");
+    println!("  hv1's tunnel port (ovs-appctl tnl/ports/show):");
+    for l in m.hvs[0].appctl(&["tnl/ports/show"]).lines().take(3) {
+        println!("    {l}");
+    }
     Ok(Some((l2, l3)))
 }
 
@@ -177,7 +193,7 @@ pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
     crate::commands::run(&sw, "add-flows", &["priority=0,actions=NORMAL".to_string()])?;
     check()?;
 
-    step(7, total, "OVN drives a second xvs: ovn-northd and ovn-controller 23.03, two logical switches and a router");
+    step(7, total, "OVN drives two more xvs, one per hypervisor: ovn-northd and ovn-controller 23.03, a logical network across a Geneve tunnel");
     let ovn = ovn_step()?;
     check()?;
 
