@@ -10,9 +10,10 @@
 //! lr1 between them, a load balancer on ls1. Checked with real traffic:
 //! ping on ls1, ping across the router, a TCP stream to the load
 //! balancer's VIP reaching its backend on ls2, then an ACL that drops
-//! ICMP to vm2 (ping to vm3 still passes). Everything is removed afterwards, also on failure. Needs root
-//! and ovn-central/ovn-host (scripts/setup.sh installs them). One
-//! hypervisor for now: tunnels between hypervisors are not in xvs yet.
+//! ICMP to vm2 (ping to vm3 still passes); last, DHCP answered by
+//! ovn-controller through a paused and resumed pipeline. Everything is
+//! removed afterwards, also on failure. Needs root and ovn-central/ovn-host
+//! (scripts/setup.sh installs them). Several hypervisors: tests/ovn_multi.rs.
 
 use xvs::ovnref::{eventually, Ovn};
 
@@ -65,4 +66,30 @@ fn ovn_logical_switch_router_load_balancer_and_acl_on_one_hypervisor() {
     o.sync();
     assert!(eventually(10, || vm1.ping(&vm2.ip, 1).unwrap() == 0), "the ACL drops ICMP to vm2");
     assert_eq!(vm1.ping(&vm3.ip, 2).unwrap(), 2, "vm3 is not behind the ACL");
+
+    // DHCP answered by ovn-controller: the DISCOVER meets put_dhcp_opts,
+    // a controller(pause); pinctrl writes the offer into the packet, sets
+    // the result bit in a register and resumes (NXT_RESUME), and the rest
+    // of the pipeline sends the OFFER back to vm1.
+    let uuid = o
+        .nbctl(&[
+            "create",
+            "DHCP_Options",
+            "cidr=10.0.1.0/24",
+            "options=\"lease_time\"=\"3600\" \"router\"=\"10.0.1.254\" \"server_id\"=\"10.0.1.254\" \"server_mac\"=\"00:00:00:00:ff:01\"",
+        ])
+        .trim()
+        .to_string();
+    o.nbctl(&["lsp-set-dhcpv4-options", "vm1", &uuid]);
+    o.sync();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dhcp_client.py");
+    // vm1 is 00:00:00:00:01:01 (the logical port's address; see two_switches_and_a_router).
+    let out = vm1.run(&["python3", script, "eth0", "00:00:00:00:01:01", "8"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("DHCP from vm1: {text}");
+    assert!(
+        text.contains("OFFER yiaddr=10.0.1.1 router=10.0.1.254 lease=3600"),
+        "ovn-controller's DHCP offer through a paused and resumed pipeline: {text}\novn-controller log:\n{}",
+        std::fs::read_to_string(format!("{}/ovnc.log", o.dir)).unwrap_or_default()
+    );
 }
