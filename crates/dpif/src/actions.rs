@@ -67,6 +67,12 @@ pub enum DpAction {
     Ct(crate::CtRef, conntrack::CtAction),
     /// Forget the packet's tracking state (`ct_clear`).
     CtClear,
+    /// Insert an MPLS label stack entry (`lse`: label 20 | tc 3 | bos 1 |
+    /// ttl 8) in front of the L3 header; the Ethertype becomes `ethertype`.
+    PushMpls { ethertype: u16, lse: u32 },
+    /// Remove the outermost label stack entry; the Ethertype becomes
+    /// `ethertype`, and what was under the label is parsed again.
+    PopMpls { ethertype: u16 },
 }
 
 /// Printable field groups for `set(...)`, as OVS names them.
@@ -128,6 +134,15 @@ impl fmt::Display for DpAction {
             DpAction::Meter(m) => write!(f, "meter({})", m.0.id),
             DpAction::Ct(_, a) => write!(f, "{}", conntrack::format::action(a)),
             DpAction::CtClear => write!(f, "ct_clear"),
+            DpAction::PushMpls { ethertype, lse } => write!(
+                f,
+                "push_mpls(label={},tc={},ttl={},bos={},eth_type={ethertype:#x})",
+                lse >> 12,
+                (lse >> 9) & 7,
+                lse & 0xff,
+                (lse >> 8) & 1
+            ),
+            DpAction::PopMpls { ethertype } => write!(f, "pop_mpls(eth_type={ethertype:#x})"),
             DpAction::SetMasked { key, mask } => {
                 let is_v6 = key.is_ipv6();
                 let is_arp = key.dl_type() == flow::key::ethertype::ARP;

@@ -139,6 +139,36 @@ pub fn execute(
             }
             DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, now_ms),
             DpAction::CtClear => flow::key::clear_ct(key),
+            DpAction::PushMpls { ethertype, lse } => {
+                let l3 = layout.l3 as usize;
+                if (14..=pkt.len()).contains(&l3) {
+                    pkt.insert_bytes(l3, 4);
+                    let d = pkt.data_mut();
+                    wr16(d, l3 - 2, *ethertype);
+                    d[l3..l3 + 4].copy_from_slice(&lse.to_be_bytes());
+                    // An MPLS frame: its payload is opaque to the key.
+                    key.set_dl_type(*ethertype);
+                    for w in &mut key.w[flow::key::STAGE_L3..] {
+                        *w = 0;
+                    }
+                    loc::MPLS_LSE.set(key, *lse as u128);
+                    layout = Layout { l3: l3 as u16, l4: 0, payload: 0 };
+                }
+            }
+            DpAction::PopMpls { ethertype } => {
+                let l3 = layout.l3 as usize;
+                let mpls = matches!(key.dl_type(), ethertype::MPLS | ethertype::MPLS_MCAST);
+                if mpls && l3 >= 14 && l3 + 4 <= pkt.len() {
+                    pkt.remove_bytes(l3, 4);
+                    wr16(pkt.data_mut(), l3 - 2, *ethertype);
+                    // Parse what was under the label, keeping the metadata.
+                    let meta: [u64; STAGE_L2] = key.w[..STAGE_L2].try_into().expect("metadata words");
+                    let (k, l, _) = flow::extract(pkt.data(), pkt.in_port);
+                    *key = k;
+                    key.w[..STAGE_L2].copy_from_slice(&meta);
+                    layout = l;
+                }
+            }
             DpAction::Meter(m) => match m.0.admit(pkt.len(), now_ms) {
                 crate::meter::Verdict::Pass => {}
                 crate::meter::Verdict::Drop => return Exec::Done,

@@ -150,6 +150,12 @@ pub enum Action {
     /// `dec_ttl()`, an empty list).
     DecTtlIds(Vec<u16>),
     SetNwTtl(u8),
+    /// Push an MPLS label stack entry with this Ethertype (0x8847 or 0x8848).
+    PushMpls(u16),
+    /// Pop the outermost MPLS label; the frame's Ethertype becomes this.
+    PopMpls(u16),
+    SetMplsTtl(u8),
+    DecMplsTtl,
     /// Nicira resubmit: look up again in `table` (or the current table)
     /// with in_port temporarily replaced by `port` (if given).
     Resubmit {
@@ -522,6 +528,42 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
             }
             Action::PushVlan(v as u16)
         }
+        "push_mpls" => {
+            let v = int("an Ethertype")?;
+            if v != 0x8847 && v != 0x8848 {
+                return Err(perr(tok, "push_mpls takes 0x8847 or 0x8848"));
+            }
+            Action::PushMpls(v as u16)
+        }
+        "pop_mpls" => {
+            let v = int("an Ethertype")?;
+            if v > 0xffff {
+                return Err(perr(tok, "an Ethertype is 16 bits"));
+            }
+            Action::PopMpls(v as u16)
+        }
+        "set_mpls_ttl" => {
+            let v = int("a TTL")?;
+            if v > 255 {
+                return Err(perr(tok, "TTL is 0-255"));
+            }
+            Action::SetMplsTtl(v as u8)
+        }
+        "dec_mpls_ttl" => Action::DecMplsTtl,
+        "set_mpls_label" => {
+            let v = int("an MPLS label")?;
+            if v > 0xf_ffff {
+                return Err(perr(tok, "an MPLS label is 0-1048575"));
+            }
+            Action::SetField { field: by_name("mpls_label").expect("mpls_label"), value: v, mask: 0xf_ffff }
+        }
+        "set_mpls_tc" => {
+            let v = int("an MPLS traffic class")?;
+            if v > 7 {
+                return Err(perr(tok, "MPLS TC is 0-7"));
+            }
+            Action::SetField { field: by_name("mpls_tc").expect("mpls_tc"), value: v, mask: 7 }
+        }
         "dec_ttl" => match arg {
             None => Action::DecTtl,
             Some(a) => Action::DecTtlIds(
@@ -619,6 +661,10 @@ impl fmt::Display for Action {
                 write!(f, "dec_ttl({})", ids.join(","))
             }
             Action::SetNwTtl(t) => write!(f, "mod_nw_ttl:{t}"),
+            Action::PushMpls(t) => write!(f, "push_mpls:0x{t:04x}"),
+            Action::PopMpls(t) => write!(f, "pop_mpls:0x{t:04x}"),
+            Action::SetMplsTtl(t) => write!(f, "set_mpls_ttl({t})"),
+            Action::DecMplsTtl => write!(f, "dec_mpls_ttl"),
             Action::Resubmit { port, table } => {
                 let p = port.map(|p| p.to_string()).unwrap_or_default();
                 let t = table.map(|t| t.to_string()).unwrap_or_default();

@@ -388,17 +388,25 @@ impl Ofproto {
 
     /// Checks one action list of `spec` (and the lists nested in clone).
     fn validate_actions(&self, spec: &FlowSpec, actions: &[Action]) -> Result<(), FlowModError> {
+        let mut m = spec.matched;
+        self.validate_in(&mut m, actions)
+    }
+
+    /// Checks `actions` against what the packet is known to be when they
+    /// run: the match, as push_mpls/pop_mpls before them changed it (as
+    /// Open vSwitch's action check does).
+    fn validate_in(&self, m: &mut flow::Match, actions: &[Action]) -> Result<(), FlowModError> {
         for a in actions {
             match a {
-                Action::Clone(inner) => self.validate_actions(spec, inner)?,
-                Action::StackPush(sf) | Action::StackPop(sf) => self.check_subfield(spec, sf)?,
+                Action::Clone(inner) => self.validate_in(&mut m.clone(), inner)?,
+                Action::StackPush(sf) | Action::StackPop(sf) => check_subfield(m, sf)?,
                 Action::Group(g) => {
                     if !self.groups.contains_key(g) {
                         return Err(FlowModError::UnknownGroup(*g));
                     }
                 }
                 Action::SetField { field, .. } => {
-                    if !field.prereq.holds(&spec.matched.key, &spec.matched.mask) && field.name != "vlan_tci" {
+                    if !field.prereq.holds(&m.key, &m.mask) && field.name != "vlan_tci" {
                         return Err(FlowModError::BadSetField(format!(
                             "set_field of {} needs a match that guarantees its protocol",
                             field.name
@@ -408,28 +416,27 @@ impl Ofproto {
                 // As Open vSwitch: the fields a load, move or
                 // output:reg names must have their prerequisites in
                 // the match (OFPBAC_MATCH_INCONSISTENT otherwise).
-                Action::Load { dst: sf, .. } | Action::OutputReg { src: sf, .. } => {
-                    self.check_subfield(spec, sf)?;
-                }
+                Action::Load { dst: sf, .. } | Action::OutputReg { src: sf, .. } => check_subfield(m, sf)?,
                 Action::Move { src, dst } => {
-                    self.check_subfield(spec, src)?;
-                    self.check_subfield(spec, dst)?;
+                    check_subfield(m, src)?;
+                    check_subfield(m, dst)?;
+                }
+                // From here on the frame is MPLS (its payload opaque), or
+                // what the pop names.
+                Action::PushMpls(et) | Action::PopMpls(et) => {
+                    if matches!(a, Action::PushMpls(_)) {
+                        for w in flow::key::STAGE_L3..flow::key::WORDS {
+                            m.key.w[w] = 0;
+                            m.mask.w[w] = 0;
+                        }
+                    }
+                    m.key.set_dl_type(*et);
+                    m.mask.set_dl_type(0xffff);
                 }
                 _ => {}
             }
         }
         Ok(())
-    }
-
-    fn check_subfield(&self, spec: &FlowSpec, sf: &ofp_types::SubField) -> Result<(), FlowModError> {
-        if sf.field.name == "vlan_tci" || sf.field.prereq.holds(&spec.matched.key, &spec.matched.mask) {
-            Ok(())
-        } else {
-            Err(FlowModError::MatchInconsistent(format!(
-                "field {} lacks its prerequisites in the match",
-                sf.field.name
-            )))
-        }
     }
 
     /// The flows `learn` actions built since the last call (the caller
@@ -1001,4 +1008,12 @@ fn names_loc(acts: &[Action], loc: flow::key::Loc) -> bool {
         Action::Clone(inner) => names_loc(inner, loc),
         _ => false,
     })
+}
+
+fn check_subfield(m: &flow::Match, sf: &ofp_types::SubField) -> Result<(), FlowModError> {
+    if sf.field.name == "vlan_tci" || sf.field.prereq.holds(&m.key, &m.mask) {
+        Ok(())
+    } else {
+        Err(FlowModError::MatchInconsistent(format!("field {} lacks its prerequisites in the match", sf.field.name)))
+    }
 }

@@ -402,15 +402,18 @@ impl Ctx<'_> {
 
     fn execute_action_set(&mut self) {
         let set = std::mem::take(&mut self.action_set);
+        // The action set's order (OpenFlow 1.3 5.10): pops, push-MPLS,
+        // push-VLAN, TTL decrements, sets, queue, group, output.
         let rank = |a: &Action| match a {
-            Action::PopVlan => 0,
-            Action::PushVlan(_) => 1,
-            Action::DecTtl | Action::DecTtlIds(_) => 2,
-            Action::SetNwTtl(_) => 3,
-            Action::SetField { .. } => 4,
-            Action::SetQueue(_) => 5,
-            Action::Group(_) => 6,
-            _ => 7,
+            Action::PopVlan | Action::PopMpls(_) => 0,
+            Action::PushMpls(_) => 1,
+            Action::PushVlan(_) => 2,
+            Action::DecTtl | Action::DecTtlIds(_) | Action::DecMplsTtl => 3,
+            Action::SetNwTtl(_) | Action::SetMplsTtl(_) => 4,
+            Action::SetField { .. } => 5,
+            Action::SetQueue(_) => 6,
+            Action::Group(_) => 7,
+            _ => 8,
         };
         let mut set = set;
         set.sort_by_key(rank);
@@ -811,6 +814,80 @@ impl Ctx<'_> {
                     self.key.set_vlan_tci2(0);
                     self.actions.push(DpAction::PopVlan);
                 }
+            }
+            Action::PushMpls(et) => {
+                self.consult_dl_type();
+                self.commit();
+                let mut m = FlowKey::ZERO;
+                let lse = if matches!(self.key.dl_type(), ethertype::MPLS | ethertype::MPLS_MCAST) {
+                    // Another entry on top of the stack: a copy of the
+                    // current top, not at the bottom of the stack.
+                    m.set_mpls_lse(u32::MAX);
+                    self.consult(&m);
+                    self.key.mpls_lse() & !0x100
+                } else {
+                    // A new stack, as Open vSwitch builds it: label 0 (2
+                    // for IPv6, the explicit nulls), TC from the DSCP,
+                    // the IP TTL (64 if none), bottom of stack.
+                    let (mut tc, mut ttl) = (0u32, 64u32);
+                    let label = if self.key.is_ipv6() { 2u32 } else { 0 };
+                    if self.key.is_ip_any() {
+                        m.set_nw_tos(0xfc);
+                        m.set_nw_ttl(0xff);
+                        self.consult(&m);
+                        tc = ((self.key.nw_tos() >> 2) & 7) as u32;
+                        if self.key.nw_ttl() != 0 {
+                            ttl = self.key.nw_ttl() as u32;
+                        }
+                    }
+                    label << 12 | tc << 9 | 1 << 8 | ttl
+                };
+                self.actions.push(DpAction::PushMpls { ethertype: *et, lse });
+                self.key.set_dl_type(*et);
+                for w in &mut self.key.w[STAGE_L3..WORDS] {
+                    *w = 0;
+                }
+                self.key.set_mpls_lse(lse);
+            }
+            Action::PopMpls(et) => {
+                self.consult_dl_type();
+                if !matches!(self.key.dl_type(), ethertype::MPLS | ethertype::MPLS_MCAST) {
+                    self.say(|| "  not MPLS; ignored");
+                    return;
+                }
+                self.commit();
+                self.actions.push(DpAction::PopMpls { ethertype: *et });
+                // The datapath parses what was under the label; this walk
+                // does not see it (no recirculation here, unlike OVS).
+                self.key.set_dl_type(*et);
+                self.key.set_mpls_lse(0);
+                self.say(|| "  later lookups in this pass see no L3/L4 fields of the popped frame");
+            }
+            Action::SetMplsTtl(_) | Action::DecMplsTtl => {
+                self.consult_dl_type();
+                if !matches!(self.key.dl_type(), ethertype::MPLS | ethertype::MPLS_MCAST) {
+                    self.say(|| "  not MPLS; ignored");
+                    return;
+                }
+                let ttl = match a {
+                    Action::SetMplsTtl(t) => *t,
+                    _ => {
+                        let mut m = FlowKey::ZERO;
+                        m.set_mpls_ttl(0xff);
+                        self.consult(&m);
+                        let t = self.key.mpls_ttl();
+                        if t <= 1 {
+                            self.say(|| "  MPLS TTL exceeded; dropping");
+                            self.stop = true;
+                            return;
+                        }
+                        t - 1
+                    }
+                };
+                self.key.set_mpls_ttl(ttl);
+                let mut m = FlowKey::ZERO;
+                m.set_mpls_ttl(0xff);
+                self.pending.or_assign(&m);
             }
             Action::DecTtl | Action::DecTtlIds(_) | Action::SetNwTtl(_) => {
                 self.consult_dl_type();

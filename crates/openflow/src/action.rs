@@ -133,6 +133,21 @@ mod nxast {
     pub const WRITE_METADATA: u16 = 22;
     pub const REG_LOAD2: u16 = 33;
     pub const GROUP: u16 = 40;
+    pub const PUSH_MPLS: u16 = 23;
+    pub const POP_MPLS: u16 = 24;
+    pub const SET_MPLS_TTL: u16 = 25;
+    pub const DEC_MPLS_TTL: u16 = 26;
+    pub const SET_MPLS_LABEL: u16 = 30;
+    pub const SET_MPLS_TC: u16 = 31;
+}
+
+/// A push_mpls Ethertype must be MPLS's (unicast or multicast).
+fn mpls_ethertype(t: u16) -> Result<u16, ErrorKind> {
+    if t == 0x8847 || t == 0x8848 {
+        Ok(t)
+    } else {
+        Err(ErrorKind::BadArgument)
+    }
 }
 
 /// Our port numbering (OpenFlow 1.0's) -> the reserved-port enum.
@@ -230,6 +245,25 @@ fn decode_nx(
             acts.push(Action::SetQueue(rd.u32()?));
         }
         nxast::DEC_TTL => acts.push(Action::DecTtl),
+        nxast::PUSH_MPLS => acts.push(Action::PushMpls(mpls_ethertype(rd.u16()?)?)),
+        nxast::POP_MPLS => acts.push(Action::PopMpls(rd.u16()?)),
+        nxast::SET_MPLS_TTL => acts.push(Action::SetMplsTtl(rd.u8()?)),
+        nxast::DEC_MPLS_TTL => acts.push(Action::DecMplsTtl),
+        nxast::SET_MPLS_LABEL => {
+            rd.skip(2)?;
+            let l = rd.u32()? as u128;
+            if l > 0xf_ffff {
+                return Err(ErrorKind::BadArgument);
+            }
+            acts.push(Action::SetField { field: field("mpls_label"), value: l, mask: 0xf_ffff });
+        }
+        nxast::SET_MPLS_TC => {
+            let tc = rd.u8()? as u128;
+            if tc > 7 {
+                return Err(ErrorKind::BadArgument);
+            }
+            acts.push(Action::SetField { field: field("mpls_tc"), value: tc, mask: 7 });
+        }
         nxast::DEC_TTL_CNT_IDS => {
             let n = rd.u16()? as usize;
             rd.skip(4)?;
@@ -409,6 +443,26 @@ fn decode_actions_at(v: Version, b: &[u8], depth: u32) -> Result<(Vec<Action>, V
                 acts.push(Action::PushVlan(t));
             }
             18 => acts.push(Action::PopVlan),
+            // OpenFlow 1.1's set_mpls_label/tc (deprecated since 1.2 for
+            // set_field, still decoded, as OVS does).
+            13 => {
+                let l = a.u32()? as u128;
+                if l > 0xf_ffff {
+                    return Err(ErrorKind::BadArgument);
+                }
+                acts.push(Action::SetField { field: field("mpls_label"), value: l, mask: 0xf_ffff });
+            }
+            14 => {
+                let tc = a.u8()? as u128;
+                if tc > 7 {
+                    return Err(ErrorKind::BadArgument);
+                }
+                acts.push(Action::SetField { field: field("mpls_tc"), value: tc, mask: 7 });
+            }
+            15 => acts.push(Action::SetMplsTtl(a.u8()?)),
+            16 => acts.push(Action::DecMplsTtl),
+            19 => acts.push(Action::PushMpls(mpls_ethertype(a.u16()?)?)),
+            20 => acts.push(Action::PopMpls(a.u16()?)),
             21 => acts.push(Action::SetQueue(a.u32()?)),
             22 => acts.push(Action::Group(a.u32()?)),
             23 => acts.push(Action::SetNwTtl(a.u8()?)),
@@ -686,6 +740,25 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
             }
             Action::PopVlan => {
                 let s = simple(out, if of10 { 3 } else { 18 });
+                finish(out, s);
+            }
+            Action::PushMpls(t) | Action::PopMpls(t) => {
+                let push = matches!(act, Action::PushMpls(_));
+                let s = if of10 {
+                    nx_header(out, if push { nxast::PUSH_MPLS } else { nxast::POP_MPLS })
+                } else {
+                    simple(out, if push { 19 } else { 20 })
+                };
+                out.u16(*t);
+                finish(out, s);
+            }
+            Action::SetMplsTtl(t) => {
+                let s = if of10 { nx_header(out, nxast::SET_MPLS_TTL) } else { simple(out, 15) };
+                out.u8(*t);
+                finish(out, s);
+            }
+            Action::DecMplsTtl => {
+                let s = if of10 { nx_header(out, nxast::DEC_MPLS_TTL) } else { simple(out, 16) };
                 finish(out, s);
             }
             Action::DecTtlIds(ids) => {
