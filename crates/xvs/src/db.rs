@@ -43,7 +43,7 @@ struct BridgeRt {
     sw: Switch,
     of: Arc<OfManager>,
     /// (controllers, fail mode, datapath id) the OpenFlow manager runs with.
-    of_key: (Vec<String>, FailMode, u64),
+    of_key: OfKey,
     ifaces: BTreeMap<String, AppliedIface>,
 }
 
@@ -213,18 +213,20 @@ fn start_bridge(
     Ok(BridgeRt { sw, of, of_key: key, ifaces: BTreeMap::new() })
 }
 
-fn of_key(br: &BridgeCfg, d: &Desired) -> (Vec<String>, FailMode, u64) {
+type OfKey = (Vec<String>, FailMode, u64, Vec<openflow::Version>);
+
+fn of_key(br: &BridgeCfg, d: &Desired) -> OfKey {
     // While flow-restore-wait is set, controllers wait too.
     let ctrls = if d.flow_restore_wait { Vec::new() } else { br.controllers.clone() };
-    (ctrls, fail_mode(&br.fail_mode), br.datapath_id.unwrap_or_else(|| crate::default_dpid(&br.name)))
+    // A bad `protocols` value is reported and the bridge speaks every version.
+    let protocols = crate::ofconn::parse_protocols(&br.protocols).unwrap_or_else(|e| {
+        eprintln!("xvs: Bridge table, bridge {}: {e:#}; speaking every version", br.name);
+        Vec::new()
+    });
+    (ctrls, fail_mode(&br.fail_mode), br.datapath_id.unwrap_or_else(|| crate::default_dpid(&br.name)), protocols)
 }
 
-fn start_of(
-    sw: &Switch,
-    key: &(Vec<String>, FailMode, u64),
-    run_dir: &Path,
-    stop: &Arc<AtomicBool>,
-) -> Result<Arc<OfManager>> {
+fn start_of(sw: &Switch, key: &OfKey, run_dir: &Path, stop: &Arc<AtomicBool>) -> Result<Arc<OfManager>> {
     // Only syntactically valid controller targets are used; others are skipped with a message.
     let controllers: Vec<String> = key
         .0
@@ -240,7 +242,13 @@ fn start_of(
         .collect();
     let of = OfManager::start(
         Arc::clone(&sw.shared),
-        OfConfig { dpid: key.2, controllers, fail_mode: key.1, run_dir: run_dir.to_path_buf() },
+        OfConfig {
+            dpid: key.2,
+            protocols: key.3.clone(),
+            controllers,
+            fail_mode: key.1,
+            run_dir: run_dir.to_path_buf(),
+        },
         Arc::clone(stop),
     )?;
     Ok(of)

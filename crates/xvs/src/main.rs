@@ -69,6 +69,10 @@ enum Cmd {
         /// OpenFlow datapath id (16 hex digits; default: from the bridge name).
         #[arg(long)]
         datapath_id: Option<String>,
+        /// OpenFlow versions to speak, as the Bridge table's `protocols`:
+        /// e.g. OpenFlow10,OpenFlow13 (default: all of 1.0, 1.3, 1.4, 1.5).
+        #[arg(long, default_value = "")]
+        protocols: String,
         /// AF_XDP transmit flush interval in µs for every port (as OVS's
         /// other_config:tx-flush-interval): 0 (default) kicks the kernel
         /// after every batch; more lets one kick carry many packets.
@@ -291,6 +295,7 @@ struct OfArgs {
     controllers: Vec<String>,
     fail_mode: String,
     datapath_id: Option<String>,
+    protocols: String,
     tx_flush_us: u32,
     /// Kernel fast path: packets per second a flow needs, or `None` (off).
     offload_pps: Option<u64>,
@@ -393,7 +398,13 @@ fn run_switch(
     }
     let ofm = xvs::ofconn::OfManager::start(
         std::sync::Arc::clone(&sw.shared),
-        xvs::ofconn::OfConfig { dpid, controllers: of.controllers, fail_mode, run_dir: run_dir.clone() },
+        xvs::ofconn::OfConfig {
+            dpid,
+            protocols: xvs::ofconn::parse_protocols(&[of.protocols.clone()])?,
+            controllers: of.controllers,
+            fail_mode,
+            run_dir: run_dir.clone(),
+        },
         std::sync::Arc::clone(&stop),
     )?;
     let mut server = xvs::control::Server::bind(&run_dir)?;
@@ -427,6 +438,7 @@ fn main() -> ExitCode {
             controllers,
             fail_mode,
             datapath_id,
+            protocols,
             tx_flush_us,
             db,
             xdp_offload,
@@ -462,6 +474,7 @@ fn main() -> ExitCode {
                         controllers,
                         fail_mode,
                         datapath_id,
+                        protocols,
                         tx_flush_us,
                         offload_pps: (xdp_offload == "on").then_some(xdp_offload_pps),
                         metrics,

@@ -53,6 +53,8 @@ impl FailMode {
 #[derive(Clone, Debug)]
 pub struct OfConfig {
     pub dpid: u64,
+    /// OpenFlow versions to speak (Bridge `protocols`); empty: all xvs has.
+    pub protocols: Vec<Version>,
     /// Targets as [`parse_target`] reads them.
     pub controllers: Vec<String>,
     pub fail_mode: FailMode,
@@ -191,6 +193,34 @@ mod target_tests {
 }
 
 const VERSIONS: [Version; 4] = [Version::Of10, Version::Of13, Version::Of14, Version::Of15];
+
+/// Versions named as the Bridge table's `protocols` column names them
+/// (`OpenFlow10`, `OpenFlow13`...). OpenFlow 1.1 and 1.2, which xvs does
+/// not speak, are skipped when other versions remain; a list of only
+/// those, or an unknown name, is refused with the name.
+pub fn parse_protocols(names: &[String]) -> Result<Vec<Version>> {
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for n in names.iter().flat_map(|n| n.split(',')).map(str::trim).filter(|n| !n.is_empty()) {
+        match n {
+            "OpenFlow10" => out.push(Version::Of10),
+            "OpenFlow13" => out.push(Version::Of13),
+            "OpenFlow14" => out.push(Version::Of14),
+            "OpenFlow15" => out.push(Version::Of15),
+            "OpenFlow11" | "OpenFlow12" => skipped.push(n.to_string()),
+            _ => bail!("protocols: {n:?} is not an OpenFlow version (OpenFlow10, OpenFlow13, OpenFlow14, OpenFlow15)"),
+        }
+    }
+    if out.is_empty() && !skipped.is_empty() {
+        bail!(
+            "protocols: xvs does not speak {} (it has OpenFlow10, OpenFlow13, OpenFlow14, OpenFlow15)",
+            skipped.join(", ")
+        );
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
 
 enum Stream {
     Unix(UnixStream),
@@ -363,6 +393,15 @@ pub struct OfManager {
 impl OfManager {
     /// Binds the management and snoop sockets, starts the controller
     /// connections and the housekeeping thread.
+    /// The versions this bridge speaks.
+    fn versions(&self) -> &[Version] {
+        if self.cfg.protocols.is_empty() {
+            &VERSIONS
+        } else {
+            &self.cfg.protocols
+        }
+    }
+
     pub fn start(sh: Arc<Shared>, cfg: OfConfig, stop: Arc<AtomicBool>) -> Result<Arc<OfManager>> {
         let targets = cfg.controllers.iter().map(|c| parse_target(c)).collect::<Result<Vec<_>>>()?;
         std::fs::create_dir_all(&cfg.run_dir)
@@ -563,7 +602,7 @@ impl OfManager {
             return;
         }
         self.conns.lock().expect("conns").push(Arc::clone(&conn));
-        conn.send(&openflow::header::hello(&VERSIONS, self.next_xid()));
+        conn.send(&openflow::header::hello(self.versions(), self.next_xid()));
         self.read_loop(&conn, s);
         // Let the writer flush what is queued (e.g. a final error), then stop it.
         conn.alive.store(false, Ordering::Release);
@@ -664,7 +703,7 @@ impl OfManager {
                 conn.send(&error_reply(v, ErrorKind::BadType, &m.bytes));
                 return true;
             }
-            match openflow::negotiate(&VERSIONS, &m) {
+            match openflow::negotiate(self.versions(), &m) {
                 Ok(v) => {
                     conn.st.lock().expect("conn state").ctx = Some(Ctx::new(v));
                     if conn.kind == Kind::Controller {

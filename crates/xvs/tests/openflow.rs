@@ -713,3 +713,21 @@ fn controller_roles() {
     assert_eq!(r.header.msg_type, 21, "barrier reply, no error before it");
     assert!(d.ofctl(&["dump-flows"]).contains("priority=5 actions=drop"));
 }
+
+/// `--protocols` (the Bridge table's `protocols`): only the listed versions
+/// are negotiated, as with ovs-vswitchd; a bad name is refused with it.
+#[test]
+fn protocols_limit_the_versions_negotiated() {
+    let hs = hosts("pv", 1);
+    let d = Daemon::start("pv", &[&hs[0]], &["--protocols", "OpenFlow13,OpenFlow15"]);
+    assert!(d.ofctl_status(&["-OOpenFlow13", "show"]).0, "1.3 is allowed");
+    assert!(d.ofctl_status(&["-OOpenFlow15", "show"]).0, "1.5 is allowed");
+    let (ok, _, err) = d.ofctl_status(&["-OOpenFlow10", "show"]);
+    assert!(!ok && err.contains("version negotiation failed"), "1.0 is not: {err}");
+    let o = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args(["switch", "--run-dir", "/tmp/xvs-oft-pvbad", "--bridge", "brpvbad", "--protocols", "OpenFlow99"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("\"OpenFlow99\" is not an OpenFlow version"), "{err}");
+}

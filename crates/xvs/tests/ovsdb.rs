@@ -170,6 +170,14 @@ fn vsctl_configures_bridges_ports_errors_and_restart() {
     assert!(eventually(5, || env.vsctl(&["get", "interface", &hs[2].port, "error"]) == "[]"), "error cleared");
     assert_eq!(hs[0].ping(&hs[2].ip, 2).unwrap(), 2, "fixed port forwards");
 
+    // Bridge protocols: only the listed OpenFlow versions are spoken.
+    env.vsctl(&["set", "bridge", &br, "protocols=OpenFlow13"]);
+    let mgmt = format!("unix:{}/run/{br}.mgmt", env.dir);
+    let show = |v: &str| Command::new("ovs-ofctl").args([v, "show", &mgmt]).output().unwrap().status.success();
+    assert!(eventually(5, || !show("-OOpenFlow10") && show("-OOpenFlow13")), "protocols=OpenFlow13 applied");
+    env.vsctl(&["clear", "bridge", &br, "protocols"]);
+    assert!(eventually(5, || show("-OOpenFlow10")), "all versions again");
+
     // ovs-appctl sees the datapath.
     let flows = env.appctl(&["dpctl/dump-flows"]);
     assert!(flows.contains("actions:"), "{flows}");
