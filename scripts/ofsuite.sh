@@ -99,7 +99,7 @@ else
   mkdir -p "$WORK/xvs"
   ip netns exec $NT "$XVS" switch --run-dir "$WORK/xvs" --bridge tgtbr --no-local-port \
     --port p1,type=af_packet --port p2,type=af_packet --port p3,type=af_packet \
-    --controller tcp:172.31.251.1:$PORT --fail-mode secure --datapath-id 0000000000000001 \
+    --controller tcp:172.31.251.1:$PORT --fail-mode secure --datapath-id 0000000000000001 --protocols $OVSV \
     >"$WORK/xvs.log" 2>&1 &
   PIDS+=($!)
 fi
