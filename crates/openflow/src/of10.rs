@@ -92,6 +92,10 @@ pub fn decode(rd: &mut Rd) -> Result<Match, ErrorKind> {
         set(&mut m, "dl_type", dl_type as u128, u128::MAX);
         let ip = dl_type == et::IPV4;
         let arp = dl_type == et::ARP;
+        // As Open vSwitch reads a 1.0 match: with dl_type IPv6, nw_tos,
+        // nw_proto and the ports are IPv6's traffic class, next header and
+        // L4 ports (nw_src/nw_dst, 32-bit, stay IPv4's and ARP's).
+        let ip6 = dl_type == et::IPV6;
         if ip || arp {
             let sm = prefix_mask((w >> fw::NW_SRC_SHIFT) & 0x3f);
             let dm = prefix_mask((w >> fw::NW_DST_SHIFT) & 0x3f);
@@ -101,15 +105,16 @@ pub fn decode(rd: &mut Rd) -> Result<Match, ErrorKind> {
             if dm != 0 {
                 set(&mut m, "nw_dst", nw_dst, dm);
             }
-            if w & fw::NW_PROTO == 0 {
-                set(&mut m, "nw_proto", proto as u128, u128::MAX);
-            }
         }
-        if ip {
+        if (ip || arp || ip6) && w & fw::NW_PROTO == 0 {
+            set(&mut m, "nw_proto", proto as u128, u128::MAX);
+        }
+        if ip || ip6 {
             if w & fw::NW_TOS == 0 {
                 set(&mut m, "nw_tos", (tos & 0xfc) as u128, 0xfc);
             }
-            if w & fw::NW_PROTO == 0 && matches!(proto, ipproto::TCP | ipproto::UDP | ipproto::SCTP | ipproto::ICMP) {
+            let l4 = if ip { ipproto::ICMP } else { ipproto::ICMPV6 };
+            if w & fw::NW_PROTO == 0 && (matches!(proto, ipproto::TCP | ipproto::UDP | ipproto::SCTP) || proto == l4) {
                 if w & fw::TP_SRC == 0 {
                     set(&mut m, "tp_src", tp_src, u128::MAX);
                 }
@@ -239,6 +244,18 @@ mod tests {
         // 1.0 cannot say these.
         for s in ["ipv6,ipv6_src=::1", "metadata=1", "tcp,tcp_flags=0x2"] {
             assert!(!expressible(&Match::parse(s).unwrap()), "{s}");
+        }
+    }
+
+    /// A 1.0 match with dl_type IPv6 (what a 1.0 controller sends, and
+    /// what OVS accepts): its traffic class, next header and ports are kept.
+    #[test]
+    fn ipv6_fields_of_a_1_0_match_are_kept() {
+        for s in ["tcp6,ip_dscp=8,tp_dst=80", "ipv6,nw_proto=17", "icmp6,icmp_type=135"] {
+            let m = Match::parse(s).unwrap();
+            let mut b = Vec::new();
+            encode(&m, &mut b);
+            assert_eq!(decode(&mut Rd::new(&b, ErrorKind::BadLen)).unwrap(), m, "{s}");
         }
     }
 
