@@ -403,6 +403,13 @@ fn writable(key: &FlowKey, layout: &Layout, d: &[u8]) -> FlowKey {
         w.set_tp_src(u16::MAX);
         w.set_tp_dst(u16::MAX);
     }
+    // ICMP's type and code (in the ports' places), once its 4-byte header
+    // is there.
+    let icmp = (key.is_ip() && key.nw_proto() == ipproto::ICMP) || (key.is_ipv6() && key.nw_proto() == ipproto::ICMPV6);
+    if icmp && layout.l4 != 0 && key.nw_frag() & FRAG_LATER == 0 && layout.l4 as usize + 4 <= len {
+        w.set_tp_src(0xff);
+        w.set_tp_dst(0xff);
+    }
     w
 }
 
@@ -512,14 +519,28 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
                 }
             }
             ipproto::SCTP => {
-                // CRC32c has no incremental update: recompute it over the
-                // SCTP packet (not any Ethernet padding after it).
+                // CRC32c has no incremental update: compute it over the
+                // SCTP packet (not any Ethernet padding after it) before
+                // and after, and carry the difference into the checksum
+                // the packet had, so a packet that arrived with a bad
+                // checksum keeps it bad (as Open vSwitch does).
+                let end = ip_end(key, l3, d).max(l4 + 12);
+                let had = u32::from_le_bytes(d[l4 + 8..l4 + 12].try_into().expect("4 bytes"));
+                d[l4 + 8..l4 + 12].fill(0);
+                let before = crc32c(&d[l4..end]);
                 wr16(d, l4, key.tp_src());
                 wr16(d, l4 + 2, key.tp_dst());
-                let end = ip_end(key, l3, d).max(l4 + 12);
-                d[l4 + 8..l4 + 12].fill(0);
-                let crc = crc32c(&d[l4..end]);
-                d[l4 + 8..l4 + 12].copy_from_slice(&crc.to_le_bytes());
+                let after = crc32c(&d[l4..end]);
+                d[l4 + 8..l4 + 12].copy_from_slice(&(had ^ before ^ after).to_le_bytes());
+            }
+            ipproto::ICMP | ipproto::ICMPV6 => {
+                // Type and code: one 16-bit word of the ICMP checksum.
+                let (o, n) = (rd16(d, l4), ((key.tp_src() & 0xff) << 8) | (key.tp_dst() & 0xff));
+                if o != n {
+                    wr16(d, l4, n);
+                    let c = rd16(d, l4 + 2);
+                    wr16(d, l4 + 2, csum_update16(c, o, n));
+                }
             }
             _ => {}
         }

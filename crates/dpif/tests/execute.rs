@@ -317,9 +317,10 @@ fn ipv6_all_fields_with_tcp_and_icmpv6() {
         l4_v6_ok(p, E, ext, proto);
         let l4 = 54 + ext;
         if name == "icmpv6" {
-            // Type and code (where "ports" would be) are not rewritten;
-            // only the checksum changes, for the pseudo-header.
-            assert_eq!(p[l4..l4 + 2], f[l4..l4 + 2]);
+            // The "port" fields of ICMPv6 are its type and code: the
+            // code takes tp_dst's low byte (the type is untouched), and
+            // the checksum follows (l4_v6_ok above).
+            assert_eq!((p[l4], p[l4 + 1]), (f[l4], (8443 & 0xff) as u8));
             assert_eq!(p[l4 + 4..], f[l4 + 4..]);
         } else {
             assert_eq!(&p[l4 + 2..l4 + 4], &8443u16.to_be_bytes(), "{name}");
@@ -538,4 +539,53 @@ fn arp_responder_rewrites_op_and_addresses() {
     assert_eq!(&p[28..32], &[10, 0, 0, 254]);
     assert_eq!(&p[32..38], &A);
     assert_eq!(&p[38..42], &[10, 0, 0, 1]);
+}
+
+/// set_field on icmp_type/icmp_code (ICMP and ICMPv6) rewrites the header
+/// and keeps the ICMP checksum valid.
+#[test]
+fn icmp_type_and_code_rewrites_keep_the_checksum() {
+    for v6 in [false, true] {
+        let (l3, l4) = if v6 {
+            (L3::ipv6(1, 2), L4::Icmp6Echo { id: 7, seq: 1 })
+        } else {
+            (L3::ipv4(0x0a00_0001, 0x0a00_0002), L4::IcmpEcho { id: 7, seq: 1 })
+        };
+        let f = Frame::new(A, B).l3(l3).l4(l4).payload(b"ping").build();
+        let a = set(|k, m| {
+            k.set_tp_src(if v6 { 129 } else { 0 });
+            m.set_tp_src(0xffff);
+            k.set_tp_dst(3);
+            m.set_tp_dst(0xffff);
+        });
+        let rec = run(f, vec![a, DpAction::Output(2)]);
+        let p = only(&rec);
+        let l4 = if v6 { 54 } else { 34 };
+        assert_eq!((p[l4], p[l4 + 1]), (if v6 { 129 } else { 0 }, 3), "v6={v6}");
+        if v6 {
+            assert_eq!(l4_checksum_v6(1, 2, 58, &p[l4..]), 0, "ICMPv6 checksum");
+        } else {
+            assert_eq!(checksum(&p[l4..]), 0, "ICMP checksum");
+        }
+    }
+}
+
+/// A port rewrite keeps an SCTP packet's checksum as right (or as wrong)
+/// as it arrived, as Open vSwitch does.
+#[test]
+fn sctp_rewrite_keeps_a_bad_checksum_bad() {
+    let mut f =
+        Frame::new(A, B).l3(L3::ipv4(0x0a00_0001, 0x0a00_0002)).l4(L4::Sctp { src: 1, dst: 2 }).payload(b"x").build();
+    f[34 + 8] ^= 0xff; // corrupt the CRC
+    let a = set(|k, m| {
+        k.set_tp_src(12345);
+        m.set_tp_src(0xffff);
+    });
+    let rec = run(f, vec![a, DpAction::Output(2)]);
+    let p = only(&rec).to_vec();
+    let mut z = p[34..].to_vec();
+    let got = u32::from_le_bytes(z[8..12].try_into().unwrap());
+    z[8..12].fill(0);
+    let good = crc32c(&z);
+    assert_eq!(got ^ good, 0xff, "the corruption survives the rewrite, nothing else changes");
 }
