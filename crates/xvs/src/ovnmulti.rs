@@ -20,7 +20,7 @@
 
 use crate::netns::Host;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The switch a hypervisor runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -516,20 +516,9 @@ impl Multi {
     /// The logical network: switch ls1 (vm1 10.0.1.1 on hv1, vm2 10.0.1.2
     /// on hv2), switch ls2 (vm3 10.0.2.1 on hv2), router lr1 between them.
     pub fn two_switches_and_a_router(&mut self) {
-        self.nbctl(&["ls-add", "ls1"]);
-        self.nbctl(&["ls-add", "ls2"]);
-        self.nbctl(&["lr-add", "lr1"]);
-        for (ls, mac, net) in
-            [("ls1", "00:00:00:00:ff:01", "10.0.1.254/24"), ("ls2", "00:00:00:00:ff:02", "10.0.2.254/24")]
-        {
-            let lrp = format!("lr1-{ls}");
-            let lsp = format!("{ls}-lr1");
-            self.nbctl(&["lrp-add", "lr1", &lrp, mac, net]);
-            self.nbctl(&["lsp-add", ls, &lsp]);
-            self.nbctl(&["lsp-set-type", &lsp, "router"]);
-            self.nbctl(&["lsp-set-addresses", &lsp, "router"]);
-            self.nbctl(&["lsp-set-options", &lsp, &format!("router-port={lrp}")]);
-        }
+        crate::ovnref::logical_router_between_two_switches(|a| {
+            self.nbctl(a);
+        });
         let last = self.hvs.len() - 1;
         for (hv, ls, vm, mac, ip) in [
             (0, "ls1", "vm1", "00:00:00:00:01:01", "10.0.1.1"),
@@ -580,14 +569,4 @@ impl Drop for Multi {
     }
 }
 
-/// Polls `f` for up to `secs` seconds.
-pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(secs) {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
-}
+pub use crate::ovnref::eventually;

@@ -224,25 +224,33 @@ pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// The northbound part of the logical network the OVN tests and the demo
+/// use: switches ls1 (10.0.1.0/24) and ls2 (10.0.2.0/24), router lr1 with a
+/// port on each (.254), written with `nbctl`. The VMs are the caller's.
+pub fn logical_router_between_two_switches(mut nbctl: impl FnMut(&[&str])) {
+    nbctl(&["ls-add", "ls1"]);
+    nbctl(&["ls-add", "ls2"]);
+    nbctl(&["lr-add", "lr1"]);
+    for (ls, mac, net) in [("ls1", "00:00:00:00:ff:01", "10.0.1.254/24"), ("ls2", "00:00:00:00:ff:02", "10.0.2.254/24")]
+    {
+        let lrp = format!("lr1-{ls}");
+        let lsp = format!("{ls}-lr1");
+        nbctl(&["lrp-add", "lr1", &lrp, mac, net]);
+        nbctl(&["lsp-add", ls, &lsp]);
+        nbctl(&["lsp-set-type", &lsp, "router"]);
+        nbctl(&["lsp-set-addresses", &lsp, "router"]);
+        nbctl(&["lsp-set-options", &lsp, &format!("router-port={lrp}")]);
+    }
+}
+
 impl Ovn {
     /// The logical network the test and the demo use: switch ls1 (vm1
     /// 10.0.1.1, vm2 10.0.1.2), switch ls2 (vm3 10.0.2.1), router lr1 between
     /// them; each VM a namespace bound to its logical port.
     pub fn two_switches_and_a_router(&mut self) {
-        self.nbctl(&["ls-add", "ls1"]);
-        self.nbctl(&["ls-add", "ls2"]);
-        self.nbctl(&["lr-add", "lr1"]);
-        for (ls, mac, net) in
-            [("ls1", "00:00:00:00:ff:01", "10.0.1.254/24"), ("ls2", "00:00:00:00:ff:02", "10.0.2.254/24")]
-        {
-            let lrp = format!("lr1-{ls}");
-            let lsp = format!("{ls}-lr1");
-            self.nbctl(&["lrp-add", "lr1", &lrp, mac, net]);
-            self.nbctl(&["lsp-add", ls, &lsp]);
-            self.nbctl(&["lsp-set-type", &lsp, "router"]);
-            self.nbctl(&["lsp-set-addresses", &lsp, "router"]);
-            self.nbctl(&["lsp-set-options", &lsp, &format!("router-port={lrp}")]);
-        }
+        logical_router_between_two_switches(|a| {
+            self.nbctl(a);
+        });
         for (ls, vm, mac, ip) in [
             ("ls1", "vm1", "00:00:00:00:01:01", "10.0.1.1"),
             ("ls1", "vm2", "00:00:00:00:01:02", "10.0.1.2"),

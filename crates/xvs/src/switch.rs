@@ -116,6 +116,19 @@ pub struct PacketInEvent {
 }
 
 impl Shared {
+    /// Where this bridge's datapath output goes: `ports` (the caller's
+    /// snapshot of the port map), with the live map for ports added since.
+    fn sink<'a>(&'a self, ports: &'a BTreeMap<u32, Arc<Port>>) -> PortSink<'a> {
+        PortSink {
+            ports,
+            live: &self.ports,
+            sent: Vec::new(),
+            mirror: self.mirror.as_ref(),
+            userspace_dropped: 0,
+            packet_in: &self.packet_in_tx,
+        }
+    }
+
     pub fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }
@@ -140,14 +153,7 @@ impl Shared {
         let (key, _, _) = flow::extract(data, in_port);
         let t = self.ofproto.read().expect("ofproto lock").translate_actions(&key, actions);
         let ports = self.ports.read().expect("ports lock").clone();
-        let mut sink = PortSink {
-            ports: &ports,
-            live: &self.ports,
-            sent: Vec::new(),
-            mirror: self.mirror.as_ref(),
-            userspace_dropped: 0,
-            packet_in: &self.packet_in_tx,
-        };
+        let mut sink = self.sink(&ports);
         let mut pkt = Packet::from_slice(data);
         pkt.in_port = in_port;
         for c in &t.counters {
@@ -174,14 +180,7 @@ impl Shared {
         actions.extend(cont.action_set.iter().cloned());
         let t = self.ofproto.read().expect("ofproto lock").translate_actions(&key, &actions);
         let ports = self.ports.read().expect("ports lock").clone();
-        let mut sink = PortSink {
-            ports: &ports,
-            live: &self.ports,
-            sent: Vec::new(),
-            mirror: self.mirror.as_ref(),
-            userspace_dropped: 0,
-            packet_in: &self.packet_in_tx,
-        };
+        let mut sink = self.sink(&ports);
         let mut pkt = Packet::from_slice(data);
         pkt.in_port = in_port;
         for c in &t.counters {
@@ -662,14 +661,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         let housekeeping = report.iterations % 64 == 0;
         pmd.set_generation(sh.generation.load(Ordering::Acquire));
         let mut moved = 0usize;
-        let mut sink = PortSink {
-            ports: &all_ports,
-            live: &sh.ports,
-            sent: Vec::new(),
-            mirror: sh.mirror.as_ref(),
-            userspace_dropped: 0,
-            packet_in: &sh.packet_in_tx,
-        };
+        let mut sink = sh.sink(&all_ports);
         // Packets parked while a rule change held the bridge go first.
         if pmd.n_deferred() > 0 {
             moved += pmd.poll_deferred(&upcall, now_ms, &mut sink);
@@ -775,14 +767,7 @@ fn run_peers(sh: &Shared, pkts: &mut Vec<Packet>, now_ms: u64) {
                 break;
             }
             let ports = peer.ports.read().expect("ports lock");
-            let mut sink = PortSink {
-                ports: &ports,
-                live: &peer.ports,
-                sent: Vec::new(),
-                mirror: peer.mirror.as_ref(),
-                userspace_dropped: 0,
-                packet_in: &peer.packet_in_tx,
-            };
+            let mut sink = peer.sink(&ports);
             let upcall = BridgeUpcall(&peer.ofproto);
             {
                 let mut spmd = peer.slow_pmd.lock().expect("slow pmd");
