@@ -88,6 +88,9 @@ struct Ctx<'a> {
     /// packet-in (action `pause_at`) carries them as its continuation.
     freeze: Option<Vec<ofp_types::Frozen>>,
     pause_at: usize,
+    /// A pop_mpls just ran: the key's L3/L4 fields are unknown until the
+    /// datapath parses the popped frame (see the apply loop).
+    mpls_popped: bool,
 }
 
 impl Ofproto {
@@ -192,6 +195,7 @@ impl<'a> Ctx<'a> {
             nest: 0,
             freeze: None,
             pause_at: 0,
+            mpls_popped: false,
         }
     }
 }
@@ -315,6 +319,9 @@ impl Ctx<'_> {
                                 // A pause: the rest of this rule (and its
                                 // goto_table) runs on resume.
                                 self.freeze_rest(table, cookie, &acts[i + 1..], instructions);
+                                if std::mem::take(&mut self.mpls_popped) && !self.stop && i + 1 == acts.len() {
+                                    self.recirc_after_pop(instructions);
+                                }
                             }
                         }
                         Instruction::Write(acts) => {
@@ -382,6 +389,26 @@ impl Ctx<'_> {
         }
         // Outer levels see `stop` too and add theirs as the walk unwinds.
         f.push(ofp_types::Frozen { table_id: table, cookie, actions });
+    }
+
+    /// After a pop_mpls that ends its rule's actions, with a goto_table
+    /// next: the lookup there needs the popped frame's L3/L4 fields, which
+    /// only the datapath can parse. So the packet recirculates (as Open
+    /// vSwitch does) and the next pass starts in that table with the
+    /// registers and metadata it has now. Without a goto nothing looks the
+    /// packet up again, and the walk goes on.
+    fn recirc_after_pop(&mut self, instructions: &[Instruction]) {
+        let Some(t) = instructions.iter().find_map(|i| match i {
+            Instruction::GotoTable(t) => Some(*t),
+            _ => None,
+        }) else {
+            return;
+        };
+        self.commit();
+        let id = self.of.recirc.id_for(&crate::ct::Frozen::capture(t, &self.key));
+        self.say(|| format!("  recirculate as {id:#x} to parse the popped frame, resuming in table {t}"));
+        self.actions.push(DpAction::Recirc(id));
+        self.stop = true;
     }
 
     /// Hands the frozen pipeline to the paused packet-in.
@@ -861,7 +888,7 @@ impl Ctx<'_> {
                 // does not see it (no recirculation here, unlike OVS).
                 self.key.set_dl_type(*et);
                 self.key.set_mpls_lse(0);
-                self.say(|| "  later lookups in this pass see no L3/L4 fields of the popped frame");
+                self.mpls_popped = true;
             }
             Action::SetMplsTtl(_) | Action::DecMplsTtl => {
                 self.consult_dl_type();

@@ -48,6 +48,23 @@ fn push_set_and_pop_mpls_on_the_wire() {
     );
     assert_eq!(h1.ping(&h2.ip, 3).unwrap(), 3, "{name}: pushed and popped frames arrive intact");
 
+    // pop_mpls, then goto_table: the next table matches the popped frame's
+    // IP fields, which only a second pass over the parsed frame can see
+    // (a recirculation, as OVS does).
+    let (ok, out) = sw.ofctl(&["-OOpenFlow13", "del-flows"]);
+    assert!(ok, "{out}");
+    for f in [
+        "table=0,priority=20,ip,in_port=1,actions=push_mpls:0x8847,set_field:100->mpls_label,goto_table:1",
+        "table=0,priority=10,arp,actions=NORMAL",
+        "table=0,priority=10,in_port=2,actions=output:1",
+        "table=1,priority=10,mpls,mpls_label=100,actions=pop_mpls:0x0800,goto_table:2",
+        "table=2,priority=10,ip,nw_dst=10.88.0.2,actions=output:2",
+    ] {
+        let (ok, out) = sw.ofctl(&["-OOpenFlow13", "add-flow", f]);
+        assert!(ok, "{name}: add-flow {f}: {out}");
+    }
+    assert_eq!(h1.ping(&h2.ip, 3).unwrap(), 3, "{name}: table 2 matched the popped frame's nw_dst");
+
     // dec_mpls_ttl at TTL 1 drops.
     flows("-OOpenFlow13", "priority=20,ip,in_port=1,actions=push_mpls:0x8847,set_mpls_ttl(1),dec_mpls_ttl,output:2");
     let seen = h2.capture(&["mpls"], || {
