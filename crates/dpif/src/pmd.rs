@@ -329,10 +329,8 @@ impl Pmd {
         now_ms: u64,
         sink: &mut dyn Sink,
     ) {
-        let (mut key, layout, _) = flow::extract(pkt.data(), pkt.in_port);
-        let res = execute(actions, pkt, &mut key, layout, &mut self.out, sink, now_ms);
-        self.recirculate(res, &mut key, upcall, now_ms, sink, 1);
-        self.out.flush(sink);
+        let (key, _, _) = flow::extract(pkt.data(), pkt.in_port);
+        self.execute_with_key(pkt, key, actions, upcall, now_ms, sink);
     }
 
     /// Like [`Pmd::execute`], for a packet whose pipeline metadata

@@ -151,17 +151,7 @@ impl Shared {
     /// (an OpenFlow packet-out). Port numbers are OpenFlow's.
     pub fn packet_out(&self, in_port: u32, actions: &[ofproto::Action], data: &[u8]) {
         let (key, _, _) = flow::extract(data, in_port);
-        let t = self.ofproto.read().expect("ofproto lock").translate_actions(&key, actions);
-        let ports = self.ports.read().expect("ports lock").clone();
-        let mut sink = self.sink(&ports);
-        let mut pkt = Packet::from_slice(data);
-        pkt.in_port = in_port;
-        for c in &t.counters {
-            c.0.credit(1, data.len() as u64, self.now_ms());
-        }
-        // No poll loop replays this one's parked packets: it waits instead.
-        let upcall = BlockingUpcall(&self.ofproto);
-        self.slow_pmd.lock().expect("slow pmd").execute(pkt, &t.actions, &upcall, self.now_ms(), &mut sink);
+        self.run_actions(key, actions, data);
     }
 
     /// Continues a pipeline paused by `controller(pause)` (NXT_RESUME):
@@ -169,8 +159,7 @@ impl Shared {
     /// it returned (registers, `metadata`, in_port, tunnel and conntrack
     /// fields), runs the actions the pause froze, table by table.
     pub fn resume(&self, metadata: &flow::Match, cont: &ofproto::Continuation, data: &[u8]) {
-        let in_port = metadata.key.in_port();
-        let (mut key, _, _) = flow::extract(data, in_port);
+        let (mut key, _, _) = flow::extract(data, metadata.key.in_port());
         // Only the metadata stage comes from the controller; the headers
         // are the packet's own.
         for w in 0..flow::key::STAGE_L2 {
@@ -178,11 +167,18 @@ impl Shared {
         }
         let mut actions = cont.actions();
         actions.extend(cont.action_set.iter().cloned());
-        let t = self.ofproto.read().expect("ofproto lock").translate_actions(&key, &actions);
+        self.run_actions(key, &actions, data);
+    }
+
+    /// Runs OpenFlow `actions` on `data`, whose full key (with its pipeline
+    /// metadata) is `key`, in the slow-path datapath: packet-outs and
+    /// resumes. The rules the actions resubmit through count the packet.
+    fn run_actions(&self, key: FlowKey, actions: &[ofproto::Action], data: &[u8]) {
+        let t = self.ofproto.read().expect("ofproto lock").translate_actions(&key, actions);
         let ports = self.ports.read().expect("ports lock").clone();
         let mut sink = self.sink(&ports);
         let mut pkt = Packet::from_slice(data);
-        pkt.in_port = in_port;
+        pkt.in_port = key.in_port();
         for c in &t.counters {
             c.0.credit(1, data.len() as u64, self.now_ms());
         }
@@ -190,15 +186,10 @@ impl Shared {
         if tnl != [0; 4] {
             pkt.tnl = Some(Box::new(tnl));
         }
+        // No poll loop replays this one's parked packets: it waits instead.
         let upcall = BlockingUpcall(&self.ofproto);
-        self.slow_pmd.lock().expect("slow pmd").execute_with_key(
-            pkt,
-            key,
-            &t.actions,
-            &upcall,
-            self.now_ms(),
-            &mut sink,
-        );
+        let now = self.now_ms();
+        self.slow_pmd.lock().expect("slow pmd").execute_with_key(pkt, key, &t.actions, &upcall, now, &mut sink);
     }
 
     /// Live counters of every port.
