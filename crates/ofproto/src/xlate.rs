@@ -391,6 +391,29 @@ impl Ctx<'_> {
         f.push(ofp_types::Frozen { table_id: table, cookie, actions });
     }
 
+    /// `set_*_ttl` (`set`) or `dec_*_ttl` (`None`) on the TTL at `field`:
+    /// a decrement reads the TTL (so the megaflow pins it) and stops the
+    /// pipeline at 1 or 0; the new value is written with the next commit.
+    fn write_ttl(&mut self, field: flow::key::Loc, set: Option<u8>, what: &str) {
+        let mut m = FlowKey::ZERO;
+        field.set(&mut m, 0xff);
+        let ttl = match set {
+            Some(t) => t,
+            None => {
+                self.consult(&m);
+                let t = field.get(&self.key) as u8;
+                if t <= 1 {
+                    self.say(|| format!("  {what} exceeded; dropping"));
+                    self.stop = true;
+                    return;
+                }
+                t - 1
+            }
+        };
+        field.set(&mut self.key, ttl as u128);
+        self.pending.or_assign(&m);
+    }
+
     /// After a pop_mpls that ends its rule's actions, with a goto_table
     /// next: the lookup there needs the popped frame's L3/L4 fields, which
     /// only the datapath can parse. So the packet recirculates (as Open
@@ -896,25 +919,8 @@ impl Ctx<'_> {
                     self.say(|| "  not MPLS; ignored");
                     return;
                 }
-                let ttl = match a {
-                    Action::SetMplsTtl(t) => *t,
-                    _ => {
-                        let mut m = FlowKey::ZERO;
-                        m.set_mpls_ttl(0xff);
-                        self.consult(&m);
-                        let t = self.key.mpls_ttl();
-                        if t <= 1 {
-                            self.say(|| "  MPLS TTL exceeded; dropping");
-                            self.stop = true;
-                            return;
-                        }
-                        t - 1
-                    }
-                };
-                self.key.set_mpls_ttl(ttl);
-                let mut m = FlowKey::ZERO;
-                m.set_mpls_ttl(0xff);
-                self.pending.or_assign(&m);
+                let set = if let Action::SetMplsTtl(t) = a { Some(*t) } else { None };
+                self.write_ttl(loc::MPLS_TTL, set, "MPLS TTL");
             }
             Action::DecTtl | Action::DecTtlIds(_) | Action::SetNwTtl(_) => {
                 self.consult_dl_type();
@@ -922,24 +928,8 @@ impl Ctx<'_> {
                     self.say(|| "  not IP; ignored");
                     return;
                 }
-                let ttl = if let Action::SetNwTtl(t) = a {
-                    *t
-                } else {
-                    let mut m = FlowKey::ZERO;
-                    m.set_nw_ttl(0xff);
-                    self.consult(&m);
-                    let t = self.key.nw_ttl();
-                    if t <= 1 {
-                        self.say(|| "  TTL exceeded; dropping");
-                        self.stop = true;
-                        return;
-                    }
-                    t - 1
-                };
-                self.key.set_nw_ttl(ttl);
-                let mut m = FlowKey::ZERO;
-                m.set_nw_ttl(0xff);
-                self.pending.or_assign(&m);
+                let set = if let Action::SetNwTtl(t) = a { Some(*t) } else { None };
+                self.write_ttl(loc::NW_TTL, set, "TTL");
             }
             Action::Resubmit { port, table } => {
                 self.resubmits += 1;

@@ -328,3 +328,18 @@ mod tests {
         assert_eq!(super::parse_ping_received("garbage"), 0);
     }
 }
+
+/// The `ovsdb-server` command the OVS/OVN harnesses start: database file
+/// `dir/file`, served on `dir/sock`, with its pidfile, unixctl socket and
+/// log named `dir/tag.*`, detached.
+pub fn ovsdb_server_args(dir: &str, file: &str, sock: &str, tag: &str) -> Vec<String> {
+    vec![
+        "ovsdb-server".into(),
+        format!("{dir}/{file}"),
+        format!("--remote=punix:{dir}/{sock}"),
+        format!("--pidfile={dir}/{tag}.pid"),
+        format!("--unixctl={dir}/{tag}.ctl"),
+        format!("--log-file={dir}/{tag}.log"),
+        "--detach".into(),
+    ]
+}

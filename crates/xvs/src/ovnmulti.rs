@@ -272,15 +272,8 @@ impl Multi {
         // Northbound, southbound, northd.
         for (db, schema) in [("nb", "/usr/share/ovn/ovn-nb.ovsschema"), ("sb", "/usr/share/ovn/ovn-sb.ovsschema")] {
             must(&["ovsdb-tool", "create", &format!("{d}/{db}.db"), schema]);
-            must(&[
-                "ovsdb-server",
-                &format!("{d}/{db}.db"),
-                &format!("--remote=punix:{d}/{db}.sock"),
-                &format!("--pidfile={d}/{db}.pid"),
-                &format!("--unixctl={d}/{db}.ctl"),
-                &format!("--log-file={d}/{db}.log"),
-                "--detach",
-            ]);
+            let args = crate::netns::ovsdb_server_args(d, &format!("{db}.db"), &format!("{db}.sock"), db);
+            must(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
         must(&[
             "ovn-northd",
@@ -330,15 +323,8 @@ impl Multi {
         hv.exec(&["ip", "link", "set", "ul0", "up"]);
         // The hypervisor's database, switch and bridges.
         must(&["ovsdb-tool", "create", &format!("{d}/conf.db"), "/usr/share/openvswitch/vswitch.ovsschema"]);
-        hv.exec(&[
-            "ovsdb-server",
-            &format!("{d}/conf.db"),
-            &format!("--remote=punix:{d}/db.sock"),
-            &format!("--pidfile={d}/ovsdb.pid"),
-            &format!("--unixctl={d}/ovsdb.ctl"),
-            &format!("--log-file={d}/ovsdb.log"),
-            "--detach",
-        ]);
+        let args = crate::netns::ovsdb_server_args(d, "conf.db", "db.sock", "ovsdb");
+        hv.exec(&args.iter().map(String::as_str).collect::<Vec<_>>());
         hv.run(&["ovs-vsctl", &format!("--db=unix:{d}/db.sock"), "--no-wait", "init"]);
         match switch {
             Switch::Ovs => {

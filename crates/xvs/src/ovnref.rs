@@ -85,15 +85,8 @@ impl Ovn {
         let d = dir.as_str();
         for (db, schema) in [("nb", "/usr/share/ovn/ovn-nb.ovsschema"), ("sb", "/usr/share/ovn/ovn-sb.ovsschema")] {
             o.run(&["ovsdb-tool", "create", &format!("{d}/{db}.db"), schema]);
-            o.run(&[
-                "ovsdb-server",
-                &format!("{d}/{db}.db"),
-                &format!("--remote=punix:{d}/{db}.sock"),
-                &format!("--pidfile={d}/{db}.pid"),
-                &format!("--unixctl={d}/{db}.ctl"),
-                &format!("--log-file={d}/{db}.log"),
-                "--detach",
-            ]);
+            let args = crate::netns::ovsdb_server_args(d, &format!("{db}.db"), &format!("{db}.sock"), db);
+            o.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
         o.run(&[
             "ovn-northd",
@@ -106,15 +99,8 @@ impl Ovn {
         ]);
         // The hypervisor.
         o.run(&["ovsdb-tool", "create", &format!("{d}/conf.db"), "/usr/share/openvswitch/vswitch.ovsschema"]);
-        o.run(&[
-            "ovsdb-server",
-            &format!("{d}/conf.db"),
-            &format!("--remote=punix:{d}/db.sock"),
-            &format!("--pidfile={d}/ovsdb.pid"),
-            &format!("--unixctl={d}/ovsdb.ctl"),
-            &format!("--log-file={d}/ovsdb.log"),
-            "--detach",
-        ]);
+        let args = crate::netns::ovsdb_server_args(d, "conf.db", "db.sock", "ovsdb");
+        o.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let db = format!("--db=unix:{d}/db.sock");
         o.run(&["ovs-vsctl", &db, "--no-wait", "init"]);
         if ovs {

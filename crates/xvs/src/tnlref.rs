@@ -511,15 +511,8 @@ impl Overlay {
             let mut hv =
                 Hv { switch: switches[i], name, dir: d.clone(), endpoint: hvns.ip.clone(), xvs: None, ns: hvns };
             sh(&["ovsdb-tool", "create", &format!("{d}/conf.db"), "/usr/share/openvswitch/vswitch.ovsschema"])?;
-            hv.ns.exec(&[
-                "ovsdb-server",
-                &format!("{d}/conf.db"),
-                &format!("--remote=punix:{d}/db.sock"),
-                &format!("--pidfile={d}/ovsdb.pid"),
-                &format!("--unixctl={d}/ovsdb.ctl"),
-                &format!("--log-file={d}/ovsdb.log"),
-                "--detach",
-            ])?;
+            let args = crate::netns::ovsdb_server_args(&d, "conf.db", "db.sock", "ovsdb");
+            hv.ns.exec(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
             sh(&["ovs-vsctl", &format!("--db=unix:{d}/db.sock"), "--no-wait", "init"])?;
             match hv.switch {
                 Switch::Xvs => {

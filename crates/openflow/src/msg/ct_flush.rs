@@ -40,26 +40,10 @@ pub struct CtFlush {
     pub reply: TupleMatch,
 }
 
-fn props<'a>(rd: &mut Rd<'a>, mut each: impl FnMut(u16, Rd<'a>) -> Result<(), ErrorKind>) -> Result<(), ErrorKind> {
-    while !rd.is_empty() {
-        let ty = rd.u16()?;
-        let len = rd.u16()? as usize;
-        if len < 4 {
-            return Err(ErrorKind::BadLen);
-        }
-        let body = rd.bytes(len - 4)?;
-        each(ty, Rd::new(body, ErrorKind::BadLen))?;
-        // Properties are padded to 8 bytes (the last one may end early).
-        let pad = (8 - len % 8) % 8;
-        rd.skip(pad.min(rd.len()))?;
-    }
-    Ok(())
-}
-
 fn tuple(mut rd: Rd) -> Result<TupleMatch, ErrorKind> {
     rd.skip(4)?;
     let mut t = TupleMatch::default();
-    props(&mut rd, |ty, mut v| {
+    super::for_each_prop(&mut rd, |ty, mut v| {
         let addr = |v: &mut Rd| -> Result<(u128, bool), ErrorKind> {
             let a = u128::from_be_bytes(v.bytes(16)?.try_into().map_err(|_| ErrorKind::BadLen)?);
             let v4 = a >> 32 == 0xffff;
@@ -86,7 +70,7 @@ pub fn decode(rd: &mut Rd) -> Result<CtFlush, ErrorKind> {
     if rd.bytes(7)?.iter().any(|&b| b != 0) {
         return Err(ErrorKind::BadArgument);
     }
-    props(rd, |ty, mut v| {
+    super::for_each_prop(rd, |ty, mut v| {
         match ty {
             0 => f.orig = tuple(v)?,
             1 => f.reply = tuple(v)?,

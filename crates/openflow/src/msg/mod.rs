@@ -362,6 +362,26 @@ fn decode_vendor(ctx: &Ctx, rd: &mut Rd) -> Result<Msg, ErrorKind> {
     })
 }
 
+/// Walks a property list (type, length, value; each padded to 8 bytes,
+/// the last one possibly not), handing `each` every type and value.
+pub(crate) fn for_each_prop<'a>(
+    rd: &mut Rd<'a>,
+    mut each: impl FnMut(u16, Rd<'a>) -> Result<(), ErrorKind>,
+) -> Result<(), ErrorKind> {
+    while !rd.is_empty() {
+        let ty = rd.u16()?;
+        let len = rd.u16()? as usize;
+        if len < 4 {
+            return Err(ErrorKind::BadLen);
+        }
+        let body = rd.bytes(len - 4)?;
+        each(ty, Rd::new(body, ErrorKind::BadLen))?;
+        let pad = (8 - len % 8) % 8;
+        rd.skip(pad.min(rd.len()))?;
+    }
+    Ok(())
+}
+
 /// Starts a message: header with a length to patch by [`end`].
 pub fn begin(v: Version, t13: u8, xid: u32) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);

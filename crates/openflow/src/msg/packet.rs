@@ -250,19 +250,10 @@ fn put_prop(out: &mut Vec<u8>, ty: u16, nested: bool, f: impl FnOnce(&mut Vec<u8
 /// The properties of `b` as (type, payload after the 4-byte header).
 fn props(b: &[u8]) -> Result<Vec<(u16, &[u8])>, ErrorKind> {
     let mut out = Vec::new();
-    let mut rd = Rd::new(b, ErrorKind::BadLen);
-    while !rd.is_empty() {
-        let ty = rd.u16()?;
-        let len = rd.u16()? as usize;
-        if len < 4 {
-            return Err(ErrorKind::BadLen);
-        }
-        let body = rd.bytes(len - 4)?;
-        // Padding to 8 (the last property's may be missing).
-        let pad = (8 - len % 8) % 8;
-        rd.skip(pad.min(rd.len()))?;
-        out.push((ty, body));
-    }
+    for_each_prop(&mut Rd::new(b, ErrorKind::BadLen), |ty, body| {
+        out.push((ty, body.rest()));
+        Ok(())
+    })?;
     Ok(out)
 }
 
