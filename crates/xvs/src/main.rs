@@ -342,7 +342,7 @@ fn run_switch(
             s.tx_flush_us = of.tx_flush_us;
         }
     }
-    let fail_mode = xvs::ofconn::FailMode::parse(&of.fail_mode)?;
+    let fail_mode = xvs::ofconn::FailMode::parse(&of.fail_mode).map_err(anyhow::Error::msg)?;
     for c in &of.controllers {
         xvs::ofconn::parse_target(c)?;
     }
