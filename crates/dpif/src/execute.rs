@@ -410,7 +410,56 @@ fn writable(key: &FlowKey, layout: &Layout, d: &[u8]) -> FlowKey {
         w.set_tp_src(0xff);
         w.set_tp_dst(0xff);
     }
+    // A neighbour solicitation's or advertisement's target, and the
+    // link-layer address option it carries (nd_sll in a solicitation,
+    // nd_tll in an advertisement); an option that is not there is not
+    // added (as in Open vSwitch).
+    if let Some(ns) = nd_kind(key) {
+        let l4 = layout.l4 as usize;
+        if l4 != 0 && l4 + 24 <= len {
+            w.set_nd_target(u128::MAX);
+            if nd_lla(d, l4, ns).is_some() {
+                if ns {
+                    w.set_arp_sha(u64::MAX >> 16);
+                } else {
+                    w.set_arp_tha(u64::MAX >> 16);
+                }
+            }
+        }
+    }
     w
+}
+
+/// `Some(true)` for a neighbour solicitation, `Some(false)` for an
+/// advertisement (ICMPv6 135/136 with code 0, as extraction reads them).
+fn nd_kind(key: &FlowKey) -> Option<bool> {
+    if !key.is_ipv6() || key.nw_proto() != ipproto::ICMPV6 || key.tp_dst() != 0 {
+        return None;
+    }
+    match key.tp_src() {
+        135 => Some(true),
+        136 => Some(false),
+        _ => None,
+    }
+}
+
+/// Where the address of an ND message's link-layer option is (source
+/// option 1 in a solicitation, target option 2 in an advertisement),
+/// walking the options after the 24-byte header at `l4`.
+fn nd_lla(d: &[u8], l4: usize, ns: bool) -> Option<usize> {
+    let want = if ns { 1 } else { 2 };
+    let mut o = l4 + 24;
+    while o + 2 <= d.len() {
+        let len = d[o + 1] as usize * 8;
+        if len == 0 || o + len > d.len() {
+            return None;
+        }
+        if d[o] == want && len == 8 {
+            return Some(o + 2);
+        }
+        o += len;
+    }
+    None
 }
 
 /// End of the IP datagram (Ethernet padding excluded), for SCTP's CRC.
@@ -544,5 +593,28 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey,
             }
             _ => {}
         }
+    }
+    // Neighbour discovery (`writable` vouched for the header and the option).
+    if m.nd_target() != 0 || m.arp_sha() != 0 || m.arp_tha() != 0 {
+        let Some(ns) = nd_kind(&old) else { return };
+        let l4 = layout.l4 as usize;
+        let mut c = rd16(d, l4 + 2);
+        let (o, n) = (old.nd_target(), key.nd_target());
+        if m.nd_target() != 0 && o != n {
+            d[l4 + 8..l4 + 24].copy_from_slice(&n.to_be_bytes());
+            c = csum_update128(c, o, n);
+        }
+        let (mask, mac) = if ns { (m.arp_sha(), key.arp_sha()) } else { (m.arp_tha(), key.arp_tha()) };
+        if let (true, Some(at)) = (mask != 0, nd_lla(d, l4, ns)) {
+            let mac = mac_to_bytes(mac);
+            for i in 0..3 {
+                let (o, n) = (rd16(d, at + 2 * i), u16::from_be_bytes([mac[2 * i], mac[2 * i + 1]]));
+                if o != n {
+                    wr16(d, at + 2 * i, n);
+                    c = csum_update16(c, o, n);
+                }
+            }
+        }
+        wr16(d, l4 + 2, c);
     }
 }

@@ -589,3 +589,41 @@ fn sctp_rewrite_keeps_a_bad_checksum_bad() {
     let good = crc32c(&z);
     assert_eq!(got ^ good, 0xff, "the corruption survives the rewrite, nothing else changes");
 }
+
+/// set_field on nd_target and nd_sll / nd_tll rewrites a neighbour
+/// solicitation or advertisement and keeps the ICMPv6 checksum valid; an
+/// option the message does not carry is not added.
+#[test]
+fn nd_target_and_link_layer_options_rewrite_with_a_valid_checksum() {
+    let new_mac = [0x00, 0x11, 0x22, 0x33, 0x44, 0x55];
+    let a = |ns: bool| {
+        set(move |k, m| {
+            k.set_nd_target(0xfe80_0000_0000_0000_0000_0000_0000_0099);
+            m.set_nd_target(u128::MAX);
+            let mac = u64::from_be_bytes([0, 0, 0x00, 0x11, 0x22, 0x33, 0x44, 0x55]);
+            if ns {
+                k.set_arp_sha(mac);
+                m.set_arp_sha(u64::MAX >> 16);
+            } else {
+                k.set_arp_tha(mac);
+                m.set_arp_tha(u64::MAX >> 16);
+            }
+        })
+    };
+    let l4 = 54;
+    for (ns, with_option) in [(true, true), (false, true), (true, false)] {
+        let opt = with_option.then_some(A);
+        let f = Frame::new(A, B).ipv6(1, 2);
+        let f = if ns { f.nd_ns(0xfe80_0000_0000_0000_0000_0000_0000_0001, opt) } else { f.nd_na(7, opt) }.build();
+        let rec = run(f.clone(), vec![a(ns), DpAction::Output(2)]);
+        let p = only(&rec);
+        assert_eq!(&p[l4 + 8..l4 + 24], &0xfe80_0000_0000_0000_0000_0000_0000_0099u128.to_be_bytes(), "ns={ns}");
+        if with_option {
+            assert_eq!(p[l4 + 24], if ns { 1 } else { 2 }, "the option's kind stays");
+            assert_eq!(&p[l4 + 26..l4 + 32], &new_mac, "ns={ns}");
+        } else {
+            assert_eq!(p.len(), f.len(), "no option is added");
+        }
+        assert_eq!(l4_checksum_v6(1, 2, 58, &p[l4..]), 0, "ICMPv6 checksum, ns={ns}");
+    }
+}
