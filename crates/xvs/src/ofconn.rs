@@ -9,21 +9,23 @@
 //! [`ofservice::Service`]; this module only moves bytes to and from it
 //! and implements its [`ofservice::Bridge`] over the pipeline.
 //!
-//! Threads: one per listener, two per connection (blocking reads of
-//! framed messages; a writer draining the connection's bounded outgoing
-//! queue, [`crate::ofout`], so that no peer that stops reading can block
-//! another connection or housekeeping), and one housekeeping thread that
-//! delivers packet-ins from the poll threads' queue, expires rules,
-//! follows link state and ticks the service (keepalive, port-status, the
-//! fail mode).
+//! Threads: one event loop (mio: epoll) per bridge serves every
+//! listener and connection with non-blocking sockets, each with a bounded
+//! outgoing buffer ([`crate::ofout`]), so no peer that stops reading can
+//! block another connection or housekeeping, and a connection costs a
+//! descriptor and a few buffers, not threads. A second thread delivers
+//! packet-ins from the poll threads' queue, expires rules, follows link
+//! state and ticks the service (keepalive, port-status, the fail mode);
+//! both take the service's lock for the time of one message or event.
 //!
 //! Every message goes through the sans-IO codec ([`openflow::msg`]); a
 //! malformed one is answered with the spec's error carrying its first
 //! bytes, and the connection stays up unless the framing itself is lost.
 
-use crate::ofout::{OutQueue, Pushed};
+use crate::ofout::{OutBuf, Pushed};
 use crate::switch::{PacketInEvent, Shared};
 use anyhow::{bail, Context, Result};
+use mio::{Events, Interest, Poll, Token};
 use ofproto::actions::ofpp;
 use ofproto::{FlowModCmd, FlowModError, TableMiss};
 use ofservice::{Bridge, ConnId, Kind, Miss, Output, Removed, Service};
@@ -31,8 +33,7 @@ use openflow::msg::{self, FlowStats, Msg, PortDesc};
 use openflow::{ErrorKind, Framer, Version};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::net::UnixStream;
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -210,35 +211,35 @@ pub fn parse_protocols(names: &[String]) -> Result<Vec<Version>> {
     Ok(out)
 }
 
+/// A connection's socket (non-blocking, registered with the event loop).
 enum Stream {
-    Unix(UnixStream),
-    Tcp(TcpStream),
+    Unix(mio::net::UnixStream),
+    Tcp(mio::net::TcpStream),
 }
 
 impl Stream {
-    fn try_clone(&self) -> std::io::Result<Stream> {
-        Ok(match self {
-            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
-            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
-        })
-    }
-    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+    fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
-            Stream::Unix(s) => s.set_nonblocking(on),
-            Stream::Tcp(s) => s.set_nonblocking(on),
+            Stream::Unix(s) => s,
+            Stream::Tcp(s) => s,
         }
     }
-    fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.set_read_timeout(d),
-            Stream::Tcp(s) => s.set_read_timeout(d),
-        }
-    }
-    fn shutdown(&self) {
-        let _ = match self {
-            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+
+    /// For a connect in progress: `Ok(true)` once established, `Ok(false)`
+    /// while still connecting, `Err` when it failed.
+    fn connected(&self) -> std::io::Result<bool> {
+        let (err, peer) = match self {
+            Stream::Unix(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+            Stream::Tcp(s) => (s.take_error(), s.peer_addr().map(|_| ())),
         };
+        if let Some(e) = err? {
+            return Err(e);
+        }
+        match peer {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -263,68 +264,84 @@ impl Write for Stream {
     }
 }
 
-/// One connection's transport: its bounded outgoing queue and a handle
-/// on the socket. What the connection means is in the service.
-struct Link {
+/// A listening socket: the management and snoop sockets, and passive
+/// controller targets.
+enum Listener {
+    Unix(mio::net::UnixListener),
+    Tcp(mio::net::TcpListener),
+}
+
+struct Listening {
+    l: Listener,
+    kind: Kind,
+    /// `punix:PATH` for passive controllers (their connections' name).
     name: String,
-    /// Bounded outgoing queue, drained by the connection's writer thread
-    /// (see [`crate::ofout`]): no sender ever blocks on this peer.
-    out: OutQueue,
-    /// A handle on the socket, only to shut it down.
-    ctl: Stream,
-    alive: AtomicBool,
+    limit: Limit,
+    /// After a failed accept (EMFILE...): when to try again.
+    retry_at: Option<Instant>,
 }
 
-impl Link {
-    /// Queues a reply to this peer's own request; a peer that asks
-    /// without reading past [`crate::ofout::REPLY_CAP`] is disconnected.
-    fn send(&self, b: &[u8]) {
-        if !self.alive.load(Ordering::Acquire) {
-            return;
-        }
-        if let Pushed::Overflow | Pushed::Closed = self.out.push_reply(b) {
-            eprintln!("xvs: OpenFlow peer {}: closing, it does not read its replies", self.name);
-            self.close();
+impl Listening {
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match &mut self.l {
+            Listener::Unix(l) => l,
+            Listener::Tcp(l) => l,
         }
     }
 
-    /// Queues an asynchronous message (snoop copy, packet-in,
-    /// flow-removed, port-status, echo); dropped if the peer is behind.
-    fn send_async(&self, b: &[u8]) {
-        if !self.alive.load(Ordering::Acquire) {
-            return;
+    fn accept(&self) -> std::io::Result<(Stream, String)> {
+        match &self.l {
+            Listener::Unix(l) => l.accept().map(|(s, _)| (Stream::Unix(s), self.name.clone())),
+            Listener::Tcp(l) => l.accept().map(|(s, a)| {
+                let _ = s.set_nodelay(true);
+                (Stream::Tcp(s), a.to_string())
+            }),
         }
-        match self.out.push_async(b) {
-            Pushed::Dropped { log: true, total } => eprintln!(
-                "xvs: OpenFlow peer {} is not reading: dropped {total} asynchronous messages so far",
-                self.name
-            ),
-            Pushed::Closed => self.close(),
-            _ => {}
-        }
-    }
-
-    /// Closes at once (the peer misbehaves, or the bridge stops).
-    fn close(&self) {
-        self.alive.store(false, Ordering::Release);
-        self.out.close();
-        self.ctl.shutdown();
-    }
-
-    /// Closes once what is queued has been written (a final error): the
-    /// writer shuts the socket down when it is done.
-    fn finish(&self) {
-        self.alive.store(false, Ordering::Release);
-        self.out.close();
     }
 }
 
-/// The service and the links it talks through, under one lock: the
-/// service's output is routed to the links in the order it was made.
+/// An active controller target: connect, serve, reconnect with backoff
+/// (1 s doubling to 8 s).
+struct Active {
+    target: Target,
+    backoff: Duration,
+    next_try: Instant,
+    /// A connect in progress, and when to give up on it.
+    pending: Option<(Stream, Instant)>,
+    conn: Option<ConnId>,
+}
+
+/// One connection's transport: its socket, framing and bounded outgoing
+/// buffer. What the connection means is in the service.
+struct Conn {
+    stream: Stream,
+    name: String,
+    framer: Framer,
+    out: OutBuf,
+    /// The service asked to close once the buffer is written.
+    closing: bool,
+    /// Reading stopped because too many replies wait ([`crate::ofout::READ_PAUSE`]).
+    paused: bool,
+    /// The active target this connection serves.
+    active: Option<usize>,
+    _slot: Option<Slot>,
+}
+
+/// The service and the connections it talks through, under one lock:
+/// the service's output is written in the order it was made.
 struct Core {
     svc: Service,
-    links: BTreeMap<ConnId, Arc<Link>>,
+    conns: BTreeMap<ConnId, Conn>,
+    /// Active targets whose connection closed (the event loop schedules
+    /// the reconnect).
+    lost_active: Vec<usize>,
 }
+
+const WAKER: Token = Token(usize::MAX);
+const ACTIVE_BASE: usize = 1 << 40;
+const LISTENER_BASE: usize = 1 << 41;
+/// Bytes read from one connection before others get their turn.
+const READ_CHUNKS: usize = 4;
 
 /// The OpenFlow transport of one bridge.
 pub struct OfManager {
@@ -336,19 +353,77 @@ pub struct OfManager {
     admin_down: Mutex<std::collections::BTreeSet<u32>>,
     /// Set by [`OfManager::shutdown`] (this bridge only; `stop` is the process's).
     own_stop: AtomicBool,
-    /// Passive controller listeners, to wake their accept on shutdown.
-    passive: Mutex<Vec<Target>>,
+    /// Socket files of passive `punix:` targets, removed at shutdown.
+    punix: Vec<PathBuf>,
+    waker: mio::Waker,
 }
 
 impl OfManager {
-    /// Binds the management and snoop sockets, starts the controller
-    /// connections and the housekeeping thread.
+    /// Binds the management and snoop sockets and passive targets, starts
+    /// the event loop (which also connects active targets) and the
+    /// housekeeping thread.
     pub fn start(sh: Arc<Shared>, cfg: OfConfig, stop: Arc<AtomicBool>) -> Result<Arc<OfManager>> {
         let targets = cfg.controllers.iter().map(|c| parse_target(c)).collect::<Result<Vec<_>>>()?;
         std::fs::create_dir_all(&cfg.run_dir)
             .with_context(|| format!("creating run directory {}", cfg.run_dir.display()))?;
-        let mgmt = crate::runfiles::bind_socket(&cfg.run_dir.join(format!("{}.mgmt", sh.bridge)))?;
-        let snoop = crate::runfiles::bind_socket(&cfg.run_dir.join(format!("{}.snoop", sh.bridge)))?;
+        let unix = |l: std::os::unix::net::UnixListener| -> Result<Listener> {
+            l.set_nonblocking(true)?;
+            Ok(Listener::Unix(mio::net::UnixListener::from_std(l)))
+        };
+        let mut listeners = Vec::new();
+        for (kind, ext) in [(Kind::Service, "mgmt"), (Kind::Snoop, "snoop")] {
+            let l = crate::runfiles::bind_socket(&cfg.run_dir.join(format!("{}.{ext}", sh.bridge)))?;
+            let what = format!("{}.{ext}", sh.bridge);
+            listeners.push(Listening {
+                l: unix(l)?,
+                kind,
+                name: "unix".into(),
+                limit: Limit::new(what),
+                retry_at: None,
+            });
+        }
+        let mut actives = Vec::new();
+        let mut punix = Vec::new();
+        for target in targets {
+            match target {
+                Target::Tcp(_) | Target::Unix(_) => actives.push(Active {
+                    target,
+                    backoff: Duration::from_secs(1),
+                    next_try: Instant::now(),
+                    pending: None,
+                    conn: None,
+                }),
+                Target::Punix(path) => {
+                    let l = crate::runfiles::bind_socket(&path)
+                        .with_context(|| format!("controller punix:{}", path.display()))?;
+                    let name = format!("punix:{}", path.display());
+                    listeners.push(Listening {
+                        l: unix(l)?,
+                        kind: Kind::Controller,
+                        name: name.clone(),
+                        limit: Limit::new(name),
+                        retry_at: None,
+                    });
+                    punix.push(path);
+                }
+                Target::Ptcp(addr) => {
+                    let l = TcpListener::bind(&addr).with_context(|| format!("controller: listening on {addr}"))?;
+                    l.set_nonblocking(true)?;
+                    listeners.push(Listening {
+                        l: Listener::Tcp(mio::net::TcpListener::from_std(l)),
+                        kind: Kind::Controller,
+                        name: String::new(),
+                        limit: Limit::new(format!("ptcp:{addr}")),
+                        retry_at: None,
+                    });
+                }
+            }
+        }
+        let poll = Poll::new().context("OpenFlow event loop")?;
+        for (i, l) in listeners.iter_mut().enumerate() {
+            poll.registry().register(l.source(), Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let svc = Service::new(ofservice::Config {
             versions: cfg.protocols.clone(),
             dpid: cfg.dpid,
@@ -357,11 +432,12 @@ impl OfManager {
         let m = Arc::new(OfManager {
             sh,
             cfg,
-            core: Mutex::new(Core { svc, links: BTreeMap::new() }),
+            core: Mutex::new(Core { svc, conns: BTreeMap::new(), lost_active: Vec::new() }),
             stop,
             admin_down: Mutex::new(Default::default()),
             own_stop: AtomicBool::new(false),
-            passive: Mutex::new(Vec::new()),
+            punix,
+            waker,
         });
         if !m.cfg.controllers.is_empty() {
             // A bridge with controllers starts with an empty table; what a
@@ -373,80 +449,91 @@ impl OfManager {
             drop(of);
             m.with_service(|s| s.update_fail_mode(&*m));
         }
-        for (listener, kind) in [(mgmt, Kind::Service), (snoop, Kind::Snoop)] {
-            let mm = Arc::clone(&m);
-            let what = format!("{}.{}", mm.sh.bridge, if kind == Kind::Snoop { "snoop" } else { "mgmt" });
-            std::thread::Builder::new().name(format!("of-{kind:?}")).spawn(move || {
-                let l = Limit::new(what);
-                let mut accept = || listener.accept().map(|(s, _)| s);
-                while let Some(s) = mm.accept_next(&mut accept, &l) {
-                    mm.spawn_conn(Stream::Unix(s), kind, "unix".into(), l.slot());
-                }
-            })?;
-        }
-        for target in targets {
-            let mm = Arc::clone(&m);
-            if let Target::Tcp(_) | Target::Unix(_) = target {
-                std::thread::Builder::new().name("of-active".into()).spawn(move || mm.run_active(&target))?;
-            } else if let Target::Punix(path) = target {
-                let l = crate::runfiles::bind_socket(&path)
-                    .with_context(|| format!("controller punix:{}", path.display()))?;
-                m.passive.lock().expect("passive").push(Target::Punix(path.clone()));
-                std::thread::Builder::new().name("of-passive".into()).spawn(move || {
-                    let lim = Limit::new(format!("punix:{}", path.display()));
-                    let mut accept = || l.accept().map(|(s, _)| s);
-                    while let Some(s) = mm.accept_next(&mut accept, &lim) {
-                        let name = format!("punix:{}", path.display());
-                        mm.spawn_conn(Stream::Unix(s), Kind::Controller, name, lim.slot());
-                    }
-                })?;
-            } else if let Target::Ptcp(addr) = target {
-                let l = TcpListener::bind(&addr).with_context(|| format!("controller: listening on {addr}"))?;
-                m.passive.lock().expect("passive").push(Target::Ptcp(addr.clone()));
-                std::thread::Builder::new().name("of-passive".into()).spawn(move || {
-                    let lim = Limit::new(format!("ptcp:{addr}"));
-                    let mut accept = || l.accept().map(|(s, _)| s);
-                    while let Some(s) = mm.accept_next(&mut accept, &lim) {
-                        let name = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                        let _ = s.set_nodelay(true);
-                        mm.spawn_conn(Stream::Tcp(s), Kind::Controller, name, lim.slot());
-                    }
-                })?;
-            }
-        }
+        let mm = Arc::clone(&m);
+        // Packet-outs translate (resubmits recurse): a roomy stack.
+        std::thread::Builder::new()
+            .name("of-io".into())
+            .stack_size(16 << 20)
+            .spawn(move || mm.run_io(poll, listeners, actives))?;
         let mm = Arc::clone(&m);
         std::thread::Builder::new().name("of-async".into()).spawn(move || mm.run_async())?;
         Ok(m)
     }
 
-    /// Runs `f` on the service, then hands what it produced to the links.
+    /// Runs `f` on the service, then writes what it produced.
     fn with_service<R>(&self, f: impl FnOnce(&mut Service) -> R) -> R {
         let mut core = self.core.lock().expect("OpenFlow service");
         let r = f(&mut core.svc);
-        Self::route(&mut core);
+        self.route(&mut core);
         r
     }
 
-    fn route(core: &mut Core) {
-        for o in core.svc.take_output() {
-            match o {
-                Output::Reply(id, b) => {
-                    if let Some(l) = core.links.get(&id) {
-                        l.send(&b);
-                    }
-                }
-                Output::Async(id, b) => {
-                    if let Some(l) = core.links.get(&id) {
-                        l.send_async(&b);
-                    }
-                }
-                Output::Close(id) => {
-                    if let Some(l) = core.links.get(&id) {
-                        l.finish();
-                    }
-                }
-                Output::Log(s) => eprintln!("xvs: {s}"),
+    /// Hands the service's output to the connections, writes what the
+    /// sockets take, and closes the connections that are done.
+    fn route(&self, core: &mut Core) {
+        loop {
+            let out = core.svc.take_output();
+            if out.is_empty() {
+                return;
             }
+            let mut touched = std::collections::BTreeSet::new();
+            let mut gone = Vec::new();
+            for o in out {
+                match o {
+                    Output::Reply(id, b) => {
+                        if let Some(c) = core.conns.get_mut(&id) {
+                            if c.out.push_reply(&b) == Pushed::Overflow {
+                                eprintln!("xvs: OpenFlow peer {}: closing, it does not read its replies", c.name);
+                                gone.push(id);
+                            }
+                            touched.insert(id);
+                        }
+                    }
+                    Output::Async(id, b) => {
+                        if let Some(c) = core.conns.get_mut(&id) {
+                            if let Pushed::Dropped { log: true, total } = c.out.push_async(&b) {
+                                eprintln!(
+                                    "xvs: OpenFlow peer {} is not reading: dropped {total} asynchronous messages so far",
+                                    c.name
+                                );
+                            }
+                            touched.insert(id);
+                        }
+                    }
+                    Output::Close(id) => {
+                        if let Some(c) = core.conns.get_mut(&id) {
+                            c.closing = true;
+                            touched.insert(id);
+                        }
+                    }
+                    Output::Log(s) => eprintln!("xvs: {s}"),
+                }
+            }
+            for id in touched {
+                if gone.contains(&id) {
+                    continue;
+                }
+                let Some(c) = core.conns.get_mut(&id) else { continue };
+                match c.out.flush_to(&mut c.stream) {
+                    Ok(true) if c.closing => gone.push(id),
+                    Ok(_) => {}
+                    Err(_) => gone.push(id),
+                }
+            }
+            for id in gone {
+                self.drop_conn(core, id);
+            }
+        }
+    }
+
+    /// Closes a connection: the socket, the service's session, and for an
+    /// active target, the reconnect.
+    fn drop_conn(&self, core: &mut Core, id: ConnId) {
+        if let Some(c) = core.conns.remove(&id) {
+            if let Some(i) = c.active {
+                core.lost_active.push(i);
+            }
+            core.svc.disconnect(id, self);
         }
     }
 
@@ -454,31 +541,16 @@ impl OfManager {
         self.stop.load(Ordering::Acquire) || self.own_stop.load(Ordering::Acquire)
     }
 
-    /// Stops this bridge's OpenFlow service: listeners, controller
-    /// connections, the async thread; removes its sockets.
+    /// Stops this bridge's OpenFlow service (the event loop closes every
+    /// connection and listener) and removes its sockets.
     pub fn shutdown(&self) {
         self.own_stop.store(true, Ordering::Release);
-        for l in self.core.lock().expect("OpenFlow service").links.values() {
-            l.close();
-        }
-        // Wake the accept loops, then remove the sockets.
+        let _ = self.waker.wake();
         for kind in ["mgmt", "snoop"] {
-            let p = self.cfg.run_dir.join(format!("{}.{kind}", self.sh.bridge));
-            let _ = UnixStream::connect(&p);
-            let _ = std::fs::remove_file(&p);
+            let _ = std::fs::remove_file(self.cfg.run_dir.join(format!("{}.{kind}", self.sh.bridge)));
         }
-        for t in self.passive.lock().expect("passive").iter() {
-            match t {
-                Target::Ptcp(a) => {
-                    let a = a.replace("0.0.0.0", "127.0.0.1");
-                    let _ = TcpStream::connect_timeout(&a.parse().expect("checked"), Duration::from_millis(200));
-                }
-                Target::Punix(p) => {
-                    let _ = UnixStream::connect(p);
-                    let _ = std::fs::remove_file(p);
-                }
-                _ => {}
-            }
+        for p in &self.punix {
+            let _ = std::fs::remove_file(p);
         }
     }
 
@@ -491,147 +563,264 @@ impl OfManager {
         self.core.lock().expect("OpenFlow service").svc.packet_in_dropped
     }
 
-    /// Active controller: connect, serve, reconnect with backoff (1 s
-    /// doubling to 8 s).
-    fn run_active(self: Arc<Self>, target: &Target) {
-        let mut backoff = Duration::from_secs(1);
-        while !self.stopping() {
-            let conn = match target {
-                Target::Tcp(addr) => {
-                    TcpStream::connect_timeout(&addr.parse().expect("checked"), Duration::from_secs(2)).map(|s| {
-                        let _ = s.set_nodelay(true);
-                        (Stream::Tcp(s), format!("tcp:{addr}"))
-                    })
-                }
-                Target::Unix(p) => UnixStream::connect(p).map(|s| (Stream::Unix(s), format!("unix:{}", p.display()))),
-                Target::Ptcp(_) | Target::Punix(_) => return,
-            };
-            if let Ok((s, name)) = conn {
-                backoff = Duration::from_secs(1);
-                self.serve_conn(s, Kind::Controller, name);
-            }
-            let until = Instant::now() + backoff;
-            while Instant::now() < until && !self.stopping() {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(8));
+    /// A new connection: registered with the loop, given to the service
+    /// (which queues its HELLO).
+    fn add_conn(
+        &self,
+        registry: &mio::Registry,
+        mut stream: Stream,
+        kind: Kind,
+        name: String,
+        slot: Option<Slot>,
+        active: Option<usize>,
+    ) -> Option<ConnId> {
+        let mut core = self.core.lock().expect("OpenFlow service");
+        let id = core.svc.connect(kind, &name, self.sh.now_ms());
+        if registry.register(stream.source(), Token(id as usize), Interest::READABLE | Interest::WRITABLE).is_err() {
+            core.svc.disconnect(id, self);
+            core.svc.take_output();
+            return None;
         }
+        let conn = Conn {
+            stream,
+            name,
+            framer: Framer::default(),
+            out: OutBuf::default(),
+            closing: false,
+            paused: false,
+            active,
+            _slot: slot,
+        };
+        core.conns.insert(id, conn);
+        self.route(&mut core);
+        Some(id)
     }
 
-    /// Accepts the listener's next connection that fits under its
-    /// [`Limit`]: connections past the limit are closed at once (one log
-    /// line each time the limit is reached), and a failing accept (EMFILE,
-    /// ENFILE, ENOMEM: local resource exhaustion) backs off 100 ms instead
-    /// of spinning. `None` when the bridge stops.
-    fn accept_next<S>(&self, accept: &mut impl FnMut() -> std::io::Result<S>, lim: &Limit) -> Option<S> {
-        loop {
-            let r = accept();
-            if self.stopping() {
-                return None;
+    /// The event loop: every socket of this bridge's OpenFlow service,
+    /// non-blocking, in one thread. Nothing here waits on a peer.
+    fn run_io(&self, mut poll: Poll, mut listeners: Vec<Listening>, mut actives: Vec<Active>) {
+        let mut events = Events::with_capacity(256);
+        let mut buf = vec![0u8; 65536];
+        let mut to_read: std::collections::BTreeSet<ConnId> = Default::default();
+        while !self.stopping() {
+            let now = Instant::now();
+            // Sleep until the next deadline (listener retry, reconnect,
+            // connect timeout), at most 100 ms (the stop flags).
+            let mut wait = Duration::from_millis(100);
+            let deadlines =
+                listeners.iter().filter_map(|l| l.retry_at).chain(actives.iter().filter_map(|a| match &a.pending {
+                    Some((_, deadline)) => Some(*deadline),
+                    None => a.conn.is_none().then_some(a.next_try),
+                }));
+            for t in deadlines.collect::<Vec<_>>() {
+                wait = wait.min(t.saturating_duration_since(now));
             }
-            match r {
-                Ok(s) => {
-                    if lim.try_take() {
-                        return Some(s);
-                    }
-                    drop(s);
-                }
-                Err(e) => {
-                    lim.log_error(&e);
+            if !to_read.is_empty() {
+                wait = Duration::ZERO;
+            }
+            if let Err(e) = poll.poll(&mut events, Some(wait)) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    eprintln!("xvs: OpenFlow event loop: {e}");
                     std::thread::sleep(Duration::from_millis(100));
                 }
-            }
-        }
-    }
-
-    fn spawn_conn(self: &Arc<Self>, s: Stream, kind: Kind, name: String, slot: Slot) {
-        let me = Arc::clone(self);
-        // Packet-outs translate (resubmits recurse): a roomy stack.
-        let _ = std::thread::Builder::new().name("of-conn".into()).stack_size(16 << 20).spawn(move || {
-            me.serve_conn(s, kind, name);
-            drop(slot);
-        });
-    }
-
-    fn serve_conn(&self, s: Stream, kind: Kind, name: String) {
-        let (Ok(mut out), Ok(ctl)) = (s.try_clone(), s.try_clone()) else { return };
-        let link = Arc::new(Link { name: name.clone(), out: OutQueue::default(), ctl, alive: AtomicBool::new(true) });
-        let wl = Arc::clone(&link);
-        let writer = std::thread::Builder::new().name("of-write".into()).spawn(move || {
-            wl.out.run_writer(&mut out);
-            wl.close();
-        });
-        if writer.is_err() {
-            return;
-        }
-        let id = {
-            let mut core = self.core.lock().expect("OpenFlow service");
-            let id = core.svc.connect(kind, &name, self.sh.now_ms());
-            core.links.insert(id, Arc::clone(&link));
-            Self::route(&mut core);
-            id
-        };
-        self.read_loop(id, &link, s);
-        // Let the writer flush what is queued (e.g. a final error), then stop it.
-        link.finish();
-        let mut core = self.core.lock().expect("OpenFlow service");
-        core.links.remove(&id);
-        core.svc.disconnect(id, self);
-        Self::route(&mut core);
-    }
-
-    fn read_loop(&self, id: ConnId, link: &Link, mut s: Stream) {
-        let mut framer = Framer::default();
-        let mut buf = vec![0u8; 65536];
-        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-        let mut spin_until: Option<Instant> = None;
-        while link.alive.load(Ordering::Acquire) && !self.stopping() {
-            // Flow control: a peer that does not read its replies gets no
-            // more of its requests read (this waits only on this peer).
-            if link.out.queued_bytes() > crate::ofout::READ_PAUSE {
-                link.out.wait_below_pause(Duration::from_secs(1));
                 continue;
             }
-            // Request/reply tools (ovs-ofctl sends each flow mod with a
-            // barrier and waits) answer within microseconds: poll briefly
-            // before sleeping, which saves a cross-CPU wakeup per message.
-            let spinning = spin_until.is_some_and(|t| Instant::now() < t);
-            if spinning {
-                let _ = s.set_nonblocking(true);
-            }
-            let r = s.read(&mut buf);
-            if spinning {
-                let _ = s.set_nonblocking(false);
-                if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
-                    std::hint::spin_loop();
-                    continue;
+            for ev in events.iter() {
+                let t = ev.token().0;
+                if ev.token() == WAKER {
+                } else if t >= LISTENER_BASE {
+                    if let Some(l) = listeners.get_mut(t - LISTENER_BASE) {
+                        self.accept_all(poll.registry(), l);
+                    }
+                } else if t >= ACTIVE_BASE {
+                    if let Some(i) = (t - ACTIVE_BASE < actives.len()).then_some(t - ACTIVE_BASE) {
+                        self.connect_progress(poll.registry(), &mut actives, i);
+                    }
+                } else {
+                    let id = t as ConnId;
+                    if ev.is_writable() {
+                        let mut core = self.core.lock().expect("OpenFlow service");
+                        if let Some(c) = core.conns.get_mut(&id) {
+                            match c.out.flush_to(&mut c.stream) {
+                                Ok(true) if c.closing => self.drop_conn(&mut core, id),
+                                Ok(_) => {}
+                                Err(_) => self.drop_conn(&mut core, id),
+                            }
+                        }
+                    }
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        to_read.insert(id);
+                    }
                 }
             }
-            spin_until = None;
-            match r {
-                Ok(0) => return,
-                Ok(n) => {
-                    framer.handle_bytes(&buf[..n]);
-                    spin_until = Some(Instant::now() + Duration::from_micros(100));
+            // Peers whose replies drained below the pause get read again.
+            {
+                let core = self.core.lock().expect("OpenFlow service");
+                for (&id, c) in core.conns.iter().filter(|(_, c)| c.paused) {
+                    if c.out.queued_bytes() <= crate::ofout::READ_PAUSE {
+                        to_read.insert(id);
+                    }
                 }
-                // Keepalive is the service's (its tick): here only the stop flag.
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
-                Err(_) => return,
             }
+            for id in std::mem::take(&mut to_read) {
+                if self.read_some(id, &mut buf) {
+                    to_read.insert(id);
+                }
+            }
+            let now = Instant::now();
+            for l in listeners.iter_mut().filter(|l| l.retry_at.is_some_and(|t| t <= now)) {
+                l.retry_at = None;
+                self.accept_all(poll.registry(), l);
+            }
+            let lost = std::mem::take(&mut self.core.lock().expect("OpenFlow service").lost_active);
+            for i in lost {
+                let a = &mut actives[i];
+                a.conn = None;
+                a.next_try = now + a.backoff;
+                a.backoff = (a.backoff * 2).min(Duration::from_secs(8));
+            }
+            for (i, a) in actives.iter_mut().enumerate() {
+                if a.conn.is_none() && a.pending.is_none() && a.next_try <= now {
+                    self.connect_start(poll.registry(), a, i);
+                } else if a.pending.as_ref().is_some_and(|(_, d)| *d <= now) {
+                    // Connect timed out.
+                    a.pending = None;
+                    a.next_try = now + a.backoff;
+                    a.backoff = (a.backoff * 2).min(Duration::from_secs(8));
+                }
+            }
+        }
+        // Stopping: every connection and listener closes with the loop.
+        let mut core = self.core.lock().expect("OpenFlow service");
+        let ids: Vec<ConnId> = core.conns.keys().copied().collect();
+        for id in ids {
+            let _ = core.conns.get_mut(&id).map(|c| c.out.flush_to(&mut c.stream));
+            self.drop_conn(&mut core, id);
+        }
+        core.svc.take_output();
+    }
+
+    /// Accepts what the listener has, under its [`Limit`]: connections
+    /// past the limit are closed at once (one log line each time the limit
+    /// is reached); a failing accept (EMFILE, ENFILE, ENOMEM: local
+    /// resource exhaustion) is retried after 100 ms instead of spinning.
+    fn accept_all(&self, registry: &mio::Registry, l: &mut Listening) {
+        loop {
+            match l.accept() {
+                Ok((s, name)) => {
+                    if l.limit.try_take() {
+                        self.add_conn(registry, s, l.kind, name, Some(l.limit.slot()), None);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    l.limit.log_error(&e);
+                    l.retry_at = Some(Instant::now() + Duration::from_millis(100));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn connect_start(&self, registry: &mio::Registry, a: &mut Active, i: usize) {
+        let s = match &a.target {
+            Target::Tcp(addr) => mio::net::TcpStream::connect(addr.parse().expect("checked")).map(|s| {
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            }),
+            Target::Unix(p) => mio::net::UnixStream::connect(p).map(Stream::Unix),
+            Target::Ptcp(_) | Target::Punix(_) => return,
+        };
+        match s {
+            Ok(mut s) => {
+                if registry
+                    .register(s.source(), Token(ACTIVE_BASE + i), Interest::READABLE | Interest::WRITABLE)
+                    .is_ok()
+                {
+                    a.pending = Some((s, Instant::now() + Duration::from_secs(2)));
+                    return;
+                }
+                a.next_try = Instant::now() + a.backoff;
+            }
+            Err(_) => {
+                a.next_try = Instant::now() + a.backoff;
+                a.backoff = (a.backoff * 2).min(Duration::from_secs(8));
+            }
+        }
+    }
+
+    fn connect_progress(&self, registry: &mio::Registry, actives: &mut [Active], i: usize) {
+        let a = &mut actives[i];
+        let Some((s, _)) = &a.pending else { return };
+        match s.connected() {
+            Ok(false) => {}
+            Ok(true) => {
+                let (mut s, _) = a.pending.take().expect("pending");
+                let _ = registry.deregister(s.source());
+                let name = match &a.target {
+                    Target::Tcp(addr) => format!("tcp:{addr}"),
+                    Target::Unix(p) => format!("unix:{}", p.display()),
+                    _ => String::new(),
+                };
+                a.backoff = Duration::from_secs(1);
+                a.conn = self.add_conn(registry, s, Kind::Controller, name, None, Some(i));
+                if a.conn.is_none() {
+                    a.next_try = Instant::now() + a.backoff;
+                }
+            }
+            Err(_) => {
+                a.pending = None;
+                a.next_try = Instant::now() + a.backoff;
+                a.backoff = (a.backoff * 2).min(Duration::from_secs(8));
+            }
+        }
+    }
+
+    /// Reads what a connection has (up to [`READ_CHUNKS`] buffers) and
+    /// hands each message to the service. True when more may be waiting.
+    fn read_some(&self, id: ConnId, buf: &mut [u8]) -> bool {
+        for _ in 0..READ_CHUNKS {
+            let mut core = self.core.lock().expect("OpenFlow service");
+            let Some(c) = core.conns.get_mut(&id) else { return false };
+            // Flow control: a peer that does not read its replies gets no
+            // more of its requests read (this waits only on this peer).
+            c.paused = c.out.queued_bytes() > crate::ofout::READ_PAUSE;
+            if c.paused || c.closing {
+                return false;
+            }
+            let n = match c.stream.read(buf) {
+                Ok(0) => {
+                    self.drop_conn(&mut core, id);
+                    return false;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.drop_conn(&mut core, id);
+                    return false;
+                }
+            };
+            c.framer.handle_bytes(&buf[..n]);
+            let now = self.sh.now_ms();
             loop {
-                match framer.poll_message() {
+                let Some(c) = core.conns.get_mut(&id) else { return false };
+                match c.framer.poll_message() {
                     Ok(Some(m)) => {
-                        let now = self.sh.now_ms();
-                        self.with_service(|svc| svc.receive(id, m, now, self));
+                        core.svc.receive(id, m, now, self);
+                        self.route(&mut core);
                     }
                     Ok(None) => break,
                     Err(_) => {
-                        self.with_service(|svc| svc.framing_lost(id));
-                        return;
+                        core.svc.framing_lost(id);
+                        self.route(&mut core);
+                        return false;
                     }
                 }
             }
         }
+        true
     }
 
     /// Delivers packet-ins; every 200 ms follows link state, expires
@@ -1181,11 +1370,10 @@ pub(crate) fn read_speed(dev: &str) -> u64 {
     read_sys(dev, "speed").and_then(|s| s.parse::<i64>().ok()).filter(|&s| s > 0).unwrap_or(10_000) as u64
 }
 
-/// Connections one listener serves at once. Each connection costs two
-/// threads (reader, writer) and two descriptors; 1,000 per listener keeps
-/// a bridge's worst case (mgmt + snoop + a ptcp listener) near 6,000
-/// threads, well inside default kernel limits, while being far more than
-/// any real deployment opens (a handful of controllers and tools).
+/// Connections one listener serves at once: a bound on descriptors and
+/// buffers (a bridge's worst case, mgmt + snoop + a ptcp listener, stays
+/// far inside default descriptor limits), far more than any real
+/// deployment opens (a handful of controllers and tools).
 pub const MAX_CONNS_PER_LISTENER: usize = 1000;
 
 /// One listener's connection count and its log rate limits.

@@ -1,183 +1,132 @@
-//! The bounded outgoing queue of one OpenFlow connection, drained by the
-//! connection's own writer thread, so that no peer can block anyone else.
+//! The bounded outgoing buffer of one OpenFlow connection, written to a
+//! non-blocking socket by the OpenFlow event loop, so that no peer can
+//! block anyone else.
 //!
-//! Before, every sender wrote to the peer's socket itself, under the
-//! connection's writer lock: a snoop client that stopped reading (an
-//! `ovs-ofctl snoop` in a terminal that was suspended) blocked the read
-//! loop of whichever connection was being snooped (its `add-flows` never
-//! finished), and a stalled `ovs-ofctl monitor` blocked the housekeeping
-//! thread that delivers flow-removed / port-status, and with it rule
-//! expiry and link tracking.
-//!
-//! Now senders only append to this queue; one writer thread per
-//! connection does the blocking writes. Two kinds of message, as Open
-//! vSwitch's rconn backlog treats them:
-//! - asynchronous copies (snoop, packet-in, flow-removed, port-status)
-//!   are dropped when more than [`ASYNC_CAP`] bytes wait: the peer that
-//!   does not read loses them, counted in [`OutQueue::dropped`] and logged
-//!   at most once per [`LOG_EVERY`];
+//! Nothing ever waits on a peer: a message is appended here and written
+//! as far as the socket takes it; the rest goes out when the socket is
+//! writable again. Two kinds of message, as Open vSwitch's rconn backlog
+//! treats them:
+//! - asynchronous copies (snoop, packet-in, flow-removed, port-status,
+//!   keepalive) are dropped when more than [`ASYNC_CAP`] bytes wait: the
+//!   peer that does not read loses them, counted in [`OutBuf::dropped`]
+//!   and logged at most once per [`LOG_EVERY`];
 //! - replies to the peer's own requests are never dropped silently: past
 //!   [`REPLY_CAP`] the connection is closed (a peer asking without
-//!   reading). Below that, the connection's read loop waits for the queue
-//!   to drain under [`READ_PAUSE`] before reading more requests (flow
-//!   control that only affects that peer).
+//!   reading). Below that, the event loop stops reading the peer's
+//!   requests while more than [`READ_PAUSE`] bytes wait (flow control
+//!   that only affects that peer).
 //!
 //! Caps are in bytes, not messages: a 100k-rule dump-flows reply is about
 //! 10 MB and must fit in [`REPLY_CAP`]; 1 MiB of async copies is several
 //! thousand packet-ins, plenty for a peer that reads at all.
 
 use std::collections::VecDeque;
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::io::{ErrorKind, Write};
 use std::time::{Duration, Instant};
 
 /// Queued bytes beyond which asynchronous messages are dropped.
 pub const ASYNC_CAP: usize = 1 << 20;
 /// Queued bytes beyond which a reply closes the connection.
 pub const REPLY_CAP: usize = 64 << 20;
-/// The read loop pauses while more than this many bytes wait.
+/// The peer's requests are not read while more than this many bytes wait.
 pub const READ_PAUSE: usize = 4 << 20;
 /// At most one "dropped" log line per connection per this interval.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// One connection's outgoing bytes.
 #[derive(Default)]
-struct Inner {
+pub struct OutBuf {
     q: VecDeque<Vec<u8>>,
+    /// Bytes of the front message already written.
+    sent: usize,
     bytes: usize,
     last_log: Option<Instant>,
-}
-
-/// One connection's outgoing queue.
-#[derive(Default)]
-pub struct OutQueue {
-    inner: Mutex<Inner>,
-    cv: Condvar,
-    closed: AtomicBool,
     /// Asynchronous messages dropped because the peer did not read.
-    pub dropped: AtomicU64,
+    pub dropped: u64,
 }
 
-/// What [`OutQueue::push_reply`] / [`OutQueue::push_async`] did.
+/// What [`OutBuf::push_reply`] / [`OutBuf::push_async`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Pushed {
     Queued,
-    /// An async message dropped (queue over [`ASYNC_CAP`]); `log` is set
+    /// An async message dropped (buffer over [`ASYNC_CAP`]); `log` is set
     /// when the caller should write its rate-limited log line.
     Dropped {
         log: bool,
         total: u64,
     },
-    /// A reply overflowed [`REPLY_CAP`]: the queue is closed.
+    /// A reply overflowed [`REPLY_CAP`]: the connection must close.
     Overflow,
-    Closed,
 }
 
-impl OutQueue {
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
-    /// Closes the queue and wakes the writer and any paused reader.
-    pub fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        let _g = self.inner.lock().expect("out queue");
-        self.cv.notify_all();
-    }
-
+impl OutBuf {
     pub fn queued_bytes(&self) -> usize {
-        self.inner.lock().expect("out queue").bytes
+        self.bytes
     }
 
-    fn push(&self, b: &[u8], cap: usize, reply: bool) -> Pushed {
-        if self.is_closed() {
-            return Pushed::Closed;
-        }
-        let mut g = self.inner.lock().expect("out queue");
-        if g.bytes + b.len() > cap && g.bytes > 0 {
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    fn push(&mut self, b: &[u8], cap: usize, reply: bool) -> Pushed {
+        if self.bytes + b.len() > cap && self.bytes > 0 {
             if reply {
-                drop(g);
-                self.close();
                 return Pushed::Overflow;
             }
-            let total = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            self.dropped += 1;
             let now = Instant::now();
-            let log = g.last_log.is_none_or(|t| now.duration_since(t) >= LOG_EVERY);
+            let log = self.last_log.is_none_or(|t| now.duration_since(t) >= LOG_EVERY);
             if log {
-                g.last_log = Some(now);
+                self.last_log = Some(now);
             }
-            return Pushed::Dropped { log, total };
+            return Pushed::Dropped { log, total: self.dropped };
         }
-        g.bytes += b.len();
-        g.q.push_back(b.to_vec());
-        self.cv.notify_all();
+        self.bytes += b.len();
+        self.q.push_back(b.to_vec());
         Pushed::Queued
     }
 
     /// Queues a reply to the peer's own request.
-    pub fn push_reply(&self, b: &[u8]) -> Pushed {
+    pub fn push_reply(&mut self, b: &[u8]) -> Pushed {
         self.push(b, REPLY_CAP, true)
     }
 
     /// Queues an asynchronous message (dropped if the peer is behind).
-    pub fn push_async(&self, b: &[u8]) -> Pushed {
+    pub fn push_async(&mut self, b: &[u8]) -> Pushed {
         self.push(b, ASYNC_CAP, false)
     }
 
-    /// Blocks the caller (a connection's own read loop) while more than
-    /// [`READ_PAUSE`] bytes wait, or until `timeout`. Returns whether the
-    /// queue is still open.
-    pub fn wait_below_pause(&self, timeout: Duration) -> bool {
-        let mut g = self.inner.lock().expect("out queue");
-        let until = Instant::now() + timeout;
-        while g.bytes > READ_PAUSE && !self.is_closed() {
-            let now = Instant::now();
-            if now >= until {
-                break;
+    /// Writes what `w` takes without blocking. `Ok(true)` when everything
+    /// was written, `Ok(false)` when the socket is full (the rest waits
+    /// for it to be writable), `Err` when the connection failed.
+    pub fn flush_to(&mut self, w: &mut impl Write) -> std::io::Result<bool> {
+        while let Some(front) = self.q.front() {
+            match w.write(&front[self.sent..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.sent += n;
+                    self.bytes -= n;
+                    if self.sent == front.len() {
+                        self.q.pop_front();
+                        self.sent = 0;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            g = self.cv.wait_timeout(g, until - now).expect("out queue").0;
         }
-        !self.is_closed()
-    }
-
-    /// The writer thread's loop: writes queued messages to `w` until the
-    /// queue is closed (then flushes what is left, best effort) or a write
-    /// fails (then closes the queue).
-    pub fn run_writer(&self, w: &mut impl Write) {
-        loop {
-            let batch: Vec<Vec<u8>> = {
-                let mut g = self.inner.lock().expect("out queue");
-                while g.q.is_empty() && !self.is_closed() {
-                    g = self.cv.wait(g).expect("out queue");
-                }
-                if g.q.is_empty() {
-                    return;
-                }
-                g.q.drain(..).collect()
-            };
-            let mut written = 0;
-            for b in &batch {
-                if w.write_all(b).is_err() {
-                    self.close();
-                    return;
-                }
-                written += b.len();
-            }
-            let mut g = self.inner.lock().expect("out queue");
-            g.bytes -= written;
-            self.cv.notify_all();
-        }
+        Ok(true)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
-    fn async_dropped_past_cap_replies_close() {
-        let q = OutQueue::default();
+    fn async_dropped_past_cap_replies_overflow() {
+        let mut q = OutBuf::default();
         let big = vec![0u8; ASYNC_CAP / 2];
         assert_eq!(q.push_async(&big), Pushed::Queued);
         assert_eq!(q.push_async(&big), Pushed::Queued);
@@ -188,48 +137,64 @@ mod tests {
         assert_eq!(q.push_reply(&big), Pushed::Queued);
         let huge = vec![0u8; REPLY_CAP];
         assert_eq!(q.push_reply(&huge), Pushed::Overflow);
-        assert!(q.is_closed());
-        assert_eq!(q.push_reply(b"x"), Pushed::Closed);
     }
 
     #[test]
-    fn a_single_message_larger_than_the_cap_goes_to_an_empty_queue() {
-        let q = OutQueue::default();
+    fn a_single_message_larger_than_the_cap_goes_to_an_empty_buffer() {
+        let mut q = OutBuf::default();
         assert_eq!(q.push_async(&vec![0u8; ASYNC_CAP + 1]), Pushed::Queued);
     }
 
-    #[test]
-    fn writer_drains_in_order_and_stops_on_close() {
-        let q = Arc::new(OutQueue::default());
-        let q2 = Arc::clone(&q);
-        let h = std::thread::spawn(move || {
-            let mut out = Vec::new();
-            q2.run_writer(&mut out);
-            out
-        });
-        for i in 0..100u8 {
-            q.push_reply(&[i]);
+    /// A socket that takes `room` bytes, then would block.
+    struct Limited {
+        got: Vec<u8>,
+        room: usize,
+    }
+
+    impl Write for Limited {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            let n = b.len().min(self.room).min(3);
+            self.got.extend_from_slice(&b[..n]);
+            self.room -= n;
+            Ok(n)
         }
-        assert!(q.wait_below_pause(Duration::from_secs(1)));
-        q.close();
-        let out = h.join().unwrap();
-        assert_eq!(out, (0..100u8).collect::<Vec<_>>());
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
-    fn a_failed_write_closes_the_queue() {
+    fn partial_writes_resume_where_they_stopped_in_order() {
+        let mut q = OutBuf::default();
+        for i in 0..10u8 {
+            q.push_reply(&[i, i, i, i, i]);
+        }
+        let mut w = Limited { got: Vec::new(), room: 17 };
+        assert!(!q.flush_to(&mut w).unwrap(), "the socket filled up");
+        assert_eq!(q.queued_bytes(), 50 - 17);
+        w.room = usize::MAX;
+        assert!(q.flush_to(&mut w).unwrap());
+        assert!(q.is_empty());
+        let want: Vec<u8> = (0..10u8).flat_map(|i| [i; 5]).collect();
+        assert_eq!(w.got, want);
+    }
+
+    #[test]
+    fn a_failed_write_is_an_error() {
         struct Broken;
         impl Write for Broken {
             fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-                Err(std::io::ErrorKind::BrokenPipe.into())
+                Err(ErrorKind::BrokenPipe.into())
             }
             fn flush(&mut self) -> std::io::Result<()> {
                 Ok(())
             }
         }
-        let q = OutQueue::default();
+        let mut q = OutBuf::default();
         q.push_reply(b"hello");
-        q.run_writer(&mut Broken);
-        assert!(q.is_closed());
+        assert!(q.flush_to(&mut Broken).is_err());
     }
 }

@@ -253,6 +253,14 @@ fn idle_connection_flood_is_limited_and_the_switch_keeps_working() {
     let refused = extra.iter_mut().map(closed_by_switch).filter(|&c| c).count();
     println!("{refused} of 20 connections past the limit closed by the switch");
     assert_eq!(refused, 20, "connections past the limit are closed");
+    // Connections cost no threads: one event loop serves them all.
+    let threads = std::fs::read_to_string(format!("/proc/{}/status", d.child.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim().parse::<usize>().unwrap()))
+        .unwrap();
+    println!("switch threads with {} connections open: {threads}", snoops.len() + mgmt.len());
+    assert!(threads < 64, "{threads} threads for {} connections", snoops.len() + mgmt.len());
     // Forwarding goes on meanwhile (the default table is NORMAL).
     assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
     // Free a few mgmt slots: ovs-ofctl works again, within bounded time.
