@@ -60,6 +60,8 @@ pub(crate) struct Dpcls {
     by_mask: HashMap<FlowKey, usize>,
     /// Subtable indices, most hits first.
     order: Vec<usize>,
+    /// Subtables searched, over all lookups.
+    pub probes: u64,
 }
 
 impl Dpcls {
@@ -70,6 +72,7 @@ impl Dpcls {
     #[inline]
     pub fn lookup<'a>(&mut self, key: &FlowKey, masked_key_of: impl Fn(u32) -> Option<&'a FlowKey>) -> Option<u32> {
         for &si in &self.order {
+            self.probes += 1;
             let st = &mut self.subtables[si];
             let h = st.hash(key);
             if let Some(&first) = st.map.get(&h) {

@@ -72,4 +72,4 @@ impl std::fmt::Debug for CtRef {
         write!(f, "conntrack")
     }
 }
-pub use pmd::{MegaflowInfo, Pmd, PmdConfig, PmdStats};
+pub use pmd::{MegaflowInfo, Pmd, PmdConfig, PmdStats, UPCALL_BUCKETS_US};

@@ -63,7 +63,20 @@ pub struct PmdStats {
     pub drop_resubmit_depth: u64,
     /// Malformed packets dropped, by reason (counter name, count).
     pub drops: Vec<(&'static str, u64)>,
+    /// Megaflow subtables searched, over every lookup that reached the
+    /// classifier (the kernel datapath's "masks hit").
+    pub mask_probes: u64,
+    /// Subtables searched by the lookups that found a megaflow.
+    pub megaflow_probes: u64,
+    /// Time spent in upcalls (translation and megaflow install), and how
+    /// that time is distributed ([`UPCALL_BUCKETS_US`]).
+    pub upcall_ns: u64,
+    pub upcall_hist: [u64; UPCALL_BUCKETS_US.len() + 1],
 }
+
+/// Upper bounds (microseconds) of the upcall latency histogram's buckets;
+/// the last bucket of [`PmdStats::upcall_hist`] counts the slower ones.
+pub const UPCALL_BUCKETS_US: [u64; 12] = [5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000];
 
 impl PmdStats {
     /// Every drop reason with its count (zero for reasons not seen).
@@ -480,11 +493,15 @@ impl Pmd {
         }
         // A stale megaflow that fails revalidation is removed; search on,
         // since another (valid) megaflow may cover the key.
+        let probes0 = self.dpcls.probes;
         loop {
             let flows = &self.flows;
             let Some(slot) = self.dpcls.lookup(key, |s| flows[s as usize].as_ref().map(|f| &f.m.key)) else { break };
             match self.validate(slot, upcall) {
                 Validity::Valid => {
+                    let probes = self.dpcls.probes - probes0;
+                    self.stats.mask_probes += probes;
+                    self.stats.megaflow_probes += probes;
                     self.stats.megaflow_hits += 1;
                     self.emc_maybe_insert(key, hash, slot);
                     return Found::Flow(slot);
@@ -493,21 +510,33 @@ impl Pmd {
                 Validity::Unknown => break,
             }
         }
+        self.stats.mask_probes += self.dpcls.probes - probes0;
         // Miss: ask the slow path (if no packet is parked before this one).
         if !self.slow_path_open() {
             return Found::Busy;
         }
+        let t0 = std::time::Instant::now();
         let Some(t) = upcall.try_translate(key) else {
             return Found::Busy;
         };
         self.stats.upcalls += 1;
         if self.n_flows >= self.cfg.megaflow_limit {
             self.stats.upcall_lost_limit += 1;
+            self.count_upcall(t0);
             return Found::Uncached(t);
         }
         let slot = self.install(key, t, now_ms);
         self.emc_maybe_insert(key, hash, slot);
+        self.count_upcall(t0);
         Found::Flow(slot)
+    }
+
+    /// Adds an upcall that started at `t0` to the latency counters.
+    fn count_upcall(&mut self, t0: std::time::Instant) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.stats.upcall_ns += ns;
+        let b = UPCALL_BUCKETS_US.iter().position(|&us| ns <= us * 1000).unwrap_or(UPCALL_BUCKETS_US.len());
+        self.stats.upcall_hist[b] += 1;
     }
 
     /// Probabilistic EMC insertion (one in `emc_insert_inv_prob`), so that
@@ -675,6 +704,11 @@ impl Pmd {
                 used_ms: f.used_ms,
             })
             .collect()
+    }
+
+    /// Megaflow subtables (masks) in the classifier.
+    pub fn n_subtables(&self) -> usize {
+        self.dpcls.subtables().count()
     }
 
     /// (mask, megaflows, recent hits) per megaflow subtable, search order.

@@ -30,6 +30,9 @@ pub struct Desired {
     /// `CT_Timeout_Policy:timeouts` (key -> seconds), as `ovs-vsctl
     /// add-zone-tp netdev zone=N key=secs...` writes them.
     pub ct_zone_policies: BTreeMap<u16, BTreeMap<String, u64>>,
+    /// Open_vSwitch other_config:metrics-addr (IP:PORT): where the
+    /// Prometheus endpoint listens; absent, it is off.
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -303,6 +306,14 @@ impl Desired {
             match parse_bool("other_config:flow-restore-wait", v) {
                 Ok(b) => d.flow_restore_wait = b,
                 Err(e) => ovs.note(format!("Open_vSwitch {e}; ignored")),
+            }
+        }
+        if let Some(v) = oc.get("metrics-addr") {
+            match v.parse::<std::net::SocketAddr>() {
+                Ok(_) => d.metrics_addr = Some(v.to_string()),
+                Err(_) => ovs.note(format!(
+                    "Open_vSwitch other_config:metrics-addr: {v:?} is not IP:PORT (e.g. 127.0.0.1:9477); ignored"
+                )),
             }
         }
         for bu in ovs.uuids("bridges") {

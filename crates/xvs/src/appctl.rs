@@ -157,6 +157,143 @@ pub fn pmd_stats_show(ctx: &Ctx, args: &[String]) -> Reply {
     Ok((out, json!({})))
 }
 
+/// `dpif-netdev/pmd-perf-show`, in Open vSwitch's layout (counts since
+/// the switch started: xvs does not clear them).
+pub fn pmd_perf_show(ctx: &Ctx, args: &[String]) -> Reply {
+    let _ = args;
+    let mut out = String::new();
+    let mhz = crate::cpu_mhz();
+    let cyc = |ns: u64| (ns as f64 * mhz / 1000.0) as u64;
+    let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let (h, m, sec) = ((now.as_secs() / 3600) % 24, (now.as_secs() / 60) % 60, now.as_secs() % 60);
+    let _ = writeln!(out, "\nTime: {h:02}:{m:02}:{sec:02}.{:03}", now.subsec_millis());
+    let mut per_thread = Vec::new();
+    for b in ctx.bridges {
+        let dur = b.shared.start.elapsed();
+        if per_thread.is_empty() {
+            let _ = writeln!(out, "Measurement duration: {:.3} s", dur.as_secs_f64());
+        }
+        for r in b.collect_reports(false).into_iter().filter(|r| !r.main_thread) {
+            let s = &r.stats;
+            let used = r.busy_ns + r.idle_ns;
+            let total = cyc(dur.as_nanos() as u64).max(cyc(used));
+            let idle_iters = r.iterations - r.busy_iterations;
+            let secs = dur.as_secs_f64().max(1e-9);
+            let _ = writeln!(out, "\npmd thread numa_id 0 core_id {} ({}):\n", r.id, b.shared.bridge);
+            let us_it = if r.iterations == 0 { 0.0 } else { used as f64 / 1000.0 / r.iterations as f64 };
+            let _ = writeln!(out, "  Iterations:         {:>12}  ({us_it:.2} us/it)", r.iterations);
+            let _ = writeln!(
+                out,
+                "  - Used TSC cycles: {:>12}  ({:5.1} % of total cycles)",
+                cyc(used),
+                pct(cyc(used), total)
+            );
+            let _ = writeln!(
+                out,
+                "  - idle iterations: {:>12}  ({:5.1} % of used cycles)",
+                idle_iters,
+                pct(r.idle_ns, used)
+            );
+            let _ = writeln!(
+                out,
+                "  - busy iterations: {:>12}  ({:5.1} % of used cycles)",
+                r.busy_iterations,
+                pct(r.busy_ns, used)
+            );
+            let _ = writeln!(
+                out,
+                "  - sleep iterations:{:>12}  ({:5.1} % of iterations)",
+                r.sleep_iterations,
+                pct(r.sleep_iterations, r.iterations)
+            );
+            let avg_sleep = (r.sleep_ns / 1000).checked_div(r.sleep_iterations).unwrap_or(0);
+            let _ = writeln!(out, "  Sleep time (us):    {:>12}  ({avg_sleep} us/iteration avg.)", r.sleep_ns / 1000);
+            let cpp = cyc(r.busy_ns).checked_div(s.packets).unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "  Rx packets:         {:>12}  ({:.0} Kpps, {cpp} cycles/pkt)",
+                s.packets,
+                s.packets as f64 / secs / 1000.0
+            );
+            let _ = writeln!(out, "  Datapath passes:    {:>12}  (1.00 passes/pkt)", s.packets);
+            let _ = writeln!(out, "  - PHWOL hits:       {:>12}  (  0.0 %)", 0);
+            let _ = writeln!(out, "  - MFEX Opt hits:    {:>12}  (  0.0 %)", 0);
+            let _ = writeln!(out, "  - Simple Match hits:{:>12}  (  0.0 %)", 0);
+            let _ = writeln!(out, "  - EMC hits:         {:>12}  ({:5.1} %)", s.emc_hits, pct(s.emc_hits, s.packets));
+            let _ = writeln!(out, "  - SMC hits:         {:>12}  (  0.0 %)", 0);
+            let per_hit = if s.megaflow_hits == 0 { 0.0 } else { s.megaflow_probes as f64 / s.megaflow_hits as f64 };
+            let _ = writeln!(
+                out,
+                "  - Megaflow hits:    {:>12}  ({:5.1} %, {per_hit:.2} subtbl lookups/hit)",
+                s.megaflow_hits,
+                pct(s.megaflow_hits, s.packets)
+            );
+            let us_up = if s.upcalls == 0 { 0.0 } else { s.upcall_ns as f64 / 1000.0 / s.upcalls as f64 };
+            let _ = writeln!(
+                out,
+                "  - Upcalls:          {:>12}  ({:5.1} %, {us_up:.1} us/upcall)",
+                s.upcalls,
+                pct(s.upcalls, s.packets)
+            );
+            let lost = s.upcall_busy + s.upcall_lost_limit;
+            let _ = writeln!(out, "  - Lost upcalls:     {:>12}  ({:5.1} %)", lost, pct(lost, s.packets));
+            let _ = writeln!(
+                out,
+                "  Tx packets:         {:>12}  ({:.0} Kpps)",
+                r.tx_packets,
+                r.tx_packets as f64 / secs / 1000.0
+            );
+            let ppb = if r.tx_batches == 0 { 0.0 } else { r.tx_packets as f64 / r.tx_batches as f64 };
+            let _ = writeln!(out, "  Tx batches:         {:>12}  ({ppb:.2} pkts/batch)", r.tx_batches);
+            per_thread.push(json!({
+                "bridge": b.shared.bridge, "id": r.id, "iterations": r.iterations,
+                "busy_iterations": r.busy_iterations, "sleep_iterations": r.sleep_iterations,
+                "packets": s.packets, "emc_hits": s.emc_hits, "megaflow_hits": s.megaflow_hits,
+                "megaflow_probes": s.megaflow_probes, "upcalls": s.upcalls, "upcall_ns": s.upcall_ns,
+                "lost_upcalls": lost, "tx_packets": r.tx_packets, "tx_batches": r.tx_batches,
+            }));
+        }
+    }
+    Ok((out, json!({ "pmds": per_thread })))
+}
+
+/// `memory/show`: counts of what holds memory, as `key:value` pairs in
+/// Open vSwitch's layout (`udpif keys` are datapath flows there too), and
+/// the process's resident memory.
+pub fn memory_show(ctx: &Ctx, args: &[String]) -> Reply {
+    let _ = args;
+    let (mut ports, mut rules, mut flows, mut masks, mut conns) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    for b in ctx.bridges {
+        ports += b.shared.ports.read().expect("ports lock").len();
+        let of = b.shared.ofproto.read().expect("ofproto lock");
+        rules += of.n_rules();
+        conns = conns.max(of.conntrack().n_conns());
+        drop(of);
+        for r in b.collect_reports(false) {
+            flows += r.n_megaflows;
+            masks += r.n_masks;
+        }
+    }
+    let rss_kb = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().to_string()))
+        })
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let text = format!(
+        "bridges:{} conntrack:{conns} megaflow-masks:{masks} ports:{ports} rss-kB:{rss_kb} rules:{rules} udpif keys:{flows}\n",
+        ctx.bridges.len()
+    );
+    Ok((
+        text,
+        json!({"bridges": ctx.bridges.len(), "conntrack": conns, "megaflow_masks": masks, "ports": ports,
+               "rss_kb": rss_kb, "rules": rules, "megaflows": flows}),
+    ))
+}
+
 pub fn pmd_rxq_show(ctx: &Ctx, args: &[String]) -> Reply {
     let _ = args;
     let bridges = ctx.bridges;

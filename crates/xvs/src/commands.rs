@@ -65,6 +65,8 @@ pub const COMMANDS: &[Command] = &[
     Command { names: &["pmd-stats"], usage: "", run: pmd_stats },
     Command { names: &["dpif-netdev/pmd-stats-show"], usage: "", run: crate::appctl::pmd_stats_show },
     Command { names: &["dpif-netdev/pmd-rxq-show"], usage: "", run: crate::appctl::pmd_rxq_show },
+    Command { names: &["dpif-netdev/pmd-perf-show"], usage: "", run: crate::appctl::pmd_perf_show },
+    Command { names: &["memory/show"], usage: "", run: crate::appctl::memory_show },
     Command { names: &["coverage/show"], usage: "", run: crate::appctl::coverage_show },
     Command { names: &["dump-of-flows"], usage: "", run: dump_of_flows },
     Command { names: &["bridge/dump-flows"], usage: "BRIDGE", run: crate::appctl::bridge_dump_flows },
@@ -294,16 +296,23 @@ fn dpctl_show(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
     let mut v = Vec::new();
     for b in ctx.bridges {
         let reports = b.collect_reports(false);
-        let (mut hit, mut missed, mut lost, mut flows) = (0, 0, 0, 0);
+        let (mut hit, mut missed, mut lost, mut flows, mut probes, mut masks) = (0, 0, 0, 0, 0, 0);
         for r in &reports {
             hit += r.stats.emc_hits + r.stats.megaflow_hits;
             missed += r.stats.upcalls;
             lost += r.stats.upcall_busy;
             flows += r.n_megaflows;
+            probes += r.stats.mask_probes;
+            masks += r.n_masks;
         }
         writeln!(out, "netdev@{}:", b.shared.bridge)?;
         writeln!(out, "  lookups: hit:{hit} missed:{missed} lost:{lost}")?;
         writeln!(out, "  flows: {flows}")?;
+        // The kernel datapath's line (OVS's netdev datapath leaves it out;
+        // exporters read it): subtables searched, subtables now, and
+        // searched per packet.
+        let per_pkt = if hit + missed == 0 { 0.0 } else { probes as f64 / (hit + missed) as f64 };
+        writeln!(out, "  masks: hit:{probes} total:{masks} hit/pkt:{per_pkt:.2}")?;
         for (p, s, info) in b.port_stats() {
             let mode = if info.xdp_mode.is_empty() { String::new() } else { format!(": xdp-mode={}", info.xdp_mode) };
             let n = if p.ofport == ofproto::actions::ofpp::LOCAL { 0 } else { p.ofport };
@@ -314,7 +323,8 @@ fn dpctl_show(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
                 s.rx_packets, s.rx_dropped, s.tx_packets, s.tx_dropped, s.rx_bytes, s.tx_bytes
             )?;
         }
-        v.push(json!({"bridge": b.shared.bridge, "hit": hit, "missed": missed, "lost": lost, "flows": flows}));
+        v.push(json!({"bridge": b.shared.bridge, "hit": hit, "missed": missed, "lost": lost, "flows": flows,
+                      "masks_hit": probes, "masks_total": masks}));
     }
     Ok((out, json!({"datapaths": v})))
 }

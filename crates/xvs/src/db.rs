@@ -52,6 +52,9 @@ pub struct DbOptions {
     pub run_dir: PathBuf,
     /// Group of the run directory and sockets (`--group`).
     pub group: Option<u32>,
+    /// `--metrics ADDR`; `Open_vSwitch other_config:metrics-addr`
+    /// overrides it while set.
+    pub metrics: Option<String>,
 }
 
 /// Runs until `stop` is set (SIGTERM) or `ovs-appctl exit`.
@@ -69,6 +72,8 @@ pub fn run(opts: &DbOptions, stop: &Arc<AtomicBool>) -> Result<()> {
     let mut last_wb = Instant::now();
     let mut last_hk = Instant::now();
     let mut dirty = true;
+    let metrics_bridges: crate::metrics::Bridges = Default::default();
+    let mut metrics: Option<crate::metrics::Metrics> = None;
     eprintln!(
         "xvs: configured from {}; control socket {}; ovs-appctl socket {}",
         opts.remote,
@@ -89,6 +94,21 @@ pub fn run(opts: &DbOptions, stop: &Arc<AtomicBool>) -> Result<()> {
             dirty = false;
             let d = db.desired();
             reconcile(&mut bridges, &d, &opts.run_dir, &patches, stop);
+            *metrics_bridges.write().expect("metrics bridges") =
+                bridges.values().map(|b| Arc::clone(&b.sw.shared)).collect();
+            let want = d.metrics_addr.clone().or_else(|| opts.metrics.clone());
+            if metrics.as_ref().map(|m| &m.addr) != want.as_ref() {
+                metrics = None;
+                if let Some(addr) = want {
+                    match crate::metrics::serve(&addr, Arc::clone(&metrics_bridges)) {
+                        Ok(m) => {
+                            eprintln!("xvs: metrics at http://{addr}/metrics");
+                            metrics = Some(m);
+                        }
+                        Err(e) => eprintln!("xvs: other_config:metrics-addr / --metrics: {e:#}"),
+                    }
+                }
+            }
             desired = Some(d);
             last_wb = Instant::now() - Duration::from_secs(10);
         }

@@ -92,7 +92,8 @@ enum Cmd {
         #[arg(long, default_value_t = 1000)]
         xdp_offload_pps: u64,
         /// Serve Prometheus metrics at http://ADDR/metrics (e.g.
-        /// 127.0.0.1:9477); off by default.
+        /// 127.0.0.1:9477); off by default. With --db,
+        /// Open_vSwitch other_config:metrics-addr overrides it.
         #[arg(long)]
         metrics: Option<String>,
     },
@@ -393,9 +394,13 @@ fn run_switch(
     if let Some(pps) = of.offload_pps {
         sw.enable_offload(pps)?;
     }
-    if let Some(addr) = &of.metrics {
-        xvs::metrics::serve(addr, vec![std::sync::Arc::clone(&sw.shared)])?;
-    }
+    let _metrics = match &of.metrics {
+        Some(addr) => Some(xvs::metrics::serve(
+            addr,
+            std::sync::Arc::new(std::sync::RwLock::new(vec![std::sync::Arc::clone(&sw.shared)])),
+        )?),
+        None => None,
+    };
     let ofm = xvs::ofconn::OfManager::start(
         std::sync::Arc::clone(&sw.shared),
         xvs::ofconn::OfConfig {
@@ -447,15 +452,11 @@ fn main() -> ExitCode {
         } => match group.as_deref().map(xvs::runfiles::group_id).transpose() {
             Err(e) => Err(e),
             Ok(group) => match db {
-                Some(_) if metrics.is_some() => {
-                    Err(anyhow::anyhow!("--metrics: not available with --db yet (use the standalone switch)"))
-                }
                 Some(_) if !ports.is_empty() || !controllers.is_empty() || flows.is_some() => Err(anyhow::anyhow!(
                 "--db: bridges, ports, controllers and flows come from the database; drop --port/--controller/--flows"
             )),
-                Some(remote) => {
-                    signal_flag().and_then(|stop| xvs::db::run(&xvs::db::DbOptions { remote, run_dir, group }, &stop))
-                }
+                Some(remote) => signal_flag()
+                    .and_then(|stop| xvs::db::run(&xvs::db::DbOptions { remote, run_dir, group, metrics }, &stop)),
                 None if !matches!(xdp_offload.as_str(), "on" | "off") => {
                     Err(anyhow::anyhow!("--xdp-offload: '{xdp_offload}' is not on or off"))
                 }

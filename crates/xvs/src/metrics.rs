@@ -13,8 +13,8 @@ use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 fn esc(v: &str) -> String {
@@ -23,13 +23,23 @@ fn esc(v: &str) -> String {
 
 /// The metrics of `bridges`, in the text exposition format.
 pub fn render(bridges: &[Arc<Shared>]) -> String {
-    let mut families: Vec<(&str, &str, &str, Vec<(String, f64)>)> = Vec::new();
-    let mut fam = |name: &'static str, kind: &'static str, help: &'static str, labels: String, v: f64| match families
-        .iter_mut()
-        .find(|f| f.0 == name)
-    {
-        Some(f) => f.3.push((labels, v)),
-        None => families.push((name, kind, help, vec![(labels, v)])),
+    // (name, type, help, samples as (name suffix, labels, value)). A
+    // histogram's samples are given by their full names (`..._bucket`,
+    // `..._sum`, `..._count`) and grouped under the family's.
+    type Family = (&'static str, &'static str, &'static str, Vec<(&'static str, String, f64)>);
+    let mut families: Vec<Family> = Vec::new();
+    let mut fam = |name: &'static str, kind: &'static str, help: &'static str, labels: String, v: f64| {
+        let (name, suffix) = match kind {
+            "histogram" => ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|sfx| name.strip_suffix(sfx).map(|n| (n, *sfx)))
+                .unwrap_or((name, "")),
+            _ => (name, ""),
+        };
+        match families.iter_mut().find(|f| f.0 == name) {
+            Some(f) => f.3.push((suffix, labels, v)),
+            None => families.push((name, kind, help, vec![(suffix, labels, v)])),
+        }
     };
     for sh in bridges {
         let b = esc(&sh.bridge);
@@ -83,6 +93,26 @@ pub fn render(bridges: &[Arc<Shared>]) -> String {
                 l.clone(),
                 r.idle_ns as f64 / 1e9,
             );
+            fam(
+                "xvs_pmd_mask_probes_total",
+                "counter",
+                "Megaflow subtables searched (the kernel datapath's masks hit).",
+                l.clone(),
+                st.mask_probes as f64,
+            );
+            fam("xvs_pmd_megaflow_masks", "gauge", "Megaflow subtables (masks).", l.clone(), r.n_masks as f64);
+            const UPCALL_HELP: &str = "Time to translate a cache miss and install its megaflow.";
+            let mut cum = 0;
+            for (i, n) in st.upcall_hist.iter().enumerate() {
+                cum += n;
+                let le =
+                    dpif::UPCALL_BUCKETS_US.get(i).map_or("+Inf".to_string(), |us| format!("{}", *us as f64 / 1e6));
+                let bl = format!("{l},le=\"{le}\"");
+                fam("xvs_pmd_upcall_duration_seconds_bucket", "histogram", UPCALL_HELP, bl, cum as f64);
+            }
+            let secs = st.upcall_ns as f64 / 1e9;
+            fam("xvs_pmd_upcall_duration_seconds_sum", "histogram", UPCALL_HELP, l.clone(), secs);
+            fam("xvs_pmd_upcall_duration_seconds_count", "histogram", UPCALL_HELP, l.clone(), cum as f64);
             for (reason, n) in &st.drops {
                 fam(
                     "xvs_pmd_drops_total",
@@ -120,18 +150,43 @@ pub fn render(bridges: &[Arc<Shared>]) -> String {
     let mut out = String::new();
     for (name, kind, help, samples) in families {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        for (suffix, labels, v) in samples {
+            let _ = writeln!(out, "{name}{suffix}{{{labels}}} {v}");
         }
     }
     out
 }
 
-/// Serves `GET /metrics` on `addr` for `bridges` until the process ends.
-pub fn serve(addr: &str, bridges: Vec<Arc<Shared>>) -> Result<()> {
+/// The bridges a metrics endpoint reports: fixed for a standalone
+/// switch, replaced after each reconfiguration in `--db` mode.
+pub type Bridges = Arc<RwLock<Vec<Arc<Shared>>>>;
+
+/// A running endpoint; dropping it stops it and frees the address.
+pub struct Metrics {
+    pub addr: String,
+    bound: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Metrics {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wake the accept.
+        let _ = std::net::TcpStream::connect_timeout(&self.bound, Duration::from_millis(200));
+    }
+}
+
+/// Serves `GET /metrics` on `addr` for `bridges` until the handle is dropped.
+pub fn serve(addr: &str, bridges: Bridges) -> Result<Metrics> {
     let l = TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))?;
+    let bound = l.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = Arc::clone(&stop);
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
         for s in l.incoming() {
+            if st.load(Ordering::Acquire) {
+                return;
+            }
             let Ok(mut s) = s else { continue };
             let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
             let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
@@ -140,7 +195,8 @@ pub fn serve(addr: &str, bridges: Vec<Arc<Shared>>) -> Result<()> {
             let line = String::from_utf8_lossy(&req[..n]);
             let path = line.split_whitespace().nth(1).unwrap_or("");
             let (status, body) = if line.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
-                ("200 OK", render(&bridges))
+                let bs = bridges.read().expect("metrics bridges").clone();
+                ("200 OK", render(&bs))
             } else {
                 ("404 Not Found", "only GET /metrics is served\n".to_string())
             };
@@ -151,5 +207,5 @@ pub fn serve(addr: &str, bridges: Vec<Arc<Shared>>) -> Result<()> {
             );
         }
     })?;
-    Ok(())
+    Ok(Metrics { addr: addr.to_string(), bound, stop })
 }

@@ -60,6 +60,15 @@ pub struct PmdReport {
     pub userspace_dropped: u64,
     /// The slow-path datapath, not a poll thread (OVS's "main thread").
     pub main_thread: bool,
+    /// Megaflow subtables (masks) in this thread's classifier.
+    pub n_masks: usize,
+    /// Idle iterations that slept waiting for packets (adaptive polling),
+    /// and the time slept.
+    pub sleep_iterations: u64,
+    pub sleep_ns: u64,
+    /// Packets this thread handed to ports, and in how many batches.
+    pub tx_packets: u64,
+    pub tx_batches: u64,
 }
 
 pub struct Shared {
@@ -126,6 +135,8 @@ impl Shared {
             mirror: self.mirror.as_ref(),
             userspace_dropped: 0,
             packet_in: &self.packet_in_tx,
+            tx_packets: 0,
+            tx_batches: 0,
         }
     }
 
@@ -569,6 +580,8 @@ struct PortSink<'a> {
     mirror: Option<&'a Mutex<Box<dyn Netdev>>>,
     userspace_dropped: u64,
     packet_in: &'a std::sync::mpsc::SyncSender<PacketInEvent>,
+    tx_packets: u64,
+    tx_batches: u64,
 }
 
 impl Sink for PortSink<'_> {
@@ -587,6 +600,8 @@ impl Sink for PortSink<'_> {
         };
         match found {
             Some(p) => {
+                self.tx_packets += pkts.len() as u64;
+                self.tx_batches += 1;
                 let mut dev = p.dev.lock().expect("port lock");
                 let _ = dev.tx_batch(pkts);
                 // Only ports that defer their transmit kicks need a later flush.
@@ -680,6 +695,8 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             pkts.clear();
         }
         userspace_dropped += sink.userspace_dropped;
+        report.tx_packets += sink.tx_packets;
+        report.tx_batches += sink.tx_batches;
         // Tunnel traffic runs to completion: what this iteration handed
         // another bridge of the process (encapsulated frames for br-phy,
         // decapsulated ones for br-int) goes through that bridge's pipeline
@@ -712,7 +729,10 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             if parked > 0 {
                 // Parked packets are retried at once, never slept on.
             } else if sh.poll_mode == PollMode::Adaptive && idle_iters > 2000 {
+                let ts = Instant::now();
                 wait_for_packets(&rxqs);
+                report.sleep_iterations += 1;
+                report.sleep_ns += ts.elapsed().as_nanos() as u64;
             } else if rxqs.is_empty() {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -732,6 +752,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         if want || now_ms >= last_publish + 100 {
             report.stats = pmd.stats().clone();
             report.n_megaflows = pmd.n_megaflows();
+            report.n_masks = pmd.n_subtables();
             report.userspace_dropped = userspace_dropped;
             if sh.offload.lock().expect("offload").is_some() {
                 report.samples.clear();
@@ -814,6 +835,7 @@ pub fn collect_reports_of(sh: &Shared, with_flows: bool) -> Vec<PmdReport> {
                 main_thread: true,
                 stats: p.stats().clone(),
                 n_megaflows: p.n_megaflows(),
+                n_masks: p.n_subtables(),
                 megaflows: if with_flows { p.dump_megaflows() } else { Vec::new() },
                 ..Default::default()
             });

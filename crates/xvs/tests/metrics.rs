@@ -85,6 +85,31 @@ fn metrics_parse_with_the_prometheus_client_and_count_traffic() {
     assert_eq!(get(&after, "xvs_pmd_emc_hits_total").0, "counter");
     assert_eq!(get(&after, "xvs_megaflows").0, "gauge");
     assert_eq!(get(&after, "xvs_conntrack_connections").0, "gauge");
+    // The upcall latency histogram: the pings' first packets (ARP, ICMP)
+    // went through the slow path; +Inf holds them all.
+    let sum_of = |prefix: &str| -> f64 {
+        after
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v[1].as_f64().unwrap())
+            .sum()
+    };
+    assert_eq!(get(&after, "xvs_pmd_upcall_duration_seconds_count").0, "histogram");
+    let count = sum_of("xvs_pmd_upcall_duration_seconds_count|");
+    assert!(count >= 2.0, "upcalls counted: {count}");
+    assert!(sum_of("xvs_pmd_upcall_duration_seconds_bucket|") >= count, "buckets are cumulative");
+    let inf: f64 = after
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with("xvs_pmd_upcall_duration_seconds_bucket|") && k.contains("le=+Inf"))
+        .map(|(_, v)| v[1].as_f64().unwrap())
+        .sum();
+    assert_eq!(inf, count, "the +Inf bucket holds every upcall");
+    assert!(sum_of("xvs_pmd_upcall_duration_seconds_sum|") > 0.0);
+    assert_eq!(get(&after, "xvs_pmd_mask_probes_total").0, "counter");
     // Anything but GET /metrics is a 404, and the endpoint keeps serving.
     let o = Command::new("/usr/bin/python3")
         .args(["-c", "import sys,urllib.request,urllib.error\ntry:\n urllib.request.urlopen(sys.argv[1], timeout=5)\nexcept urllib.error.HTTPError as e:\n print(e.code)", &format!("http://{addr}/other")])

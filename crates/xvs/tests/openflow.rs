@@ -552,6 +552,21 @@ fn ovs_appctl_commands() {
     let (_, st) = appctl(&["dpif-netdev/pmd-stats-show"]);
     assert!(st.contains("packets received:") && st.contains("megaflow hits:"), "{st}");
     assert!(appctl(&["dpif-netdev/pmd-rxq-show"]).1.contains(&hs[1].port));
+    // The lines exporters read, with numbers that follow the traffic.
+    let num = |text: &str, label: &str| -> u64 {
+        let rest = text.split(label).nth(1).unwrap_or_else(|| panic!("{label} in {text}"));
+        rest.trim_start().split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let (_, perf) = appctl(&["dpif-netdev/pmd-perf-show"]);
+    assert!(num(&perf, "Rx packets:") >= 6, "{perf}");
+    assert!(num(&perf, "- Upcalls:") >= 1 && perf.contains("us/upcall"), "{perf}");
+    assert!(perf.contains("- Megaflow hits:") && perf.contains("subtbl lookups/hit"), "{perf}");
+    assert!(num(&perf, "Tx packets:") >= 6 && perf.contains("Tx batches:"), "{perf}");
+    let masks = show.lines().find(|l| l.trim_start().starts_with("masks:")).unwrap_or_else(|| panic!("{show}"));
+    assert!(num(masks, "total:") >= 1 && masks.contains("hit/pkt:"), "{masks}");
+    let (_, mem) = appctl(&["memory/show"]);
+    println!("--- dpctl/show\n{show}--- dpif-netdev/pmd-perf-show\n{perf}--- memory/show\n{mem}");
+    assert!(num(&mem, "ports:") >= 2 && num(&mem, "udpif keys:") >= 1 && num(&mem, "rss-kB:") > 0, "{mem}");
     let (rc, err) = appctl(&["no/such-command"]);
     assert_eq!(rc, Some(2), "{err}");
     assert!(err.contains("is not a valid command"), "{err}");

@@ -350,3 +350,32 @@ fn zone_timeout_policies_come_from_the_database() {
     env.vsctl(&["del-zone-tp", "netdev", "zone=5"]);
     assert!(eventually(5, || fresh_timeout() > 20), "the defaults are back");
 }
+
+/// `Open_vSwitch other_config:metrics-addr` starts the Prometheus endpoint
+/// of a `--db` switch, which reports the bridges the database names;
+/// removing the key stops it.
+#[test]
+fn metrics_endpoint_follows_other_config() {
+    use std::io::{Read, Write};
+    let hs = hosts("p", 1);
+    let mut env = Env::new("p");
+    env.start_xvs();
+    let id = std::process::id() % 1000;
+    let br = format!("brq{id}");
+    env.vsctl(&["add-br", &br, "--", "set", "bridge", &br, "datapath_type=netdev"]);
+    env.vsctl(&["add-port", &br, &hs[0].port, "--", "set", "interface", &hs[0].port, "type=afxdp"]);
+    let addr = format!("127.0.0.1:{}", 20000 + id);
+    let get = || -> Option<String> {
+        let mut s = std::net::TcpStream::connect(&addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    };
+    env.vsctl(&["set", "open_vswitch", ".", &format!("other_config:metrics-addr={addr}")]);
+    let want = format!("xvs_port_rx_packets_total{{bridge=\"{br}\",port=\"{}\"", hs[0].port);
+    assert!(eventually(10, || get().is_some_and(|b| b.contains(&want))), "{want} in {:?}", get());
+    env.vsctl(&["remove", "open_vswitch", ".", "other_config", "metrics-addr"]);
+    assert!(eventually(10, || get().is_none()), "the endpoint stops when the key goes");
+}
