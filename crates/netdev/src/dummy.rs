@@ -16,6 +16,8 @@ pub struct DummyHandle {
 struct DummyQueues {
     rx: VecDeque<Vec<u8>>,
     tx: Vec<Vec<u8>>,
+    /// Set by [`DummyHandle::set_link`]: the port reports no carrier.
+    link_down: bool,
 }
 
 impl DummyHandle {
@@ -26,6 +28,10 @@ impl DummyHandle {
     /// Takes every frame the switch sent out of this port.
     pub fn take_sent(&self) -> Vec<Vec<u8>> {
         std::mem::take(&mut self.inner.lock().unwrap().tx)
+    }
+    /// Sets the port's carrier (up by default), as a cable would.
+    pub fn set_link(&self, up: bool) {
+        self.inner.lock().unwrap().link_down = !up;
     }
     pub fn pending_rx(&self) -> usize {
         self.inner.lock().unwrap().rx.len()
@@ -57,6 +63,11 @@ impl DummyPort {
 impl Netdev for DummyPort {
     fn name(&self) -> &str {
         &self.name
+    }
+    /// Up unless the test pulled the cable; 10 Gb/s, as OVS's dummy ports.
+    fn own_link(&self) -> Option<crate::Link> {
+        let up = !self.handle.inner.lock().unwrap().link_down;
+        Some(crate::Link { carrier: up, mac: crate::synthetic_mac(&self.name), speed_mbps: 10_000 })
     }
     fn info(&self) -> PortInfo {
         PortInfo { kind: "dummy".into(), n_rxq: 1, ..Default::default() }

@@ -65,8 +65,35 @@ pub struct PortInfo {
     pub detail: String,
 }
 
+/// A port's link as the port itself knows it: for ports that are not a
+/// kernel device (patch, dummy, tunnel, vhost-user). Kernel devices are
+/// asked through the kernel by the control plane, outside any lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    pub carrier: bool,
+    pub mac: [u8; 6],
+    /// 0 when the port has no speed to speak of.
+    pub speed_mbps: u64,
+}
+
+/// A stable, locally administered MAC for a port without a device of its
+/// own, derived from its name (the same across restarts).
+pub fn synthetic_mac(name: &str) -> [u8; 6] {
+    // FNV-1a over the name.
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let b = h.to_be_bytes();
+    [0x02 | (b[0] & 0xfc), b[1], b[2], b[3], b[4], b[5]]
+}
+
 /// The port interface every provider implements.
 pub trait Netdev: Send {
+    /// The link of a port that is not a kernel device; `None` (the
+    /// default) for ports backed by a kernel device of the port's name,
+    /// whose carrier, address and speed the kernel reports.
+    fn own_link(&self) -> Option<Link> {
+        None
+    }
+
     /// Kernel (or dummy) device name.
     fn name(&self) -> &str;
 

@@ -49,6 +49,10 @@ impl Netdev for PatchPort {
     fn name(&self) -> &str {
         &self.name
     }
+    /// Always up, no speed (as OVS reports patch ports).
+    fn own_link(&self) -> Option<crate::Link> {
+        Some(crate::Link { carrier: true, mac: crate::synthetic_mac(&self.name), speed_mbps: 0 })
+    }
     fn info(&self) -> PortInfo {
         PortInfo { kind: "patch".into(), n_rxq: 1, detail: format!("peer={}", self.peer), ..Default::default() }
     }

@@ -152,11 +152,15 @@ pub fn transaction(desired: &Desired, replica: &Replica, actual: &Actual) -> Vec
         let row = replica.row("Interface", &iface.uuid);
         let facts = actual.interfaces.get(&iface.name);
         let error = iface.error.clone().or_else(|| facts.and_then(|f| f.error.clone()));
+        // A port that is open but whose device went away keeps its ofport
+        // and link columns, with the error saying why it is down.
+        let open = facts.is_some_and(|f| f.ofport.is_some() && f.link_up.is_some());
         let cols = match (error, facts) {
-            (Some(e), _) => vec![("error", json!(e)), ("ofport", json!(-1))],
-            (None, Some(f)) => {
+            (Some(e), None) => vec![("error", json!(e)), ("ofport", json!(-1))],
+            (Some(e), Some(_)) if !open || iface.error.is_some() => vec![("error", json!(e)), ("ofport", json!(-1))],
+            (error, Some(f)) => {
                 let mut cols = vec![
-                    ("error", none()),
+                    ("error", error.map_or_else(none, |e| json!(e))),
                     ("ofport", opt(f.ofport)),
                     ("admin_state", opt(f.admin_up.map(|u| if u { "up" } else { "down" }))),
                     ("link_state", opt(f.link_up.map(|u| if u { "up" } else { "down" }))),

@@ -350,9 +350,15 @@ fn show_bridge(sw: &Switch) -> Result<(String, Value)> {
         let info = &info;
         let mode = if info.xdp_mode.is_empty() { String::new() } else { format!(", xdp-mode {}", info.xdp_mode) };
         let detail = if info.detail.is_empty() { String::new() } else { format!(", {}", info.detail) };
+        let link = p.link();
+        let state = match (link.present, link.carrier) {
+            (false, _) => ", DEVICE GONE (reattached when it returns)",
+            (true, Some(false)) => ", link down",
+            _ => "",
+        };
         writeln!(
             out,
-            "  port {} {}: type {}{mode}, rxq {}, pmd {}{detail}",
+            "  port {} {}: type {}{mode}, rxq {}, pmd {}{detail}{state}",
             p.ofport, p.spec.name, info.kind, info.n_rxq, p.pmd
         )?;
         writeln!(
@@ -363,6 +369,7 @@ fn show_bridge(sw: &Switch) -> Result<(String, Value)> {
         ports.push(json!({
             "ofport": p.ofport, "name": p.spec.name, "type": info.kind, "xdp_mode": info.xdp_mode,
             "n_rxq": info.n_rxq, "pmd": p.pmd, "detail": info.detail,
+            "present": link.present, "carrier": link.carrier,
             "rx_packets": s.rx_packets, "rx_bytes": s.rx_bytes, "rx_dropped": s.rx_dropped,
             "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes, "tx_dropped": s.tx_dropped,
         }));

@@ -21,9 +21,10 @@
 //! (as ovs-vswitchd does for ovs-save / flow restoration).
 
 use crate::config::{PollMode, PortSpec, PortType, XdpModeCfg};
-use crate::ofconn::{read_carrier, read_mac, read_speed, read_sys, FailMode, OfConfig, OfManager};
+use crate::ofconn::{FailMode, OfConfig, OfManager};
 use crate::ports::PatchRegistry;
 use crate::switch::{Switch, SwitchOptions};
+use crate::sysfs::{read_mac, read_sys};
 use anyhow::Result;
 use ovsdb::{BridgeCfg, Desired, Event, IfaceCfg, IfaceFacts, IfaceKind, PortCfg};
 use std::collections::{BTreeMap, HashMap};
@@ -445,22 +446,29 @@ fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
         a.datapath_ids.insert(name.clone(), b.of_key.2);
         let stats: HashMap<u32, netdev::PortStats> =
             b.sw.shared.port_stats().into_iter().map(|(p, s)| (p.ofport, s)).collect();
+        let ports = b.sw.shared.ports.read().expect("ports lock").clone();
         for (iname, ai) in &b.ifaces {
             let mut f = IfaceFacts { error: ai.error.clone(), ..Default::default() };
             if let Some(n) = ai.ofport {
                 f.ofport = Some(if n == ofproto::actions::ofpp::LOCAL { 65534 } else { n as u16 });
-                let is_kernel = !matches!(ai.spec.kind, PortType::Patch | PortType::VhostUserClient | PortType::Tunnel);
-                if is_kernel {
-                    f.admin_up = read_sys(iname, "flags")
-                        .and_then(|x| u32::from_str_radix(x.trim_start_matches("0x"), 16).ok())
-                        .map(|x| x & 1 != 0);
-                    f.link_up = read_carrier(iname);
-                    f.mtu = read_sys(iname, "mtu").and_then(|m| m.parse().ok());
-                    f.link_speed = Some(read_speed(iname) * 1_000_000);
-                    f.mac_in_use = read_mac(iname);
-                } else if matches!(ai.spec.kind, PortType::Patch | PortType::Tunnel) {
-                    f.admin_up = Some(true);
-                    f.link_up = Some(true);
+                if let Some(p) = ports.get(&n) {
+                    let link = p.link();
+                    f.link_up = link.carrier.map(|c| c && link.present);
+                    f.mac_in_use = link.mac;
+                    f.link_speed = (link.speed_mbps > 0).then_some(link.speed_mbps * 1_000_000);
+                    if p.ifindex.is_none() {
+                        f.admin_up = Some(true);
+                    } else if !link.present {
+                        // As OVS words a device it cannot find.
+                        f.admin_up = Some(false);
+                        f.error
+                            .get_or_insert_with(|| format!("could not open network device {iname} (No such device)"));
+                    } else {
+                        f.admin_up = read_sys(iname, "flags")
+                            .and_then(|x| u32::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+                            .map(|x| x & 1 != 0);
+                        f.mtu = read_sys(iname, "mtu").and_then(|m| m.parse().ok());
+                    }
                 }
                 if let Some(s) = stats.get(&n) {
                     f.statistics = vec![

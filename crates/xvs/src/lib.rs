@@ -29,6 +29,7 @@ pub mod ports;
 pub mod routes;
 pub mod runfiles;
 pub mod switch;
+pub mod sysfs;
 pub mod tnl;
 pub mod tnlref;
 pub mod trace;

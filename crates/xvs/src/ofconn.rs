@@ -849,13 +849,17 @@ impl OfManager {
                 continue;
             }
             last_hk = Instant::now();
-            // Link state: a port whose kernel device lost carrier is down
-            // (fast-failover groups and flooding follow it).
+            // Link state: a port whose device lost carrier, or is gone, is
+            // down (fast-failover groups and flooding follow it).
             for p in self.sh.ports.read().expect("ports lock").values().cloned().collect::<Vec<_>>() {
-                let carrier = read_carrier(&p.spec.name);
+                let link = p.link();
                 let admin_down = self.admin_down.lock().expect("admin").contains(&p.ofport);
-                if let Some(c) = carrier {
-                    self.sh.ofproto.write().expect("ofproto lock").set_port_up(p.ofport, c && !admin_down);
+                if let Some(c) = link.carrier {
+                    let up = c && link.present && !admin_down;
+                    let mut of = self.sh.ofproto.write().expect("ofproto lock");
+                    if of.port(p.ofport).is_some_and(|pc| pc.up != up) {
+                        of.set_port_up(p.ofport, up);
+                    }
                 }
             }
             // Rule timeouts.
@@ -956,15 +960,18 @@ impl Bridge for OfManager {
 
     /// Ports as OpenFlow describes them (config, link state, speed).
     fn port_descs(&self) -> Vec<PortDesc> {
-        let of = self.sh.ofproto.read().expect("ofproto lock");
         let ports: Vec<_> = self.sh.ports.read().expect("ports lock").values().cloned().collect();
+        // The links first: reading the kernel's view takes no lock of ours.
+        let links: Vec<_> = ports.iter().map(|p| p.link()).collect();
+        let of = self.sh.ofproto.read().expect("ofproto lock");
         ports
             .iter()
-            .map(|p| {
+            .zip(links)
+            .map(|(p, link)| {
                 let pc = of.port(p.ofport);
-                let up = pc.is_some_and(|c| c.up);
+                let up = pc.is_some_and(|c| c.up) && link.present;
                 let admin_down = self.admin_down.lock().expect("admin").contains(&p.ofport);
-                let mac = read_mac(&p.spec.name).unwrap_or([0; 6]);
+                let mac = link.mac.unwrap_or([0; 6]);
                 let mut config = 0;
                 if admin_down {
                     config |= msg::pc::PORT_DOWN;
@@ -972,9 +979,14 @@ impl Bridge for OfManager {
                 if pc.is_some_and(|c| !c.flood) {
                     config |= msg::pc::NO_FLOOD;
                 }
-                let speed_mbps = read_speed(&p.spec.name);
-                // 10GB_FD (1.0 bit 6, 1.3 bit 6) + COPPER (1.0 bit 7 / 1.3 bit 11).
-                let curr = if speed_mbps >= 10_000 { (1 << 6) | (1 << 11) } else { 1 << 5 };
+                let speed_mbps = link.speed_mbps;
+                // 10GB_FD (1.0 bit 6, 1.3 bit 6) + COPPER (1.0 bit 7 / 1.3
+                // bit 11), or 1GB_FD; nothing for ports without a speed.
+                let curr = match speed_mbps {
+                    0 => 0,
+                    s if s >= 10_000 => (1 << 6) | (1 << 11),
+                    _ => 1 << 5,
+                };
                 PortDesc {
                     port_no: p.ofport,
                     hw_addr: mac,
@@ -1338,36 +1350,6 @@ fn flow_mod_error(e: &FlowModError) -> ErrorKind {
         FlowModError::UnknownMeter(_) => ErrorKind::UnknownMeter,
         FlowModError::UnmappedTlvField(_) => ErrorKind::InvalidTlvField,
     }
-}
-
-pub(crate) fn read_sys(dev: &str, what: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/sys/class/net/{dev}/{what}")).ok().map(|s| s.trim().to_string())
-}
-
-/// A device's carrier: `None` when it is not known, which callers treat
-/// as "no change". The kernel answers EINVAL for a device that is
-/// administratively down (no carrier); any other failure (EMFILE when
-/// many peers hold descriptors, ENOMEM) says nothing about the link and
-/// must not turn into "link down".
-pub(crate) fn read_carrier(dev: &str) -> Option<bool> {
-    match std::fs::read_to_string(format!("/sys/class/net/{dev}/carrier")) {
-        Ok(s) => Some(s.trim() == "1"),
-        Err(e) if e.raw_os_error() == Some(22) => Some(false),
-        Err(_) => None,
-    }
-}
-
-pub(crate) fn read_mac(dev: &str) -> Option<[u8; 6]> {
-    let s = read_sys(dev, "address")?;
-    let mut mac = [0u8; 6];
-    for (i, p) in s.split(':').enumerate().take(6) {
-        mac[i] = u8::from_str_radix(p, 16).ok()?;
-    }
-    Some(mac)
-}
-
-pub(crate) fn read_speed(dev: &str) -> u64 {
-    read_sys(dev, "speed").and_then(|s| s.parse::<i64>().ok()).filter(|&s| s > 0).unwrap_or(10_000) as u64
 }
 
 /// Connections one listener serves at once: a bound on descriptors and

@@ -37,6 +37,45 @@ pub struct Port {
     /// Packets the datapath dropped because this port could not be reached
     /// (removed while in flight).
     pub tx_no_port: AtomicU64,
+    /// The kernel device's interface index when the port was opened;
+    /// `None` for ports that are not a kernel device ([`Netdev::own_link`]).
+    pub ifindex: Option<u32>,
+    /// The device was seen gone (deleted or moved to another namespace).
+    pub gone: AtomicBool,
+}
+
+/// A port's link as OpenFlow port status, `xvs show` and the database
+/// report it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortLink {
+    /// The device the port was opened on is still there.
+    pub present: bool,
+    /// `None` when the kernel did not say (a failed read is not "down").
+    pub carrier: Option<bool>,
+    pub mac: Option<[u8; 6]>,
+    pub speed_mbps: u64,
+}
+
+impl Port {
+    /// The port's link: from the port itself for patch, dummy, tunnel
+    /// and vhost-user ports, from the kernel (by name, checked against the
+    /// interface index the port was opened on) for the others.
+    pub fn link(&self) -> PortLink {
+        let Some(ifx) = self.ifindex else {
+            let l = self.dev.lock().expect("port lock").own_link().unwrap_or_default();
+            return PortLink { present: true, carrier: Some(l.carrier), mac: Some(l.mac), speed_mbps: l.speed_mbps };
+        };
+        let name = &self.spec.name;
+        if crate::sysfs::read_ifindex(name) != Some(ifx) {
+            return PortLink { present: false, carrier: Some(false), mac: None, speed_mbps: 0 };
+        }
+        PortLink {
+            present: true,
+            carrier: crate::sysfs::read_carrier(name),
+            mac: crate::sysfs::read_mac(name),
+            speed_mbps: crate::sysfs::read_speed(name),
+        }
+    }
 }
 
 /// Counters a PMD publishes for the CLI (written by its PMD only).
@@ -413,6 +452,7 @@ impl Switch {
             None => (1..ofproto::actions::ofpp::MAX).find(|n| !ports.contains_key(n)).expect("a free port number"),
         };
         let info = dev.info();
+        let ifindex = if dev.own_link().is_some() { None } else { crate::sysfs::read_ifindex(&spec.name) };
         let port = Arc::new(Port {
             ofport,
             spec: spec.clone(),
@@ -420,6 +460,8 @@ impl Switch {
             pmd,
             dev: Mutex::new(dev),
             tx_no_port: AtomicU64::new(0),
+            ifindex,
+            gone: AtomicBool::new(false),
         });
         ports.insert(ofport, port);
         drop(ports);
@@ -468,8 +510,50 @@ impl Switch {
         self.shared.ports.read().expect("ports lock").values().cloned().collect()
     }
 
-    /// Runs control-plane housekeeping once (MAC aging, rule timeouts).
+    /// Ports whose kernel device went away are reported gone (once, in
+    /// the log; `xvs show`, port status and the database follow
+    /// [`Port::link`]); when a device of that name is back, the port is
+    /// opened on it again with the same OpenFlow number, so rules and
+    /// counters carry on.
+    fn follow_devices(&self) {
+        let sh = &self.shared;
+        for p in self.ports() {
+            let Some(old) = p.ifindex else { continue };
+            let now = crate::sysfs::read_ifindex(&p.spec.name);
+            if now == Some(old) {
+                continue;
+            }
+            if !p.gone.swap(true, Ordering::AcqRel) {
+                eprintln!("xvs: port {} ({}): device gone; its traffic stops until it returns", p.spec.name, p.ofport);
+            }
+            let Some(new) = now else { continue };
+            let dev = match ports::open(&p.spec, &sh.bridge, &sh.umems[p.pmd], &sh.patches) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("xvs: port {}: device is back (ifindex {new}) but reopening failed: {e:#}", p.spec.name);
+                    continue;
+                }
+            };
+            let port = Arc::new(Port {
+                ofport: p.ofport,
+                spec: p.spec.clone(),
+                info: dev.info(),
+                pmd: p.pmd,
+                dev: Mutex::new(dev),
+                tx_no_port: AtomicU64::new(0),
+                ifindex: Some(new),
+                gone: AtomicBool::new(false),
+            });
+            sh.ports.write().expect("ports lock").insert(p.ofport, port);
+            sh.ports_gen.fetch_add(1, Ordering::Release);
+            eprintln!("xvs: port {} ({}): device is back (ifindex {old} -> {new}); reattached", p.spec.name, p.ofport);
+        }
+    }
+
+    /// Runs control-plane housekeeping once (MAC aging, rule timeouts,
+    /// devices that went or came back).
     pub fn housekeeping(&self) {
+        self.follow_devices();
         let now = self.shared.now_ms();
         {
             let of = self.shared.ofproto.read().expect("ofproto lock");

@@ -213,7 +213,7 @@ impl TnlEnv {
         let b = Arc::new(BridgeTnl {
             name: name.to_string(),
             inject: Mutex::new(VecDeque::new()),
-            mac: Mutex::new(crate::ofconn::read_mac(name).unwrap_or([0; 6])),
+            mac: Mutex::new(crate::sysfs::read_mac(name).unwrap_or([0; 6])),
             mtu: AtomicU64::new(read_mtu(name)),
         });
         self.bridges.write().expect("tnl bridges").insert(name.to_string(), Arc::clone(&b));
@@ -287,7 +287,7 @@ impl TnlEnv {
         }
         let bridges: Vec<Arc<BridgeTnl>> = self.bridges.read().expect("tnl bridges").values().cloned().collect();
         for b in bridges {
-            let mac = crate::ofconn::read_mac(&b.name).unwrap_or([0; 6]);
+            let mac = crate::sysfs::read_mac(&b.name).unwrap_or([0; 6]);
             let mtu = read_mtu(&b.name);
             let mut m = b.mac.lock().expect("bridge mac");
             if *m != mac || b.mtu.load(Ordering::Relaxed) != mtu {
@@ -421,7 +421,7 @@ impl TnlEnv {
 }
 
 fn read_mtu(dev: &str) -> u64 {
-    crate::ofconn::read_sys(dev, "mtu").and_then(|s| s.parse().ok()).unwrap_or(1500)
+    crate::sysfs::read_sys(dev, "mtu").and_then(|s| s.parse().ok()).unwrap_or(1500)
 }
 
 impl BridgeTnl {
@@ -662,6 +662,11 @@ impl Drop for TunnelPort {
 impl Netdev for TunnelPort {
     fn name(&self) -> &str {
         &self.state.name
+    }
+
+    /// A virtual port: always up, no speed (as OVS reports vports).
+    fn own_link(&self) -> Option<netdev::Link> {
+        Some(netdev::Link { carrier: true, mac: netdev::synthetic_mac(&self.state.name), speed_mbps: 0 })
     }
 
     fn info(&self) -> PortInfo {

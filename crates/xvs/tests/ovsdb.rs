@@ -56,7 +56,7 @@ impl Env {
         let child = Command::new(env!("CARGO_BIN_EXE_xvs"))
             .args(["switch", "--db", &self.remote(), "--run-dir", &format!("{}/run", self.dir)])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(if std::env::var_os("XVS_TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
             .spawn()
             .unwrap();
         self.xvs = Some(child);
@@ -378,4 +378,33 @@ fn metrics_endpoint_follows_other_config() {
     assert!(eventually(10, || get().is_some_and(|b| b.contains(&want))), "{want} in {:?}", get());
     env.vsctl(&["remove", "open_vswitch", ".", "other_config", "metrics-addr"]);
     assert!(eventually(10, || get().is_none()), "the endpoint stops when the key goes");
+}
+
+/// A port whose device is deleted shows in the Interface table as OVS
+/// shows a missing device (link_state down, the error column), and comes
+/// back by itself when a device of that name returns.
+#[test]
+fn a_deleted_device_shows_in_the_interface_table_and_returns() {
+    let mut hs = hosts("g", 2);
+    let mut env = Env::new("g");
+    env.start_xvs();
+    let id = std::process::id() % 1000;
+    let br = format!("brg{id}");
+    env.vsctl(&["add-br", &br, "--", "set", "bridge", &br, "datapath_type=netdev"]);
+    for h in &hs {
+        env.vsctl(&["add-port", &br, &h.port, "--", "set", "interface", &h.port, "type=afxdp"]);
+    }
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
+    let (port2, ns2, ip2) = (hs[1].port.clone(), hs[1].ns.clone(), format!("{}/24", hs[1].ip));
+    let get = |col: &str| env.vsctl_nowait(&["get", "interface", &port2, col]);
+    assert_eq!(get("link_state"), "up");
+    drop(hs.pop());
+    assert!(eventually(10, || get("link_state") == "down"), "{} {}", get("link_state"), env.appctl(&["show"]));
+    assert!(eventually(5, || get("error").contains("No such device")), "{}", get("error"));
+    println!("link_state {} error {}", get("link_state"), get("error"));
+    let h2 = Host::create(&ns2, &port2, &ip2, 1).unwrap();
+    assert!(eventually(10, || get("link_state") == "up"), "{}", get("link_state"));
+    assert!(eventually(5, || get("error") == "[]"), "{}", get("error"));
+    hs[0].exec(&["ip", "neigh", "flush", "all"]).unwrap();
+    assert_eq!(hs[0].ping(&h2.ip, 3).unwrap(), 3);
 }

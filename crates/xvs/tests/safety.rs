@@ -557,3 +557,40 @@ fn a_failed_start_leaves_no_socket_and_keeps_foreign_files() {
     assert_eq!(left, vec!["xvs.ctl".to_string()], "only the foreign directory is left");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A port whose device is deleted is reported gone (`xvs show`, OpenFlow
+/// port status LINK_DOWN) and is opened again, with the same OpenFlow
+/// number, when a device of that name comes back; traffic flows again.
+#[test]
+fn a_deleted_device_is_reported_gone_and_reattached_when_it_returns() {
+    let mut hs = hosts("gone", 2);
+    let d = Daemon::start("gone", &[&hs[0].port, &hs[1].port], &[]);
+    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
+    let (port2, ns2, ip2) = (hs[1].port.clone(), hs[1].ns.clone(), format!("{}/24", hs[1].ip));
+    let show = || String::from_utf8_lossy(&d.cli(&["show"]).stdout).into_owned();
+    let port2_state = || {
+        let desc = d.ofctl(&["dump-ports-desc", "-O", "OpenFlow13"]);
+        let block = desc.split(&format!(" 2({port2})")).nth(1).unwrap_or_else(|| panic!("{desc}")).to_string();
+        let line = block.lines().find(|l| l.trim_start().starts_with("state:")).unwrap_or("").to_string();
+        line.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let eventually = |secs: u64, cond: &dyn Fn() -> bool| {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(secs) && !cond() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cond()
+    };
+    assert_eq!(port2_state(), "state: LIVE");
+    // Deleting the namespace deletes both ends of its veth.
+    drop(hs.pop());
+    assert!(eventually(5, &|| show().contains("DEVICE GONE")), "{}", show());
+    println!("{}", show());
+    assert!(eventually(3, &|| port2_state() == "state: LINK_DOWN"), "{}", port2_state());
+    // The device comes back (a new veth of the same name): reattached.
+    let h2 = Host::create(&ns2, &port2, &ip2, 1).unwrap();
+    assert!(eventually(5, &|| !show().contains("DEVICE GONE")), "{}", show());
+    assert!(eventually(3, &|| port2_state() == "state: LIVE"), "{}", port2_state());
+    hs[0].exec(&["ip", "neigh", "flush", "all"]).unwrap();
+    assert_eq!(hs[0].ping(&h2.ip, 3).unwrap(), 3, "traffic flows through the reattached port");
+}
