@@ -418,6 +418,24 @@ impl Netdev for AfxdpPort {
         self.xsks.get(rxq).map(|x| x.fd())
     }
 
+    fn queue_stats(&self) -> Vec<netdev::QueueStats> {
+        self.xsks
+            .iter()
+            .enumerate()
+            .filter_map(|(q, x)| {
+                let s = x.statistics().ok()?;
+                Some(netdev::QueueStats {
+                    queue: q,
+                    rx_dropped: s.rx_dropped,
+                    rx_invalid_descs: s.rx_invalid_descs,
+                    tx_invalid_descs: s.tx_invalid_descs,
+                    rx_ring_full: s.rx_ring_full,
+                    rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
+                })
+            })
+            .collect()
+    }
+
     fn poll_housekeeping(&mut self) {
         self.reap_completions();
         let _ = self.kick_tx();

@@ -53,6 +53,35 @@ pub struct PortStats {
     pub rx_dropped: u64,
 }
 
+/// One AF_XDP socket's kernel counters (`XDP_STATISTICS`), per queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    pub queue: usize,
+    /// Dropped by the kernel for reasons other than a full or empty ring.
+    pub rx_dropped: u64,
+    pub rx_invalid_descs: u64,
+    pub tx_invalid_descs: u64,
+    /// Dropped because the RX ring was full (the switch fell behind).
+    pub rx_ring_full: u64,
+    /// Times the fill ring was empty (no frame to receive into).
+    pub rx_fill_ring_empty_descs: u64,
+}
+
+impl QueueStats {
+    /// As Open vSwitch names them in the Interface `statistics` column
+    /// (`xsk_queue_N_rx_dropped`...), its three first, then two more.
+    pub fn named(&self) -> [(String, u64); 5] {
+        let q = self.queue;
+        [
+            (format!("xsk_queue_{q}_rx_dropped"), self.rx_dropped),
+            (format!("xsk_queue_{q}_rx_invalid_descs"), self.rx_invalid_descs),
+            (format!("xsk_queue_{q}_tx_invalid_descs"), self.tx_invalid_descs),
+            (format!("xsk_queue_{q}_rx_ring_full"), self.rx_ring_full),
+            (format!("xsk_queue_{q}_rx_fill_ring_empty_descs"), self.rx_fill_ring_empty_descs),
+        ]
+    }
+}
+
 /// Static facts about a port, for `xvs show`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortInfo {
@@ -92,6 +121,11 @@ pub trait Netdev: Send {
     /// whose carrier, address and speed the kernel reports.
     fn own_link(&self) -> Option<Link> {
         None
+    }
+
+    /// Per-queue kernel counters (AF_XDP ports); empty for others.
+    fn queue_stats(&self) -> Vec<QueueStats> {
+        Vec::new()
     }
 
     /// Kernel (or dummy) device name.

@@ -479,6 +479,11 @@ fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
                         ("tx_bytes".into(), s.tx_bytes),
                         ("tx_dropped".into(), s.tx_dropped),
                     ];
+                    // AF_XDP sockets' own counters, per queue, named as OVS names them.
+                    if let Some(p) = ports.get(&n) {
+                        let qs = p.dev.lock().expect("port lock").queue_stats();
+                        f.statistics.extend(qs.iter().flat_map(|q| q.named()));
+                    }
                 }
             }
             a.interfaces.insert(iname.clone(), f);

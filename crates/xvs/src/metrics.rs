@@ -63,7 +63,29 @@ pub fn render(bridges: &[Arc<Shared>]) -> String {
                 l.clone(),
                 s.rx_dropped as f64,
             );
-            fam("xvs_port_tx_dropped_total", "counter", "Packets the port could not send.", l, s.tx_dropped as f64);
+            fam(
+                "xvs_port_tx_dropped_total",
+                "counter",
+                "Packets the port could not send.",
+                l.clone(),
+                s.tx_dropped as f64,
+            );
+            for q in p.dev.lock().expect("port lock").queue_stats() {
+                let ql = format!("{l},queue=\"{}\"", q.queue);
+                for (name, help, v) in [
+                    ("xvs_xsk_rx_dropped_total", "AF_XDP receive drops (other than ring full).", q.rx_dropped),
+                    ("xvs_xsk_rx_invalid_descs_total", "AF_XDP invalid receive descriptors.", q.rx_invalid_descs),
+                    ("xvs_xsk_tx_invalid_descs_total", "AF_XDP invalid transmit descriptors.", q.tx_invalid_descs),
+                    ("xvs_xsk_rx_ring_full_total", "AF_XDP receive drops: the ring was full.", q.rx_ring_full),
+                    (
+                        "xvs_xsk_rx_fill_ring_empty_total",
+                        "Times the AF_XDP fill ring was empty.",
+                        q.rx_fill_ring_empty_descs,
+                    ),
+                ] {
+                    fam(name, "counter", help, ql.clone(), v as f64);
+                }
+            }
         }
         let mut megaflows = 0usize;
         for r in collect_reports_of(sh, false) {

@@ -110,6 +110,8 @@ fn metrics_parse_with_the_prometheus_client_and_count_traffic() {
     assert_eq!(inf, count, "the +Inf bucket holds every upcall");
     assert!(sum_of("xvs_pmd_upcall_duration_seconds_sum|") > 0.0);
     assert_eq!(get(&after, "xvs_pmd_mask_probes_total").0, "counter");
+    let q = format!("xvs_xsk_rx_ring_full_total|bridge=brmt,ofport=1,port={},queue=0", h1.port);
+    assert_eq!(get(&after, &q).0, "counter", "per-queue AF_XDP counters");
     // Anything but GET /metrics is a 404, and the endpoint keeps serving.
     let o = Command::new("/usr/bin/python3")
         .args(["-c", "import sys,urllib.request,urllib.error\ntry:\n urllib.request.urlopen(sys.argv[1], timeout=5)\nexcept urllib.error.HTTPError as e:\n print(e.code)", &format!("http://{addr}/other")])

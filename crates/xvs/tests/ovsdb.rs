@@ -158,6 +158,11 @@ fn vsctl_configures_bridges_ports_errors_and_restart() {
         .unwrap_or(0)
         > 0));
     assert_eq!(env.vsctl(&["get", "interface", &hs[0].port, "link_state"]), "up");
+    // The AF_XDP sockets' counters, per queue, with OVS's names.
+    for k in ["xsk_queue_0_rx_dropped", "xsk_queue_0_rx_invalid_descs", "xsk_queue_0_tx_invalid_descs"] {
+        let v = env.vsctl(&["get", "interface", &hs[0].port, &format!("statistics:{k}")]);
+        assert!(v.trim_matches('"').parse::<u64>().is_ok(), "{k}: {v}");
+    }
     let dpid = env.vsctl(&["get", "bridge", &br, "datapath_id"]);
     assert_eq!(dpid.trim_matches('"').len(), 16, "datapath_id: {dpid}");
 
