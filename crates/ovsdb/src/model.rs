@@ -33,6 +33,9 @@ pub struct Desired {
     /// Open_vSwitch other_config:metrics-addr (IP:PORT): where the
     /// Prometheus endpoint listens; absent, it is off.
     pub metrics_addr: Option<String>,
+    /// Open_vSwitch other_config:xvs-umem-frames: frames per shared UMEM
+    /// of AF_XDP ports (applies to UMEMs made from then on).
+    pub umem_frames: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,6 +309,14 @@ impl Desired {
             match parse_bool("other_config:flow-restore-wait", v) {
                 Ok(b) => d.flow_restore_wait = b,
                 Err(e) => ovs.note(format!("Open_vSwitch {e}; ignored")),
+            }
+        }
+        if let Some(v) = oc.get("xvs-umem-frames") {
+            match v.parse::<u32>() {
+                Ok(n) if n >= 5120 => d.umem_frames = Some(n),
+                _ => ovs.note(format!(
+                    "Open_vSwitch other_config:xvs-umem-frames: {v:?} is not a frame count of at least 5120 (one queue's rings); ignored"
+                )),
             }
         }
         if let Some(v) = oc.get("metrics-addr") {

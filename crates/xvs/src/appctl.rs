@@ -264,7 +264,11 @@ pub fn pmd_perf_show(ctx: &Ctx, args: &[String]) -> Reply {
 pub fn memory_show(ctx: &Ctx, args: &[String]) -> Reply {
     let _ = args;
     let (mut ports, mut rules, mut flows, mut masks, mut conns) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let mut umem_frames = 0u64;
     for b in ctx.bridges {
+        for u in &b.shared.umems {
+            umem_frames += u.lock().expect("umem").as_ref().map_or(0, |g| g.sizes().iter().map(|&n| n as u64).sum());
+        }
         ports += b.shared.ports.read().expect("ports lock").len();
         let of = b.shared.ofproto.read().expect("ofproto lock");
         rules += of.n_rules();
@@ -284,13 +288,14 @@ pub fn memory_show(ctx: &Ctx, args: &[String]) -> Reply {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     let text = format!(
-        "bridges:{} conntrack:{conns} megaflow-masks:{masks} ports:{ports} rss-kB:{rss_kb} rules:{rules} udpif keys:{flows}\n",
-        ctx.bridges.len()
+        "bridges:{} conntrack:{conns} megaflow-masks:{masks} ports:{ports} rss-kB:{rss_kb} rules:{rules} udpif keys:{flows} umem-kB:{}\n",
+        ctx.bridges.len(),
+        umem_frames * 4
     );
     Ok((
         text,
         json!({"bridges": ctx.bridges.len(), "conntrack": conns, "megaflow_masks": masks, "ports": ports,
-               "rss_kb": rss_kb, "rules": rules, "megaflows": flows}),
+               "rss_kb": rss_kb, "rules": rules, "megaflows": flows, "umem_kb": umem_frames * 4}),
     ))
 }
 

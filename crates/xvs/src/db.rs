@@ -73,6 +73,8 @@ pub fn run(opts: &DbOptions, stop: &Arc<AtomicBool>) -> Result<()> {
     let mut last_wb = Instant::now();
     let mut last_hk = Instant::now();
     let mut dirty = true;
+    // --umem-frames, or the default: what other_config:xvs-umem-frames overrides.
+    let umem_frames_default = crate::ports::umem_frames();
     let metrics_bridges: crate::metrics::Bridges = Default::default();
     let mut metrics: Option<crate::metrics::Metrics> = None;
     eprintln!(
@@ -94,6 +96,7 @@ pub fn run(opts: &DbOptions, stop: &Arc<AtomicBool>) -> Result<()> {
         if dirty && db.session().has_lock() {
             dirty = false;
             let d = db.desired();
+            crate::ports::set_umem_frames(d.umem_frames.unwrap_or(umem_frames_default));
             reconcile(&mut bridges, &d, &opts.run_dir, &patches, stop);
             *metrics_bridges.write().expect("metrics bridges") =
                 bridges.values().map(|b| Arc::clone(&b.sw.shared)).collect();

@@ -96,6 +96,12 @@ enum Cmd {
         /// Open_vSwitch other_config:metrics-addr overrides it.
         #[arg(long)]
         metrics: Option<String>,
+        /// Frames (4 KiB) per shared UMEM of AF_XDP ports; a port whose
+        /// queues do not fit starts another UMEM. Default 17408 (68 MiB,
+        /// four queues' rings). With --db, Open_vSwitch
+        /// other_config:xvs-umem-frames overrides it.
+        #[arg(long)]
+        umem_frames: Option<u32>,
     },
     /// Bridge, ports, XDP modes, counters.
     Show(ClientArgs),
@@ -449,7 +455,21 @@ fn main() -> ExitCode {
             xdp_offload,
             xdp_offload_pps,
             metrics,
-        } => match group.as_deref().map(xvs::runfiles::group_id).transpose() {
+            umem_frames,
+        } => match umem_frames
+            .map(|n| {
+                if n < xvs::ports::FRAMES_PER_QUEUE + xvs::ports::IN_FLIGHT_FRAMES {
+                    anyhow::bail!(
+                        "--umem-frames: {n} is less than one queue's rings ({})",
+                        xvs::ports::FRAMES_PER_QUEUE + xvs::ports::IN_FLIGHT_FRAMES
+                    )
+                }
+                xvs::ports::set_umem_frames(n);
+                Ok(())
+            })
+            .transpose()
+            .and(group.as_deref().map(xvs::runfiles::group_id).transpose())
+        {
             Err(e) => Err(e),
             Ok(group) => match db {
                 Some(_) if !ports.is_empty() || !controllers.is_empty() || flows.is_some() => Err(anyhow::anyhow!(

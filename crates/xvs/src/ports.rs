@@ -8,7 +8,59 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The UMEM a poll thread's AF_XDP ports share.
-pub type UmemShare = UmemHandle;
+/// One poll thread's UMEMs. AF_XDP ports of one group share a UMEM, so
+/// forwarding between them moves descriptors, not bytes; a group is sized
+/// for [`umem_frames`] frames, and a port whose queues do not fit in the
+/// current group starts a new one (forwarding between groups copies).
+/// Memory thus grows with the ports and queues instead of being reserved
+/// up front: each queue holds up to [`FRAMES_PER_QUEUE`] frames (its
+/// fill, RX, TX and completion rings).
+#[derive(Default)]
+pub struct UmemShare {
+    groups: Vec<(UmemHandle, u32)>,
+}
+
+impl UmemShare {
+    /// The group a port of `n_rxq` queues joins (made when none has room).
+    fn group_for(&mut self, n_rxq: usize) -> Result<UmemHandle> {
+        let need = FRAMES_PER_QUEUE * n_rxq.max(1) as u32;
+        let size = umem_frames().max(need + IN_FLIGHT_FRAMES);
+        if let Some((h, used)) = self.groups.iter_mut().find(|(_, used)| *used + need + IN_FLIGHT_FRAMES <= size) {
+            *used += need;
+            return Ok(h.clone());
+        }
+        let h = UmemHandle::new(UmemConfig { nframes: size, ..UmemConfig::default() })?;
+        self.groups.push((h.clone(), need));
+        Ok(h)
+    }
+
+    /// UMEM groups and their frames (for `memory/show`).
+    pub fn sizes(&self) -> Vec<u32> {
+        self.groups.iter().map(|(h, _)| h.config().nframes).collect()
+    }
+}
+
+/// Frames one AF_XDP queue can hold: its fill and RX rings (1024 each)
+/// and TX and completion rings (1024 each).
+pub const FRAMES_PER_QUEUE: u32 = 4 * 1024;
+/// Frames a group keeps for packets in flight in the datapath (batches,
+/// parked packets, copies waiting for a TX slot).
+pub const IN_FLIGHT_FRAMES: u32 = 1024;
+/// The default size of a UMEM group: four queues' worth (68 MiB of 4 KiB
+/// frames), so up to four single-queue ports share one UMEM.
+pub const DEFAULT_UMEM_FRAMES: u32 = 4 * FRAMES_PER_QUEUE + IN_FLIGHT_FRAMES;
+
+static UMEM_FRAMES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(DEFAULT_UMEM_FRAMES);
+
+/// Frames per UMEM group (`--umem-frames`, `other_config:xvs-umem-frames`);
+/// applies to groups made from now on.
+pub fn set_umem_frames(n: u32) {
+    UMEM_FRAMES.store(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn umem_frames() -> u32 {
+    UMEM_FRAMES.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 fn xdp_mode(m: XdpModeCfg) -> XdpMode {
     match m {
@@ -18,15 +70,12 @@ fn xdp_mode(m: XdpModeCfg) -> XdpMode {
     }
 }
 
-fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemHandle>>) -> Result<AfxdpPort> {
+fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemShare>>) -> Result<AfxdpPort> {
     let shared = if spec.shared_umem {
         let mut slot = umem.lock().expect("umem lock");
-        if slot.is_none() {
-            // Room for several ports' rings (4 x 1024 per queue) plus
-            // frames in flight in the datapath.
-            *slot = Some(UmemHandle::new(UmemConfig { nframes: 32 * 1024, ..UmemConfig::default() })?);
-        }
-        slot.clone()
+        let n_rxq =
+            if spec.n_rxq == 0 { netdev_linux::afxdp::device_rx_queues(&spec.name).unwrap_or(1) } else { spec.n_rxq };
+        Some(slot.get_or_insert_with(UmemShare::default).group_for(n_rxq)?)
     } else {
         None
     };
@@ -87,7 +136,7 @@ impl PatchRegistry {
 pub fn open(
     spec: &PortSpec,
     bridge: &str,
-    umem: &Mutex<Option<UmemHandle>>,
+    umem: &Mutex<Option<UmemShare>>,
     patches: &PatchRegistry,
 ) -> Result<Box<dyn Netdev>> {
     if matches!(spec.kind, PortType::Afxdp | PortType::System | PortType::AfPacket) {
@@ -160,5 +209,24 @@ pub fn release_device(dev: &mut dyn Netdev) {
 pub fn poll_readable(fds: &[i32], timeout_ms: i32) {
     if netdev_linux::sys::poll_any(fds, timeout_ms).is_err() {
         std::thread::sleep(Duration::from_millis(timeout_ms.max(0) as u64));
+    }
+}
+
+#[cfg(test)]
+mod umem_group_tests {
+    use super::*;
+
+    /// Single-queue ports share a group until its rings are spoken for;
+    /// a port wider than a group gets one of its own size.
+    #[test]
+    fn ports_fill_a_group_then_start_another() {
+        let mut u = UmemShare::default();
+        let ids: Vec<u64> = (0..5).map(|_| u.group_for(1).unwrap().id()).collect();
+        assert!(ids[..4].iter().all(|&i| i == ids[0]), "four single-queue ports share the first group: {ids:?}");
+        assert_ne!(ids[4], ids[0], "the fifth starts a second group");
+        let wide = u.group_for(8).unwrap();
+        assert!(wide.config().nframes >= 8 * FRAMES_PER_QUEUE + IN_FLIGHT_FRAMES);
+        assert_eq!(u.sizes().len(), 3);
+        assert_eq!(u.sizes()[0], DEFAULT_UMEM_FRAMES);
     }
 }
