@@ -29,4 +29,5 @@ xp=$!; sleep 2
 xbase=$(grep VmRSS /proc/$xp/status | awk '{print $2}')
 kill $xp; wait $xp 2>/dev/null
 for i in $(seq 1 $N); do ip link del rssa$i 2>/dev/null; done
+rm -rf /tmp/xvsrss.$$
 echo "ports=$N  OVS 3.1: ${ovs} kB (no ports ${base} kB; per port $(( (ovs-base)/N )) kB)  xvs: ${xvs} kB (no ports ${xbase} kB; per port $(( (xvs-xbase)/N )) kB)"
