@@ -473,6 +473,11 @@ fn decode_actions_at(v: Version, b: &[u8], depth: u32) -> Result<(Vec<Action>, V
                     return Err(ErrorKind::BadArgument);
                 }
                 let (f, value, mask) = oxm::decode_field_tlv(&mut a)?;
+                // Read-only fields (eth_type, ip_proto, mpls_bos...) are
+                // refused as Open vSwitch refuses them.
+                if !ofp_types::actions::writable(f) {
+                    return Err(ErrorKind::BadSetArgument);
+                }
                 acts.push(Action::SetField { field: f, value, mask });
             }
             29 if v >= Version::Of15 => extra.push(Instruction::Meter(a.u32()?)),
@@ -1127,6 +1132,16 @@ mod tests {
         let mut b = enc(Version::Of10, "load:5->NXM_NX_REG0[0..7]");
         b[10..12].copy_from_slice(&((30u16 << 6) | 7).to_be_bytes());
         assert_eq!(decode_actions(Version::Of10, &b), Err(ErrorKind::BadArgument));
+        // A standard set_field on a read-only field (OXM IP_PROTO, ETH_TYPE)
+        // is refused as Open vSwitch refuses it.
+        for (oxm_field, len, value) in [(10u8, 1u8, vec![17u8]), (5, 2, vec![0x86, 0xdd])] {
+            let mut a = vec![0, 25, 0, 0, 0x80, 0, oxm_field << 1, len];
+            a.extend_from_slice(&value);
+            let l = a.len().div_ceil(8) * 8;
+            a.resize(l, 0);
+            a[2..4].copy_from_slice(&(l as u16).to_be_bytes());
+            assert_eq!(decode_actions(Version::Of13, &a), Err(ErrorKind::BadSetArgument), "OXM field {oxm_field}");
+        }
     }
 
     #[test]

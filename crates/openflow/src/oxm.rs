@@ -490,6 +490,17 @@ pub fn canonical_write(f: &'static FieldDef, value: u128, mask: u128) -> (&'stat
 /// NXAST_REG_LOAD2). `None` if no header covers the field.
 pub fn encode_field_tlv(field: &FieldDef, value: u128, mask: u128, flavor: Flavor, out: &mut Vec<u8>) -> Option<bool> {
     let bit = if flavor == Flavor::Nxm { N } else { O };
+    // A write of exactly the TCI's priority bits is OXM VLAN_PCP (as Open
+    // vSwitch writes `set_field:N->vlan_pcp`), not a masked TCI load.
+    let tci = def("vlan_tci").loc;
+    if flavor == Flavor::Oxm
+        && ((field.loc == tci && mask == 0xe000) || (field.name == "dl_vlan_pcp" && mask == field.loc.max()))
+    {
+        let ent = ENTRIES.iter().find(|x| x.sp == Sp::VlanPcp)?;
+        header(out, ent, false);
+        out.uint(if field.loc == tci { value >> 13 } else { value } & 7, 1);
+        return Some(false);
+    }
     let (fw, fs, fb) = (field.loc.word, field.loc.shift, field.loc.bits);
     // The written bits, in the key word's coordinates.
     let lo = fs + (mask.trailing_zeros().min(fb));

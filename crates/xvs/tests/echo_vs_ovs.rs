@@ -94,6 +94,8 @@ fn flows_are_dumped_as_ovs_dumps_them() {
                 "priority=32,ip,actions=set_field:0x86dd->eth_type,output:1",
                 "priority=33,ip,actions=set_field:17->ip_proto,output:1",
                 "priority=34,icmp6,icmp_type=135,actions=set_field:fe80::9->nd_target,output:1",
+                "priority=35,dl_vlan=100,actions=set_field:5->vlan_pcp,output:2",
+                "priority=36,dl_vlan=100,dl_vlan_pcp=3,actions=set_field:2->vlan_pcp,set_field:4097->vlan_vid,output:2",
             ],
         ),
         (
@@ -108,6 +110,7 @@ fn flows_are_dumped_as_ovs_dumps_them() {
             &[
                 "priority=50,tcp,actions=set_field:81->tcp_src,output:2",
                 "priority=51,in_port=4,actions=set_field:0x1->metadata,resubmit(,1)",
+                "priority=52,dl_vlan=9,actions=set_field:6->vlan_pcp,output:2",
             ],
         ),
     ];
