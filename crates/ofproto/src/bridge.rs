@@ -552,7 +552,8 @@ impl Ofproto {
         }
     }
 
-    /// Rules removed (by delete or timeout) since the last call.
+    /// Rules with `send_flow_rem` removed (by delete or timeout) since the
+    /// last call.
     pub fn take_removed(&mut self) -> Vec<RemovedRule> {
         std::mem::take(&mut self.removed)
     }
@@ -562,7 +563,9 @@ impl Ofproto {
             self.unlearn.get_mut().expect("learned flows").extend(gone);
         }
         let Some((m, p, r)) = self.tables[table].get(id) else { return };
-        if self.removed.len() >= 100_000 {
+        // Only rules installed with send_flow_rem are ever reported: a
+        // 200k-rule delete of rules without it records nothing.
+        if r.flags & ofp_types::parse::flags::SEND_FLOW_REM == 0 || self.removed.len() >= 100_000 {
             return;
         }
         let rr = RemovedRule {

@@ -167,8 +167,8 @@ fn missing_groups_and_meters_are_refused_and_deletes_cascade() {
     assert!(of.group_mod(ModCmd::Modify, parse_group("group_id=9,type=indirect,bucket=group:10", 0).unwrap()).is_err());
     let (id, cfg) = parse_meter("meter=9,pktps,burst,band=type=drop,rate=10,burst_size=1").unwrap();
     of.meter_mod(ModCmd::Add, id, cfg).unwrap();
-    add(&mut of, "priority=5,actions=group:9").unwrap();
-    add(&mut of, "priority=6,udp,actions=meter:9,output:1").unwrap();
+    add(&mut of, "priority=5,send_flow_rem,actions=group:9").unwrap();
+    add(&mut of, "priority=6,udp,send_flow_rem,actions=meter:9,output:1").unwrap();
     assert_eq!(of.n_rules(), 2);
     assert_eq!(of.group_ref_count(9), 1);
     of.take_removed();

@@ -925,6 +925,7 @@ impl OfManager {
         let now = self.sh.now_ms();
         removed
             .into_iter()
+            .filter(|r| r.flags & msg::ff::SEND_FLOW_REM != 0)
             .map(|r| Removed {
                 reason: r.reason,
                 stats: FlowStats {
