@@ -412,3 +412,40 @@ fn zone_timeout_policies_apply_to_new_connections() {
     assert_eq!(exp(1001), 1000 + 7000);
     assert_eq!(t.sweep(8001, 1 << 20), 1);
 }
+
+/// `nat(src)` with no address (OVS writes `nat(src=0.0.0.0)` so, its
+/// "all-zero SNAT", datapath capability `ct_zero_snat`): the packet keeps
+/// its address and port unless its reply tuple is already taken, and then
+/// only the port changes.
+#[test]
+fn zero_snat_changes_nothing_unless_the_reply_tuple_is_taken() {
+    let t = Conntrack::new(Config::default());
+    let zero = CtAction { zone: 0, commit: true, nat: Some(snat(0, 0, 0, 0)), ..CtAction::default() };
+    let mut f = udp(A, B, 4000, 53);
+    let before = f.clone();
+    let r = t.execute(&mut f, &zero, 0, None);
+    assert_eq!(r.state & (cs::NEW | cs::INV), cs::NEW);
+    assert_eq!(f, before, "no translation without a collision");
+    // A client behind SNAT to X:4000...
+    let c = 0x0a00_0003;
+    let act = CtAction { zone: 0, commit: true, nat: Some(snat(X, X, 4000, 4000)), ..CtAction::default() };
+    let mut f1 = udp(c, B, 4000, 53);
+    t.execute(&mut f1, &act, 1, None);
+    assert_eq!((ip_src(&f1), sport(&f1)), (X, 4000));
+    // ...then X itself talks to B from port 4000: its reply would be that
+    // client's, so zero SNAT moves its source port, and only that.
+    let mut f2 = udp(X, B, 4000, 53);
+    let r2 = t.execute(&mut f2, &zero, 2, None);
+    assert_eq!(r2.state & (cs::NEW | cs::INV), cs::NEW, "{:#x}", r2.state);
+    assert_eq!(ip_src(&f2), X);
+    assert_ne!(sport(&f2), 4000);
+    assert!(valid(&f2));
+    // Both replies find their way back.
+    let nat = CtAction { nat: Some(Nat::Existing), ..ct(0) };
+    let mut back = udp(B, X, 53, sport(&f2));
+    t.execute(&mut back, &nat, 3, None);
+    assert_eq!((ip_dst(&back), dport(&back)), (X, 4000));
+    let mut back1 = udp(B, X, 53, 4000);
+    t.execute(&mut back1, &nat, 4, None);
+    assert_eq!((ip_dst(&back1), dport(&back1)), (c, 4000));
+}

@@ -1082,6 +1082,41 @@ mod tests {
         }
     }
 
+    /// NXAST_NAT inside ct(): address and port ranges round-trip; a port
+    /// range is written even without an address (as ovs-ofctl writes
+    /// `nat(src=0.0.0.0:1024-2048)`) and refused on decode, as Open
+    /// vSwitch refuses it.
+    #[test]
+    fn nat_ranges_round_trip_and_ports_need_an_address() {
+        let enc = |text: &str| {
+            let ins = ofp_types::actions::parse_actions(text).unwrap();
+            let mut b = Vec::new();
+            encode_instructions(Version::Of10, &ins, &mut b);
+            b
+        };
+        for text in [
+            "ct(commit,nat(src=10.0.0.1-10.0.0.9:1024-2048))",
+            "ct(commit,nat(dst=10.0.0.5:80))",
+            "ct(commit,nat(src))",
+            "ct(nat)",
+        ] {
+            let b = enc(text);
+            let (acts, _) = decode_actions(Version::Of10, &b).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+            let want = match &ofp_types::actions::parse_actions(text).unwrap()[0] {
+                Instruction::Apply(a) => a.clone(),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(acts, want, "{text}");
+        }
+        let b = enc("ct(commit,nat(src=0.0.0.0:1024-2048))");
+        // ct's 24 bytes, then NXAST_NAT: 16 bytes of header, flags and
+        // range_present (PROTO_MIN|PROTO_MAX), the two ports, padding.
+        assert_eq!(&b[24..26], &[0xff, 0xff]);
+        assert_eq!(u16::from_be_bytes([b[26], b[27]]), 24, "the ports are in the action");
+        assert_eq!(&b[40..44], &[0x04, 0x00, 0x08, 0x00]);
+        assert_eq!(decode_actions(Version::Of10, &b), Err(ErrorKind::BadArgument));
+    }
+
     /// The Nicira register actions in Open vSwitch's layout (struct
     /// nx_action_reg_load / reg_move / output_reg, ovs-actions(7)), and
     /// OpenFlow 1.5's copy_field.

@@ -214,7 +214,10 @@ fn decode_nat(a: &mut Rd) -> Result<Nat, ErrorKind> {
     if present & R_P_MAX != 0 {
         r.port_max = a.u16()?;
     }
-    if r.addr_max < r.addr_min || r.port_max < r.port_min || (r.flags.hash && r.flags.random) {
+    // A port range needs an address range (Open vSwitch answers
+    // BAD_ARGUMENT to `nat(src=0.0.0.0:1024-2048)` too).
+    let ports_only = present & (R_P_MIN | R_P_MAX) != 0 && present & (R_V4_MIN | R_V6_MIN) == 0;
+    if ports_only || r.addr_max < r.addr_min || r.port_max < r.port_min || (r.flags.hash && r.flags.random) {
         return Err(ErrorKind::BadArgument);
     }
     Ok(match flags & (NAT_SRC | NAT_DST) {
@@ -377,6 +380,10 @@ fn encode_nat(s: &CtSpec, out: &mut Vec<u8>) {
                     out.u32(r.addr_max as u32);
                 }
             }
+        }
+        // Ports follow whether or not an address was given
+        // (`nat(src=0.0.0.0:1024-2048)`, `nat(src=:1024-2048)`).
+        if let Some(r) = r {
             if present & R_P_MIN != 0 {
                 out.u16(r.port_min);
             }

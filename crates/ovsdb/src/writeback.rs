@@ -60,8 +60,10 @@ pub fn ovs_version() -> String {
 /// Datapath capabilities (keys as documented for the Datapath table in
 /// vswitch.xml), honest for the dpif fast path today: masked set,
 /// recirculation and conntrack (states, zones, mark, label, NAT, the
-/// original IPv4 tuple, NXT_CT_FLUSH) exist; MPLS actions, clone,
-/// truncation, zero-SNAT and the IPv6 original tuple do not.
+/// original IPv4 tuple, NXT_CT_FLUSH, and all-zero SNAT: `nat(src)` keeps
+/// address and port unless the reply tuple is taken) exist, and MPLS
+/// matches see the top label (depth 1); clone, truncation and the IPv6
+/// original tuple do not.
 pub fn default_capabilities() -> Vec<(String, String)> {
     [
         ("ufid", "false"),
@@ -73,10 +75,10 @@ pub fn default_capabilities() -> Vec<(String, String)> {
         ("ct_state_nat", "true"),
         ("ct_orig_tuple", "true"),
         ("ct_orig_tuple6", "false"),
-        ("ct_zero_snat", "false"),
+        ("ct_zero_snat", "true"),
         ("ct_flush", "true"),
         ("masked_set_action", "true"),
-        ("max_mpls_depth", "0"),
+        ("max_mpls_depth", "1"),
         ("max_hash_alg", "0"),
         ("trunc", "false"),
         ("clone", "false"),

@@ -61,6 +61,10 @@ fn ovn_logical_switch_router_load_balancer_and_acl_on_one_hypervisor() {
     let _ = std::fs::remove_file(&ready);
     sent.unwrap();
     assert_eq!(xvs::netns::number_after(&got, "received"), Some(200_000), "the VIP's backend got the stream: {got}");
+    let dump = of(&o);
+    let nat: Vec<&str> = dump.lines().filter(|l| l.contains("nat(")).collect();
+    let zero = nat.iter().filter(|l| l.contains("nat(src)")).count();
+    eprintln!("br-int: {} flows with ct(nat), {zero} of them all-zero SNAT (nat(src) with no address)", nat.len());
     // An ACL: ICMP to vm2 is dropped; vm3 stays reachable.
     o.nbctl(&["acl-add", "ls1", "to-lport", "1001", "outport == \"vm2\" && icmp4", "drop"]);
     o.sync();
