@@ -71,6 +71,10 @@ fn flows_are_dumped_as_ovs_dumps_them() {
                 "priority=15,icmp6,icmp_type=135,nd_target=fe80::2,actions=drop",
                 "priority=16,arp,arp_op=1,arp_spa=10.0.0.1,actions=mod_dl_dst:00:00:00:00:00:01,output:4",
                 "priority=17,cookie=0x55,idle_timeout=30,hard_timeout=60,in_port=2,actions=resubmit(,3),dec_ttl",
+                // All-zero SNAT (ovn-controller's, with ct_zero_snat): both print nat(src).
+                "priority=18,ip,actions=ct(commit,zone=5,nat(src=0.0.0.0)),output:2",
+                "priority=19,tcp,actions=ct(commit,zone=6,nat(dst=10.0.0.5:8080)),output:2",
+                "priority=20,udp,actions=ct(commit,nat(src=10.0.0.1-10.0.0.9:1024-2048,random)),output:2",
             ],
         ),
         (
