@@ -57,6 +57,22 @@ pub struct PortLink {
 }
 
 impl Port {
+    /// A port on `dev`, remembering the kernel device's ifindex (see
+    /// [`Port::link`]).
+    fn new(ofport: u32, spec: PortSpec, pmd: usize, dev: Box<dyn Netdev>) -> Port {
+        let ifindex = if dev.own_link().is_some() { None } else { crate::sysfs::read_ifindex(&spec.name) };
+        Port {
+            ofport,
+            spec,
+            info: dev.info(),
+            pmd,
+            dev: Mutex::new(dev),
+            tx_no_port: AtomicU64::new(0),
+            ifindex,
+            gone: AtomicBool::new(false),
+        }
+    }
+
     /// The port's link: from the port itself for patch, dummy, tunnel
     /// and vhost-user ports, from the kernel (by name, checked against the
     /// interface index the port was opened on) for the others.
@@ -451,18 +467,7 @@ impl Switch {
             Some(n) => n,
             None => (1..ofproto::actions::ofpp::MAX).find(|n| !ports.contains_key(n)).expect("a free port number"),
         };
-        let info = dev.info();
-        let ifindex = if dev.own_link().is_some() { None } else { crate::sysfs::read_ifindex(&spec.name) };
-        let port = Arc::new(Port {
-            ofport,
-            spec: spec.clone(),
-            info,
-            pmd,
-            dev: Mutex::new(dev),
-            tx_no_port: AtomicU64::new(0),
-            ifindex,
-            gone: AtomicBool::new(false),
-        });
+        let port = Arc::new(Port::new(ofport, spec.clone(), pmd, dev));
         ports.insert(ofport, port);
         drop(ports);
         if spec.kind == crate::config::PortType::Tunnel {
@@ -534,16 +539,7 @@ impl Switch {
                     continue;
                 }
             };
-            let port = Arc::new(Port {
-                ofport: p.ofport,
-                spec: p.spec.clone(),
-                info: dev.info(),
-                pmd: p.pmd,
-                dev: Mutex::new(dev),
-                tx_no_port: AtomicU64::new(0),
-                ifindex: Some(new),
-                gone: AtomicBool::new(false),
-            });
+            let port = Arc::new(Port::new(p.ofport, p.spec.clone(), p.pmd, dev));
             sh.ports.write().expect("ports lock").insert(p.ofport, port);
             sh.ports_gen.fetch_add(1, Ordering::Release);
             eprintln!("xvs: port {} ({}): device is back (ifindex {old} -> {new}); reattached", p.spec.name, p.ofport);
