@@ -262,20 +262,18 @@ impl Host {
     /// Streams `bytes` over TCP from this host to `to`; returns the bytes
     /// `to` received.
     pub fn tcp_stream(&self, to: &Host, port: u16, bytes: u64) -> Result<u64> {
+        self.tcp_stream_via(&format!("{}:{port}", to.ip), to, port, bytes)
+    }
+
+    /// Streams `bytes` over TCP to `dst` (IP:PORT, e.g. a load balancer's
+    /// VIP) while `to` listens on `port`; returns the bytes `to` received.
+    pub fn tcp_stream_via(&self, dst: &str, to: &Host, port: u16, bytes: u64) -> Result<u64> {
         let ready = format!("/tmp/{}-{port}.tready", to.ns);
         let _ = std::fs::remove_file(&ready);
         let p = port.to_string();
         let rx = to.util(&["tcp-recv", "--port", &p, "--max-ms", "30000", "--ready-file", &ready])?;
         wait_file(&ready, 5000);
-        let tx = self.util(&[
-            "tcp-send",
-            "--dst",
-            &format!("{}:{port}", to.ip),
-            "--bytes",
-            &bytes.to_string(),
-            "--timeout-ms",
-            "20000",
-        ])?;
+        let tx = self.util(&["tcp-send", "--dst", dst, "--bytes", &bytes.to_string(), "--timeout-ms", "20000"])?;
         let sent = finish(tx);
         let got = finish(rx)?;
         let _ = std::fs::remove_file(&ready);
@@ -332,6 +330,21 @@ mod tests {
 /// The `ovsdb-server` command the OVS/OVN harnesses start: database file
 /// `dir/file`, served on `dir/sock`, with its pidfile, unixctl socket and
 /// log named `dir/tag.*`, detached.
+/// `ovn-northd` between the NB and SB databases served in `dir`
+/// (`nb.sock`, `sb.sock`), detached, with its pid, control socket and log
+/// there.
+pub fn northd_args(dir: &str) -> Vec<String> {
+    vec![
+        "ovn-northd".into(),
+        format!("--ovnnb-db=unix:{dir}/nb.sock"),
+        format!("--ovnsb-db=unix:{dir}/sb.sock"),
+        format!("--pidfile={dir}/northd.pid"),
+        format!("--unixctl={dir}/northd.ctl"),
+        format!("--log-file={dir}/northd.log"),
+        "--detach".into(),
+    ]
+}
+
 pub fn ovsdb_server_args(dir: &str, file: &str, sock: &str, tag: &str) -> Vec<String> {
     vec![
         "ovsdb-server".into(),

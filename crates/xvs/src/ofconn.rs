@@ -514,8 +514,11 @@ impl OfManager {
                     continue;
                 }
                 let Some(c) = core.conns.get_mut(&id) else { continue };
+                // A connection the service closes gets what the socket
+                // takes now (a final error fits), and no more: a peer that
+                // was closed for not answering would never drain the rest.
                 match c.out.flush_to(&mut c.stream) {
-                    Ok(true) if c.closing => gone.push(id),
+                    _ if c.closing => gone.push(id),
                     Ok(_) => {}
                     Err(_) => gone.push(id),
                 }

@@ -275,15 +275,7 @@ impl Multi {
             let args = crate::netns::ovsdb_server_args(d, &format!("{db}.db"), &format!("{db}.sock"), db);
             must(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        must(&[
-            "ovn-northd",
-            &format!("--ovnnb-db=unix:{d}/nb.sock"),
-            &format!("--ovnsb-db=unix:{d}/sb.sock"),
-            &format!("--pidfile={d}/northd.pid"),
-            &format!("--unixctl={d}/northd.ctl"),
-            &format!("--log-file={d}/northd.log"),
-            "--detach",
-        ]);
+        must(&crate::netns::northd_args(d).iter().map(String::as_str).collect::<Vec<_>>());
         for (i, s) in switches.iter().enumerate() {
             let hv = m.hypervisor(xvs_bin, i + 1, *s);
             m.hvs.push(hv);

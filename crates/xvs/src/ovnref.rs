@@ -88,15 +88,7 @@ impl Ovn {
             let args = crate::netns::ovsdb_server_args(d, &format!("{db}.db"), &format!("{db}.sock"), db);
             o.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        o.run(&[
-            "ovn-northd",
-            &format!("--ovnnb-db=unix:{d}/nb.sock"),
-            &format!("--ovnsb-db=unix:{d}/sb.sock"),
-            &format!("--pidfile={d}/northd.pid"),
-            &format!("--unixctl={d}/northd.ctl"),
-            &format!("--log-file={d}/northd.log"),
-            "--detach",
-        ]);
+        o.run(&crate::netns::northd_args(d).iter().map(String::as_str).collect::<Vec<_>>());
         // The hypervisor.
         o.run(&["ovsdb-tool", "create", &format!("{d}/conf.db"), "/usr/share/openvswitch/vswitch.ovsschema"]);
         let args = crate::netns::ovsdb_server_args(d, "conf.db", "db.sock", "ovsdb");

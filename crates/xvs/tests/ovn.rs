@@ -51,16 +51,8 @@ fn ovn_logical_switch_router_load_balancer_and_acl_on_one_hypervisor() {
     o.nbctl(&["ls-lb-add", "ls1", "lb1"]);
     o.sync();
     vm1.exec(&["ip", "neigh", "replace", "10.0.1.100", "lladdr", "00:00:00:00:ff:01", "dev", "eth0"]).unwrap();
-    let ready = format!("/tmp/{}-8080.tready", vm3.ns);
-    let _ = std::fs::remove_file(&ready);
-    let rx = vm3.util(&["tcp-recv", "--port", "8080", "--max-ms", "15000", "--ready-file", &ready]).unwrap();
-    xvs::netns::wait_file(&ready, 5000);
-    let tx = vm1.util(&["tcp-send", "--dst", "10.0.1.100:80", "--bytes", "200000", "--timeout-ms", "10000"]).unwrap();
-    let sent = xvs::netns::finish(tx);
-    let got = xvs::netns::finish(rx).unwrap();
-    let _ = std::fs::remove_file(&ready);
-    sent.unwrap();
-    assert_eq!(xvs::netns::number_after(&got, "received"), Some(200_000), "the VIP's backend got the stream: {got}");
+    let got = vm1.tcp_stream_via("10.0.1.100:80", vm3, 8080, 200_000).unwrap();
+    assert_eq!(got, 200_000, "the VIP's backend got the stream");
     let dump = of(&o);
     let nat: Vec<&str> = dump.lines().filter(|l| l.contains("nat(")).collect();
     let zero = nat.iter().filter(|l| l.contains("nat(src)")).count();

@@ -90,17 +90,8 @@ fn scenario(tag: &str, hv1: Switch, hv2: Switch) {
     m.nbctl(&["ls-lb-add", "ls1", "lb1"]);
     m.sync();
     vm1.exec(&["ip", "neigh", "replace", "10.0.1.100", "lladdr", "00:00:00:00:ff:01", "dev", "eth0"]).unwrap();
-    let ready = format!("/tmp/{}-8080.tready", vm3.ns);
-    let _ = std::fs::remove_file(&ready);
-    let rx = vm3.util(&["tcp-recv", "--port", "8080", "--max-ms", "15000", "--ready-file", &ready]).unwrap();
-    xvs::netns::wait_file(&ready, 5000);
-    let tx = vm1.util(&["tcp-send", "--dst", "10.0.1.100:80", "--bytes", "200000", "--timeout-ms", "10000"]).unwrap();
-    let sent = xvs::netns::finish(tx);
-    let got = xvs::netns::finish(rx);
-    let _ = std::fs::remove_file(&ready);
-    assert!(sent.is_ok() && got.is_ok(), "the VIP's stream: sent {sent:?}, got {got:?}\n{}", m.diagnostics());
-    let got = got.unwrap();
-    assert_eq!(xvs::netns::number_after(&got, "received"), Some(200_000), "the VIP's backend got the stream: {got}");
+    let got = vm1.tcp_stream_via("10.0.1.100:80", vm3, 8080, 200_000);
+    assert!(got.as_ref().is_ok_and(|&n| n == 200_000), "the VIP's stream: {got:?}\n{}", m.diagnostics());
 
     // Stateful ACLs on ls1: vm2 accepts TCP to port 5202 from vm1 (and
     // its replies), nothing else it did not ask for.
