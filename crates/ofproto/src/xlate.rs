@@ -91,6 +91,12 @@ struct Ctx<'a> {
     /// A pop_mpls just ran: the key's L3/L4 fields are unknown until the
     /// datapath parses the popped frame (see the apply loop).
     mpls_popped: bool,
+    /// A pop_mpls ran in this pass and no recirculation followed: a
+    /// lookup now would not see the popped frame's L3/L4 fields.
+    l3_unparsed: bool,
+    /// The action being run is the last of its rule (no instruction
+    /// follows its apply list), so a recirculation loses nothing after it.
+    rule_tail: bool,
 }
 
 impl Ofproto {
@@ -196,6 +202,8 @@ impl<'a> Ctx<'a> {
             freeze: None,
             pause_at: 0,
             mpls_popped: false,
+            l3_unparsed: false,
+            rule_tail: false,
         }
     }
 }
@@ -304,17 +312,19 @@ impl Ctx<'_> {
                         }
                     }
                 }
-                for ins in instructions.iter() {
+                for (k, ins) in instructions.iter().enumerate() {
                     if self.stop {
                         break;
                     }
                     match ins {
                         Instruction::Apply(acts) => {
+                            let last_instruction = instructions[k + 1..].is_empty();
                             for (i, a) in acts.iter().enumerate() {
                                 if self.stop {
                                     break;
                                 }
                                 self.tail = i + 1 == acts.len();
+                                self.rule_tail = self.tail && last_instruction;
                                 self.do_action(a);
                                 // A pause: the rest of this rule (and its
                                 // goto_table) runs on resume.
@@ -427,10 +437,18 @@ impl Ctx<'_> {
         }) else {
             return;
         };
+        self.recirc_to_parse(t);
+    }
+
+    /// Recirculates so that the lookup in table `t` sees the popped
+    /// frame's L3/L4 fields (registers and metadata carry over); this pass
+    /// ends here.
+    fn recirc_to_parse(&mut self, t: u8) {
         self.commit();
         let id = self.of.recirc.id_for(&crate::ct::Frozen::capture(t, &self.key));
         self.say(|| format!("  recirculate as {id:#x} to parse the popped frame, resuming in table {t}"));
         self.actions.push(DpAction::Recirc(id));
+        self.l3_unparsed = false;
         self.stop = true;
     }
 
@@ -698,6 +716,7 @@ impl Ctx<'_> {
 
     fn do_action(&mut self, a: &Action) {
         let tail = std::mem::take(&mut self.tail);
+        let rule_tail = std::mem::take(&mut self.rule_tail);
         self.say(|| a.to_string());
         let in_port = self.key.in_port();
         match a {
@@ -912,6 +931,7 @@ impl Ctx<'_> {
                 self.key.set_dl_type(*et);
                 self.key.set_mpls_lse(0);
                 self.mpls_popped = true;
+                self.l3_unparsed = true;
             }
             Action::SetMplsTtl(_) | Action::DecMplsTtl => {
                 self.consult_dl_type();
@@ -939,11 +959,19 @@ impl Ctx<'_> {
                     self.too_deep = true;
                     return;
                 }
+                let t = table.unwrap_or(self.table);
+                // After a pop_mpls, a resubmit that ends its rule looks the
+                // popped frame up in a second pass, as a goto_table does.
+                // (One in the middle of a rule would need the rest of the
+                // rule frozen too: that lookup still sees no L3 fields.)
+                if self.l3_unparsed && rule_tail && port.is_none() {
+                    self.recirc_to_parse(t);
+                    return;
+                }
                 let saved = self.key.in_port();
                 if let Some(p) = port {
                     self.key.set_in_port(*p);
                 }
-                let t = table.unwrap_or(self.table);
                 self.indent += 4;
                 // A tail resubmit does not deepen the walk.
                 let flat = tail && self.depth > 0;

@@ -64,6 +64,10 @@ fn push_set_and_pop_mpls_on_the_wire() {
         assert!(ok, "{name}: add-flow {f}: {out}");
     }
     assert_eq!(h1.ping(&h2.ip, 3).unwrap(), 3, "{name}: table 2 matched the popped frame's nw_dst");
+    // The same with resubmit(,2) ending the rule instead of goto_table.
+    let (ok, out) = sw.ofctl(&["-OOpenFlow13", "mod-flows", "table=1,mpls,actions=pop_mpls:0x0800,resubmit(,2)"]);
+    assert!(ok, "{out}");
+    assert_eq!(h1.ping(&h2.ip, 3).unwrap(), 3, "{name}: resubmit(,2) after pop_mpls matched the popped frame's nw_dst");
 
     // dec_mpls_ttl at TTL 1 drops.
     flows("-OOpenFlow13", "priority=20,ip,in_port=1,actions=push_mpls:0x8847,set_mpls_ttl(1),dec_mpls_ttl,output:2");
