@@ -285,10 +285,6 @@ impl Service {
         }
     }
 
-    pub fn versions(&self) -> &[Version] {
-        &self.cfg.versions
-    }
-
     /// What the transport is to do, in order.
     pub fn take_output(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.out)
@@ -303,11 +299,6 @@ impl Service {
     /// The negotiated version of a connection.
     pub fn version(&self, id: ConnId) -> Option<Version> {
         self.sessions.get(&id).and_then(|s| s.version())
-    }
-
-    /// Connections by kind, negotiated or not.
-    pub fn count(&self, kind: Kind) -> usize {
-        self.sessions.values().filter(|s| s.kind == kind).count()
     }
 
     /// A new connection: queues our HELLO.

@@ -561,11 +561,6 @@ impl OfManager {
         self.cfg.run_dir.join(format!("{}.mgmt", self.sh.bridge))
     }
 
-    /// Packet-ins that no connection took.
-    pub fn packet_in_dropped(&self) -> u64 {
-        self.core.lock().expect("OpenFlow service").svc.packet_in_dropped
-    }
-
     /// A new connection: registered with the loop, given to the service
     /// (which queues its HELLO).
     fn add_conn(
