@@ -206,6 +206,8 @@ pub fn run(opts: &DemoOptions, interrupted: Arc<AtomicBool>) -> Result<()> {
     println!("== megaflows in the datapath cache (xvs dump-flows) ==\n{flows}");
     let (stats, _) = crate::commands::run(&sw, "pmd-stats", &[])?;
     println!("== poll thread (xvs pmd-stats) ==\n{stats}");
+    let (mem, _) = crate::commands::run(&sw, "memory/show", &[])?;
+    println!("== memory (ovs-appctl memory/show) ==\n{mem}");
 
     println!("cleaning up: stopping xvs (detaches XDP), deleting namespaces");
     sw.stop();
