@@ -148,7 +148,9 @@ impl fmt::Display for FlowModError {
             FlowModError::UnknownGroup(g) => write!(f, "group {g} does not exist"),
             FlowModError::UnknownMeter(m) => write!(f, "meter {m} does not exist"),
             FlowModError::BadTable(t) => write!(f, "table {t} does not exist"),
-            FlowModError::BadGoto { from, to } => write!(f, "goto_table:{to} in table {from} must go to a later table"),
+            FlowModError::BadGoto { from, to } => {
+                write!(f, "goto_table:{to} in table {from} must go to a later table, at most 254")
+            }
             FlowModError::Unsupported(s) => write!(f, "{s}"),
             FlowModError::BadSetField(s) | FlowModError::MatchInconsistent(s) => write!(f, "{s}"),
             FlowModError::UnmappedTlvField(i) => {
@@ -369,7 +371,8 @@ impl Ofproto {
         }
         for ins in &spec.instructions {
             let actions: &[Action] = match ins {
-                Instruction::GotoTable(t) if *t <= spec.table => {
+                // Forward only, and to a table that exists (0-254).
+                Instruction::GotoTable(t) if *t <= spec.table || *t > 254 => {
                     return Err(FlowModError::BadGoto { from: spec.table, to: *t })
                 }
                 Instruction::Meter(m) => {

@@ -588,9 +588,6 @@ impl Service {
             if *cmd == FlowModCmd::Add && !spec.table_given && spec.table == 0xff {
                 return Err((i, ErrorKind::BadTableId));
             }
-            if let Some(k) = check_goto(spec) {
-                return Err((i, k));
-            }
         }
         let (res, removed) = br.apply_flow_mods(mods);
         self.flow_removed(&removed);
@@ -1016,16 +1013,4 @@ pub fn outputs_to(ins: &[Instruction], out_port: u32, out_group: u32) -> bool {
         });
     let group_ok = out_group == msg::OFPG_ANY || acts().any(|a| matches!(a, Action::Group(g) if *g == out_group));
     port_ok && group_ok
-}
-
-/// A goto_table must go forward, to a table that exists.
-fn check_goto(spec: &FlowSpec) -> Option<ErrorKind> {
-    for i in &spec.instructions {
-        if let Instruction::GotoTable(t) = i {
-            if *t <= spec.table || *t > 254 {
-                return Some(ErrorKind::BadInstTableId);
-            }
-        }
-    }
-    None
 }

@@ -918,12 +918,12 @@ impl OfManager {
         self.with_service(|svc| svc.packet_in(&p));
     }
 
-    /// Removed rules as flow-removed reports them.
+    /// Removed rules as flow-removed reports them (ofproto records only
+    /// rules with send_flow_rem).
     fn removed(&self, removed: Vec<ofproto::bridge::RemovedRule>) -> Vec<Removed> {
         let now = self.sh.now_ms();
         removed
             .into_iter()
-            .filter(|r| r.flags & msg::ff::SEND_FLOW_REM != 0)
             .map(|r| Removed {
                 reason: r.reason,
                 stats: FlowStats {
