@@ -99,6 +99,8 @@ const SET_GROUPS: &[(&str, &[(&str, &str)])] = &[
             ("tun_id", "tun_id"),
             ("src", "tun_src"),
             ("dst", "tun_dst"),
+            ("ipv6_src", "tun_ipv6_src"),
+            ("ipv6_dst", "tun_ipv6_dst"),
             ("tos", "tun_tos"),
             ("ttl", "tun_ttl"),
             ("flags", "tun_flags"),

@@ -66,7 +66,7 @@ fn attach_tunnel(pkt: &mut Packet, key: &FlowKey) {
     let t = flow::key::TNL_WORDS.map(|w| key.w[w]);
     match &mut pkt.tnl {
         Some(b) => **b = t,
-        None if t != [0; 4] => pkt.tnl = Some(Box::new(t)),
+        None if t != [0; flow::key::N_TNL] => pkt.tnl = Some(Box::new(t)),
         None => {}
     }
 }

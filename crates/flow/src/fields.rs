@@ -95,6 +95,8 @@ pub static FIELDS: &[FieldDef] = &[
     f("tun_id", loc::TUN_ID, Hex, P::None),
     f("tun_src", loc::TUN_SRC, Ipv4, P::None),
     f("tun_dst", loc::TUN_DST, Ipv4, P::None),
+    f("tun_ipv6_src", loc::TUN_IPV6_SRC, Ipv6, P::None),
+    f("tun_ipv6_dst", loc::TUN_IPV6_DST, Ipv6, P::None),
     f("ct_state", loc::CT_STATE, CtState, P::None),
     f("ct_zone", loc::CT_ZONE, Int, P::None),
     f("ct_mark", loc::CT_MARK, Hex, P::None),

@@ -14,20 +14,33 @@
 //! prefixes are high bits and printing is direct.
 
 /// Number of 64-bit words in a flow key.
-pub const WORDS: usize = 35;
+pub const WORDS: usize = 39;
 /// First word of the L2 stage.
-pub const STAGE_L2: usize = 21;
+pub const STAGE_L2: usize = 25;
 /// First word of the L3 stage.
-pub const STAGE_L3: usize = 24;
+pub const STAGE_L3: usize = 28;
 /// First word of the L4 stage.
-pub const STAGE_L4: usize = 34;
+pub const STAGE_L4: usize = 38;
 /// Stage boundaries: `[0, L2, L3, L4, WORDS]`.
 pub const STAGES: [usize; 5] = [0, STAGE_L2, STAGE_L3, STAGE_L4, WORDS];
 
 /// The words that hold tunnel metadata (tun_id; tun_src/dst; tun_flags,
-/// tos, ttl, gbp; tun_metadata), which a packet carries beside its bytes
+/// tos, ttl, gbp; tun_metadata; tun_ipv6_src/dst), which a packet carries beside its bytes
 /// (`netdev::Packet::tnl`) into and out of tunnel ports.
-pub const TNL_WORDS: [usize; 4] = [loc::TUN_ID.word, loc::TUN_SRC.word, loc::TUN_FLAGS.word, loc::TUN_METADATA[0].word];
+pub const TNL_WORDS: [usize; N_TNL] = [
+    loc::TUN_ID.word,
+    loc::TUN_SRC.word,
+    loc::TUN_FLAGS.word,
+    loc::TUN_METADATA[0].word,
+    loc::TUN_IPV6_SRC.word,
+    loc::TUN_IPV6_SRC.word + 1,
+    loc::TUN_IPV6_DST.word,
+    loc::TUN_IPV6_DST.word + 1,
+];
+/// How many words [`TNL_WORDS`] names.
+pub const N_TNL: usize = 8;
+/// A packet's tunnel metadata: the key's [`TNL_WORDS`], in that order.
+pub type TnlWords = [u64; N_TNL];
 
 /// A flow key, or a mask over one (same shape).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -252,47 +265,51 @@ pub mod loc {
     /// `conj_id`: the conjunctive match that translation found (set only
     /// while looking up the flow that matches on it; word 20).
     pub const CONJ_ID: Loc = Loc::new(20, 0, 32);
-    // L2 stage (words 21..24).
-    pub const DL_DST: Loc = Loc::new(21, 0, 48);
-    pub const DL_TYPE: Loc = Loc::new(21, 48, 16);
-    pub const DL_SRC: Loc = Loc::new(22, 0, 48);
+    /// IPv6 tunnel endpoints (words 21-24); `tun_src`/`tun_dst` hold IPv4
+    /// ones. A packet received over IPv6 has these set and those zero.
+    pub const TUN_IPV6_SRC: Loc = Loc::new(21, 0, 128);
+    pub const TUN_IPV6_DST: Loc = Loc::new(23, 0, 128);
+    // L2 stage (words 25..28).
+    pub const DL_DST: Loc = Loc::new(25, 0, 48);
+    pub const DL_TYPE: Loc = Loc::new(25, 48, 16);
+    pub const DL_SRC: Loc = Loc::new(26, 0, 48);
     /// Outer 802.1Q/802.1ad TCI; bit 12 (0x1000) set means "a tag is present".
-    pub const VLAN_TCI: Loc = Loc::new(22, 48, 16);
+    pub const VLAN_TCI: Loc = Loc::new(26, 48, 16);
     /// Inner TCI of a double-tagged frame.
-    pub const VLAN_TCI2: Loc = Loc::new(23, 0, 16);
+    pub const VLAN_TCI2: Loc = Loc::new(27, 0, 16);
     /// The top MPLS label stack entry of an MPLS frame (dl_type 0x8847 or
     /// 0x8848), split as on the wire (label 20 | tc 3 | bos 1 | ttl 8), so
     /// bits 16..48 of this word hold the entry as one host-order number.
-    pub const MPLS_TTL: Loc = Loc::new(23, 16, 8);
-    pub const MPLS_BOS: Loc = Loc::new(23, 24, 1);
-    pub const MPLS_TC: Loc = Loc::new(23, 25, 3);
-    pub const MPLS_LABEL: Loc = Loc::new(23, 28, 20);
+    pub const MPLS_TTL: Loc = Loc::new(27, 16, 8);
+    pub const MPLS_BOS: Loc = Loc::new(27, 24, 1);
+    pub const MPLS_TC: Loc = Loc::new(27, 25, 3);
+    pub const MPLS_LABEL: Loc = Loc::new(27, 28, 20);
     /// The whole label stack entry (the four fields above).
-    pub const MPLS_LSE: Loc = Loc::new(23, 16, 32);
-    // L3 stage (words 24..34).
-    pub const NW_SRC: Loc = Loc::new(24, 0, 32);
-    pub const NW_DST: Loc = Loc::new(24, 32, 32);
-    pub const IPV6_SRC: Loc = Loc::new(25, 0, 128);
-    pub const IPV6_DST: Loc = Loc::new(27, 0, 128);
-    pub const IPV6_LABEL: Loc = Loc::new(29, 0, 20);
+    pub const MPLS_LSE: Loc = Loc::new(27, 16, 32);
+    // L3 stage (words 28..38).
+    pub const NW_SRC: Loc = Loc::new(28, 0, 32);
+    pub const NW_DST: Loc = Loc::new(28, 32, 32);
+    pub const IPV6_SRC: Loc = Loc::new(29, 0, 128);
+    pub const IPV6_DST: Loc = Loc::new(31, 0, 128);
+    pub const IPV6_LABEL: Loc = Loc::new(33, 0, 20);
     /// IP protocol; for ARP the low 8 bits of the opcode.
-    pub const NW_PROTO: Loc = Loc::new(29, 32, 8);
+    pub const NW_PROTO: Loc = Loc::new(33, 32, 8);
     /// The whole TOS/traffic-class byte: DSCP in the high 6 bits, ECN low 2.
-    pub const NW_TOS: Loc = Loc::new(29, 40, 8);
-    pub const NW_TTL: Loc = Loc::new(29, 48, 8);
+    pub const NW_TOS: Loc = Loc::new(33, 40, 8);
+    pub const NW_TTL: Loc = Loc::new(33, 48, 8);
     /// Bit 0: a fragment; bit 1: a later (non-first) fragment.
-    pub const NW_FRAG: Loc = Loc::new(29, 56, 8);
+    pub const NW_FRAG: Loc = Loc::new(33, 56, 8);
     /// ARP sender hardware address, or IPv6 ND source link-layer address.
-    pub const ARP_SHA: Loc = Loc::new(30, 0, 48);
+    pub const ARP_SHA: Loc = Loc::new(34, 0, 48);
     /// ARP target hardware address, or IPv6 ND target link-layer address.
-    pub const ARP_THA: Loc = Loc::new(31, 0, 48);
-    pub const ND_TARGET: Loc = Loc::new(32, 0, 128);
-    // L4 stage (word 34).
+    pub const ARP_THA: Loc = Loc::new(35, 0, 48);
+    pub const ND_TARGET: Loc = Loc::new(36, 0, 128);
+    // L4 stage (word 38).
     /// TCP/UDP/SCTP source port; ICMP type.
-    pub const TP_SRC: Loc = Loc::new(34, 0, 16);
+    pub const TP_SRC: Loc = Loc::new(38, 0, 16);
     /// TCP/UDP/SCTP destination port; ICMP code.
-    pub const TP_DST: Loc = Loc::new(34, 16, 16);
-    pub const TCP_FLAGS: Loc = Loc::new(34, 32, 12);
+    pub const TP_DST: Loc = Loc::new(38, 16, 16);
+    pub const TCP_FLAGS: Loc = Loc::new(38, 32, 12);
 }
 
 /// `nw_frag` bits.

@@ -112,10 +112,12 @@ pub struct Packet {
     /// Receive hash from the NIC/XDP metadata, if the port supplied one.
     pub rx_hash: Option<u32>,
     /// Tunnel metadata: the flow key's tunnel words (`flow::key::TNL_WORDS`:
-    /// tun_id, tun_src/dst, tun_flags/tos/ttl/gbp, tun_metadata). Set by a
+    /// tun_id, tun_src/dst, tun_flags/tos/ttl/gbp, tun_metadata,
+    /// tun_ipv6_src/dst; `flow::key::TnlWords`, which the datapath assigns
+    /// here, so the two cannot drift apart). Set by a
     /// tunnel port on receive, and by the datapath on output when the
     /// pipeline set tunnel fields; boxed so packets without it stay small.
-    pub tnl: Option<Box<[u64; 4]>>,
+    pub tnl: Option<Box<[u64; 8]>>,
 }
 
 impl Packet {

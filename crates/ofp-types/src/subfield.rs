@@ -24,6 +24,8 @@ static NAMES: &[(&str, &str)] = &[
     ("tunnel_id", "NXM_NX_TUN_ID"),
     ("tun_src", "NXM_NX_TUN_IPV4_SRC"),
     ("tun_dst", "NXM_NX_TUN_IPV4_DST"),
+    ("tun_ipv6_src", "NXM_NX_TUN_IPV6_SRC"),
+    ("tun_ipv6_dst", "NXM_NX_TUN_IPV6_DST"),
     ("ct_state", "NXM_NX_CT_STATE"),
     ("ct_zone", "NXM_NX_CT_ZONE"),
     ("ct_mark", "NXM_NX_CT_MARK"),

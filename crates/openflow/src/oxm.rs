@@ -156,6 +156,8 @@ static ENTRIES: &[Entry] = &[
     e(OXM, 38, 8, true, "tun_id", O),
     e(NXM1, 31, 4, true, "tun_src", B),
     e(NXM1, 32, 4, true, "tun_dst", B),
+    e(NXM1, 109, 16, true, "tun_ipv6_src", B),
+    e(NXM1, 110, 16, true, "tun_ipv6_dst", B),
     e(NXM1, 33, 4, true, "pkt_mark", B),
     e(NXM1, 35, 4, true, "dp_hash", B),
     e(NXM1, 36, 4, false, "recirc_id", B),

@@ -175,9 +175,6 @@ impl PortCfg {
                 return Err("options:local_ip: not of the same address family as remote_ip".into());
             }
         }
-        if matches!(c.remote, FromFlow::Fixed(r) if crate::route::unmapped(r).is_none()) {
-            return Err("options:remote_ip: IPv6 tunnel endpoints are not supported by xvs yet".into());
-        }
         Ok((c, warnings))
     }
 }
@@ -205,6 +202,15 @@ mod tests {
             PortCfg::parse("vxlan", &o(&[("remote_ip", "flow"), ("dst_port", "8472"), ("bogus", "1")])).unwrap();
         assert_eq!((c.remote, c.dst_port, c.out_key), (FromFlow::Flow, 8472, Some(FromFlow::Fixed(0))));
         assert_eq!(w, vec!["options:bogus: unknown vxlan option, ignored"]);
+    }
+
+    #[test]
+    fn ipv6_endpoints() {
+        let (c, _) = PortCfg::parse("geneve", &o(&[("remote_ip", "fd31:7::2"), ("local_ip", "fd31:7::1")])).unwrap();
+        assert_eq!(c.remote, FromFlow::Fixed(0xfd31_0007_0000_0000_0000_0000_0000_0002));
+        assert_eq!(c.remote_str(), "fd31:7::2");
+        let e = PortCfg::parse("vxlan", &o(&[("remote_ip", "fd31:7::2"), ("local_ip", "10.0.0.1")])).unwrap_err();
+        assert!(e.starts_with("options:local_ip: not of the same address family"), "{e}");
     }
 
     #[test]

@@ -82,8 +82,8 @@ pub struct EncapSpec {
     pub eth_src: [u8; 6],
     pub eth_dst: [u8; 6],
     pub dst_port: u16,
-    /// Compute the outer UDP checksum (always present over IPv6 unless
-    /// zero-checksum is allowed; OVS computes it then too) / GRE checksum.
+    /// Compute the outer UDP checksum (over IPv6 it is computed regardless,
+    /// as OVS does) / GRE checksum.
     pub csum: bool,
 }
 
@@ -238,7 +238,9 @@ pub fn push(spec: &EncapSpec, meta: &TunnelMeta, inner: &[u8], ip_id: u16, out: 
     }
     out.extend_from_slice(&th);
     out.extend_from_slice(inner);
-    if udp && (spec.csum || meta.flags & flags::CSUM != 0) {
+    // IPv6 UDP always: a zero UDP checksum over IPv6 is only accepted by
+    // receivers that opt in (RFC 6935), and OVS computes it there too.
+    if udp && (spec.csum || meta.flags & flags::CSUM != 0 || meta.v6) {
         let c = if meta.v6 {
             l4_checksum_v6(meta.src, meta.dst, 17, &out[l4..])
         } else {

@@ -7,7 +7,8 @@
 //! into the veth over AF_PACKET, and decapsulates what comes back with
 //! `tunnel::encap::pop`. Verified: the kernel accepts our encapsulation
 //! (it answers the ping) and we accept the kernel's (the reply pops with
-//! the right VNI, endpoints and an inner echo reply). The namespace and
+//! the right VNI, endpoints and an inner echo reply). Once over IPv4 and
+//! once over IPv6 (fd30:77::/64). The namespace and
 //! veth are removed also on failure. Needs root and ethtool. (This kernel has no
 //! geneve or gretap module; those are checked against Open vSwitch in the
 //! switch's own tunnel tests.)
@@ -40,8 +41,22 @@ fn mac(s: &str) -> [u8; 6] {
 
 #[test]
 fn linux_vxlan_answers_our_encapsulation_and_we_decapsulate_its_reply() {
+    kernel_vxlan(false);
+}
+
+/// The same over IPv6. The kernel's VXLAN device drops UDP over IPv6 with
+/// a zero checksum unless told otherwise (`udp6zerocsumrx`, off here), so
+/// this also shows the checksum we compute over IPv6 without `csum`.
+#[test]
+fn linux_vxlan_over_ipv6_answers_our_encapsulation_without_csum_option() {
+    kernel_vxlan(true);
+}
+
+fn kernel_vxlan(v6: bool) {
     let id = std::process::id() % 100_000;
-    let (ns, root, peer, vx) = (format!("tvx{id}"), format!("tvr{id}"), format!("tvn{id}"), format!("vx{id}"));
+    let f = if v6 { "6" } else { "" };
+    let (ns, root, peer, vx) =
+        (format!("tvx{f}{id}"), format!("tvr{f}{id}"), format!("tvn{f}{id}"), format!("vx{f}{id}"));
     let _c = Cleanup(ns.clone(), root.clone());
     sh(&["ip", "netns", "add", &ns]);
     sh(&["ip", "link", "add", &root, "type", "veth", "peer", "name", &peer]);
@@ -53,7 +68,23 @@ fn linux_vxlan_answers_our_encapsulation_and_we_decapsulate_its_reply() {
         v.extend_from_slice(a);
         sh(&v)
     };
-    nsx(&["ip", "addr", "add", "172.30.77.2/24", "dev", &peer]);
+    let (ours, theirs, their_addr) = if v6 {
+        (0xfd30_0077u128 << 96 | 1, 0xfd30_0077u128 << 96 | 2, "fd30:77::2/64")
+    } else {
+        (0xac1e_4d01, 0xac1e_4d02, "172.30.77.2/24")
+    };
+    let ip = |a: u128| {
+        if v6 {
+            std::net::Ipv6Addr::from(a).to_string()
+        } else {
+            std::net::Ipv4Addr::from(a as u32).to_string()
+        }
+    };
+    if v6 {
+        nsx(&["ip", "-6", "addr", "add", their_addr, "dev", &peer, "nodad"]);
+    } else {
+        nsx(&["ip", "addr", "add", their_addr, "dev", &peer]);
+    }
     nsx(&["ip", "link", "set", &peer, "up"]);
     // The kernel leaves the outer UDP checksum to transmit offload, which
     // veth never completes: the frame would carry a partial checksum that
@@ -70,7 +101,7 @@ fn linux_vxlan_answers_our_encapsulation_and_we_decapsulate_its_reply() {
         "id",
         "4242",
         "remote",
-        "172.30.77.1",
+        &ip(ours),
         "dstport",
         "4789",
         "dev",
@@ -80,7 +111,7 @@ fn linux_vxlan_answers_our_encapsulation_and_we_decapsulate_its_reply() {
     nsx(&["ip", "link", "set", &vx, "up"]);
     let ours_outer = [0x02, 0x30, 0x77, 0, 0, 1];
     let ours_inner = [0x02, 0x30, 0x77, 0, 0, 0x11];
-    nsx(&["ip", "neigh", "replace", "172.30.77.1", "lladdr", "02:30:77:00:00:01", "dev", &peer]);
+    nsx(&["ip", "neigh", "replace", &ip(ours), "lladdr", "02:30:77:00:00:01", "dev", &peer]);
     nsx(&["ip", "neigh", "replace", "192.168.177.1", "lladdr", "02:30:77:00:00:11", "dev", &vx]);
     let peer_mac = mac(&nsx(&["cat", &format!("/sys/class/net/{peer}/address")]));
     let vx_mac = mac(&nsx(&["cat", &format!("/sys/class/net/{vx}/address")]));
@@ -91,11 +122,13 @@ fn linux_vxlan_answers_our_encapsulation_and_we_decapsulate_its_reply() {
         .icmp_echo(77, 1)
         .payload(b"across the tunnel")
         .build();
-    let spec = EncapSpec { kind: Kind::Vxlan, eth_src: ours_outer, eth_dst: peer_mac, dst_port: 4789, csum: true };
+    // Over IPv4 the checksum is asked for; over IPv6 it is computed anyway.
+    let spec = EncapSpec { kind: Kind::Vxlan, eth_src: ours_outer, eth_dst: peer_mac, dst_port: 4789, csum: !v6 };
     let meta = TunnelMeta {
         tun_id: 4242,
-        src: 0xac1e_4d01,
-        dst: 0xac1e_4d02,
+        src: ours,
+        dst: theirs,
+        v6,
         ttl: 64,
         tp_src: udp_src_port(12345),
         ..TunnelMeta::default()
@@ -127,7 +160,7 @@ fn linux_vxlan_answers_our_encapsulation_and_we_decapsulate_its_reply() {
     }
     let (d, reply) = got.expect("the kernel's VXLAN device answered our encapsulated ping");
     assert_eq!(d.meta.tun_id, 4242);
-    assert_eq!((d.meta.src, d.meta.dst), (0xac1e_4d02, 0xac1e_4d01));
+    assert_eq!((d.meta.src, d.meta.dst, d.meta.v6), (theirs, ours, v6));
     assert_eq!(&reply[26..30], &[192, 168, 177, 2]);
     assert_eq!(&reply[0..6], &ours_inner, "the inner reply is addressed to our inner MAC");
     assert!(reply.ends_with(b"across the tunnel"));

@@ -251,6 +251,21 @@ fn del_flows(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
     Ok((format!("{n} flows deleted\n"), json!({"deleted": n})))
 }
 
+/// `flow` with `in_port=NAME` replaced by the port's number, for the
+/// names in `ports`; numbers and reserved names (`LOCAL`) stay.
+fn name_ports(flow: &str, ports: &[(String, u32)]) -> String {
+    flow.split(',')
+        .map(|tok| {
+            let t = tok.trim();
+            match t.strip_prefix("in_port=").and_then(|n| ports.iter().find(|(name, _)| name == n)) {
+                Some((_, n)) => format!("in_port={n}"),
+                None => t.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `trace FLOW` or `ofproto/trace BRIDGE FLOW`, in ofproto/trace's layout.
 fn trace(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
     let (b, flow) = match args.len() {
@@ -258,7 +273,10 @@ fn trace(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
         1 => (ctx.bridge_named(None)?, &args[0]),
         _ => (ctx.bridge_named(args.first())?, &args[1]),
     };
-    let m = Match::parse(flow).map_err(|e| anyhow!("syntax error at '{}': {}", e.token, e.reason))?;
+    // Ports may be named, as OVS's ofproto/trace allows (`in_port=vm1`).
+    let names: Vec<(String, u32)> = b.ports().iter().map(|p| (p.spec.name.clone(), p.ofport)).collect();
+    let flow = name_ports(flow, &names);
+    let m = Match::parse(&flow).map_err(|e| anyhow!("syntax error at '{}': {}", e.token, e.reason))?;
     let of = b.shared.ofproto.read().expect("ofproto lock");
     let t = of.trace(&m.key);
     let mut out = String::new();
@@ -510,4 +528,16 @@ fn fdb_show(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
         v.push(json!({"port": port, "vlan": vlan, "mac": flow::key::fmt_mac(mac), "age": age}));
     }
     Ok((out, json!({"fdb": v})))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn trace_flows_may_name_ports() {
+        let ports = [("vm".to_string(), 2), ("tun0".to_string(), 7)];
+        assert_eq!(super::name_ports("in_port=vm,icmp", &ports), "in_port=2,icmp");
+        assert_eq!(super::name_ports("ip, in_port=tun0", &ports), "ip,in_port=7");
+        assert_eq!(super::name_ports("in_port=3,tcp", &ports), "in_port=3,tcp");
+        assert_eq!(super::name_ports("in_port=LOCAL", &ports), "in_port=LOCAL");
+    }
 }

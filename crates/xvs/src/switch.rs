@@ -249,7 +249,7 @@ impl Shared {
             c.0.credit(1, data.len() as u64, self.now_ms());
         }
         let tnl = flow::key::TNL_WORDS.map(|w| key.w[w]);
-        if tnl != [0; 4] {
+        if tnl != [0; flow::key::N_TNL] {
             pkt.tnl = Some(Box::new(tnl));
         }
         // No poll loop replays this one's parked packets: it waits instead.

@@ -325,16 +325,26 @@ impl TnlEnv {
     /// tunnel port, or dropped and counted), `Ok(false)` to pass it on.
     fn intercept(&self, frame: &[u8], bridge: &str) -> bool {
         let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
-        match et {
-            Some(0x0806) | Some(0x86dd) => {
-                // ARP, and ND inside IPv6: the neighbour cache learns.
+        // The IP protocol (IPv6: the first next header; tunnels over IPv6
+        // carry no extension headers) and where the destination address is.
+        let (proto, dst_at) = match et {
+            Some(0x0806) => {
+                // ARP: the neighbour cache learns.
                 self.learn(frame, bridge);
                 return false;
             }
-            Some(0x0800) => {}
+            Some(0x0800) => (frame.get(23).copied(), 30..34),
+            Some(0x86dd) => {
+                if frame.get(20) == Some(&58) {
+                    // ICMPv6, with neighbour discovery: the cache learns.
+                    self.learn(frame, bridge);
+                    return false;
+                }
+                (frame.get(20).copied(), 38..54)
+            }
             _ => return false,
-        }
-        let Some(&proto) = frame.get(23) else { return false };
+        };
+        let Some(proto) = proto else { return false };
         if proto != 17 && proto != 47 {
             return false;
         }
@@ -348,8 +358,11 @@ impl TnlEnv {
                 Err(encap::DecapError::NotTunnel) => return false,
                 Err(e) => {
                     // Only frames addressed to this host are ours to judge.
-                    let dst = frame.get(30..34).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-                    if dst.is_some_and(|a| self.is_local(mapped(a))) {
+                    let dst = frame.get(dst_at.clone()).map(|b| match b.len() {
+                        4 => mapped(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+                        _ => u128::from_be_bytes(b.try_into().expect("16 bytes")),
+                    });
+                    if dst.is_some_and(|a| self.is_local(a)) {
                         self.count_drop(e.name(), 1);
                         return true;
                     }
@@ -362,7 +375,7 @@ impl TnlEnv {
             match_port(&ports, &d).cloned()
         };
         let Some(port) = port else {
-            if self.is_local(mapped(d.meta.dst as u32)) {
+            if self.is_local(endpoint(d.meta.dst, d.meta.v6)) {
                 self.count_drop("tnl_no_port", 1);
                 return true;
             }
@@ -444,7 +457,7 @@ fn neigh_of(frame: &[u8]) -> Option<(u128, [u8; 6])> {
 /// remote (or `flow`), the local address if the port names one, and the
 /// key (or `flow`). A port with a fixed remote wins over `remote_ip=flow`.
 fn match_port<'a>(ports: &'a [Arc<TnlPortState>], d: &encap::Decap) -> Option<&'a Arc<TnlPortState>> {
-    let (src, dst) = (mapped(d.meta.src as u32), mapped(d.meta.dst as u32));
+    let (src, dst) = (endpoint(d.meta.src, d.meta.v6), endpoint(d.meta.dst, d.meta.v6));
     let has_key = d.kind != Kind::Gre || d.meta.flags & flags::KEY != 0;
     let ok = |p: &&Arc<TnlPortState>| {
         let c = &p.cfg;
@@ -464,13 +477,38 @@ fn match_port<'a>(ports: &'a [Arc<TnlPortState>], d: &encap::Decap) -> Option<&'
     ports.iter().filter(ok).max_by_key(|p| matches!(p.cfg.remote, FromFlow::Fixed(_)))
 }
 
+/// A received endpoint address as the route table and the port options
+/// hold it: IPv4 mapped into IPv6.
+fn endpoint(a: u128, v6: bool) -> u128 {
+    if v6 {
+        a
+    } else {
+        mapped(a as u32)
+    }
+}
+
+/// The remote a `remote_ip=flow` port sends to: `tun_dst`, or else
+/// `tun_ipv6_dst`; `None` if the pipeline set neither.
+fn flow_remote(k: &FlowKey) -> Option<u128> {
+    match (loc::TUN_DST.get(k) as u32, loc::TUN_IPV6_DST.get(k)) {
+        (0, 0) => None,
+        (0, a) => Some(a),
+        (a, _) => Some(mapped(a)),
+    }
+}
+
 /// The packet's tunnel words from received metadata; Geneve options that
 /// the bridge's TLV map binds become `tun_metadataN`.
-fn meta_to_words(m: &TunnelMeta, tlv: &[TlvMapping]) -> [u64; 4] {
+fn meta_to_words(m: &TunnelMeta, tlv: &[TlvMapping]) -> flow::key::TnlWords {
     let mut k = FlowKey::ZERO;
     loc::TUN_ID.set(&mut k, m.tun_id as u128);
-    loc::TUN_SRC.set(&mut k, m.src & 0xffff_ffff);
-    loc::TUN_DST.set(&mut k, m.dst & 0xffff_ffff);
+    if m.v6 {
+        loc::TUN_IPV6_SRC.set(&mut k, m.src);
+        loc::TUN_IPV6_DST.set(&mut k, m.dst);
+    } else {
+        loc::TUN_SRC.set(&mut k, m.src & 0xffff_ffff);
+        loc::TUN_DST.set(&mut k, m.dst & 0xffff_ffff);
+    }
     loc::TUN_FLAGS.set(&mut k, m.flags as u128);
     loc::TUN_TOS.set(&mut k, m.tos as u128);
     loc::TUN_TTL.set(&mut k, m.ttl as u128);
@@ -578,23 +616,26 @@ impl TunnelPort {
         }
         let dst = match cfg.remote {
             FromFlow::Fixed(r) => r,
-            FromFlow::Flow => match loc::TUN_DST.get(&k) as u32 {
-                0 => return Err("tnl_no_remote"),
-                a => mapped(a),
-            },
+            FromFlow::Flow => flow_remote(&k).ok_or("tnl_no_remote")?,
         };
+        let v6 = tunnel::route::unmapped(dst).is_none();
         let hop = self.next_hop(dst)?;
         let inner = pkt.data();
-        let ip4 = inner.len() >= 34 && inner[12..14] == [8, 0];
+        // The inner IP header's TOS / traffic class and TTL / hop limit.
+        let inner_ip = if inner.len() >= 34 && inner[12..14] == [8, 0] {
+            Some((inner[15], inner[22]))
+        } else if inner.len() >= 54 && inner[12..14] == [0x86, 0xdd] {
+            Some(((u16::from_be_bytes([inner[14], inner[15]]) >> 4) as u8, inner[21]))
+        } else {
+            None
+        };
         let tos = match cfg.tos {
             Inherit::Fixed(t) => t,
-            Inherit::Inherit if ip4 => inner[15],
-            Inherit::Inherit => 0,
+            Inherit::Inherit => inner_ip.map_or(0, |(t, _)| t),
         };
         let ttl = match cfg.ttl {
             Inherit::Fixed(t) => t,
-            Inherit::Inherit if ip4 => inner[22],
-            Inherit::Inherit => 64,
+            Inherit::Inherit => inner_ip.map_or(64, |(_, t)| t),
         };
         let (tun_id, keyed) = match cfg.out_key {
             Some(FromFlow::Fixed(n)) => (n, true),
@@ -615,8 +656,8 @@ impl TunnelPort {
         let meta = TunnelMeta {
             tun_id,
             src: hop.src,
-            dst,
-            v6: false,
+            dst: if v6 { dst } else { dst & 0xffff_ffff },
+            v6,
             tos,
             ttl,
             flags: fl,
@@ -897,8 +938,9 @@ pub fn ports_show(env: &TnlEnv) -> String {
 pub fn trace_note(env: &TnlEnv, bridge: &str, out: &str, to_local: bool, key: &FlowKey) -> Option<String> {
     let ports = env.ports.read().expect("tnl ports").clone();
     if to_local {
-        let udp = key.dl_type() == 0x0800 && key.nw_proto() == 17;
-        let gre = key.dl_type() == 0x0800 && key.nw_proto() == 47;
+        let ip = matches!(key.dl_type(), 0x0800 | 0x86dd);
+        let udp = ip && key.nw_proto() == 17;
+        let gre = ip && key.nw_proto() == 47;
         let p = ports.iter().find(|p| {
             (gre && p.cfg.kind == Kind::Gre) || (udp && p.cfg.kind != Kind::Gre && p.cfg.dst_port == key.tp_dst())
         })?;
@@ -908,7 +950,10 @@ pub fn trace_note(env: &TnlEnv, bridge: &str, out: &str, to_local: bool, key: &F
     let c = &p.cfg;
     let dst = match c.remote {
         FromFlow::Fixed(r) => r,
-        FromFlow::Flow => mapped(loc::TUN_DST.get(key) as u32),
+        FromFlow::Flow => match flow_remote(key) {
+            Some(a) => a,
+            None => return Some("tnl_push: the flow set no tun_dst or tun_ipv6_dst".into()),
+        },
     };
     let route = env.routes.read().expect("tnl routes").lookup(dst);
     let Some(route) = route else { return Some(format!("tnl_push: no route to {}", fmt_addr(dst))) };
@@ -937,16 +982,27 @@ pub fn trace_note(env: &TnlEnv, bridge: &str, out: &str, to_local: bool, key: &F
             format!("gre((flags=0x{:x},proto=0x6558),key={vni:#x})", if c.out_key.is_some() { 0x2000 } else { 0 })
         }
     };
+    let proto = if c.kind == Kind::Gre { 47 } else { 17 };
+    let ip = if tunnel::route::unmapped(dst).is_some() {
+        format!(
+            "dl_type=0x0800),ipv4(src={},dst={},proto={proto},ttl=64,frag=0x{})",
+            fmt_addr(src),
+            fmt_addr(dst),
+            if c.df_default { "4000" } else { "0" }
+        )
+    } else {
+        format!(
+            "dl_type=0x86dd),ipv6(src={},dst={},label=0,proto={proto},tclass=0x0,hlimit=64)",
+            fmt_addr(src),
+            fmt_addr(dst)
+        )
+    };
     Some(format!(
-        "tnl_push(tnl_port({}),header(type={},eth(dst={},src={},dl_type=0x0800),ipv4(src={},dst={},proto={},ttl=64,frag=0x{}),{tunnel}),out_port({}))",
+        "tnl_push(tnl_port({}),header(type={},eth(dst={},src={},{ip},{tunnel}),out_port({}))",
         p.name,
         c.kind.name(),
         mac(ed),
         mac(es),
-        fmt_addr(src),
-        fmt_addr(dst),
-        if c.kind == Kind::Gre { 47 } else { 17 },
-        if c.df_default { "4000" } else { "0" },
         route.dev
     ))
 }
@@ -996,6 +1052,18 @@ mod tests {
         assert_eq!(loc::TUN_METADATA[0].get(&k2), 0x0001_0002);
         assert_eq!(loc::TUN_ID.get(&k2), 5);
         assert_eq!((loc::TUN_SRC.get(&k2), loc::TUN_DST.get(&k2)), (1, 2));
+        // Received over IPv6: the IPv6 fields, not tun_src/tun_dst.
+        let m6 = TunnelMeta { src: 0xfd31 << 112 | 1, dst: 0xfd31 << 112 | 2, v6: true, ..Default::default() };
+        let w6 = meta_to_words(&m6, &[]);
+        let mut k6 = FlowKey::ZERO;
+        for (i, x) in TNL_WORDS.iter().enumerate() {
+            k6.w[*x] = w6[i];
+        }
+        assert_eq!((loc::TUN_SRC.get(&k6), loc::TUN_DST.get(&k6)), (0, 0));
+        assert_eq!((loc::TUN_IPV6_SRC.get(&k6), loc::TUN_IPV6_DST.get(&k6)), (m6.src, m6.dst));
+        assert_eq!(flow_remote(&k6), Some(m6.dst));
+        assert_eq!(flow_remote(&k2), Some(mapped(2)));
+        assert_eq!(flow_remote(&FlowKey::ZERO), None);
         // Not bound by the map: not a field.
         assert_eq!(meta_to_words(&m, &[])[3], 0);
     }

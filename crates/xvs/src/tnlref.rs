@@ -88,6 +88,15 @@ impl Kind {
     }
 }
 
+/// The underlay's address family: the tunnel endpoints' addresses (on
+/// br-phy) are `172.31.N.{1,2}/24` or `fd31:N::{1,2}/64`. The VMs' overlay
+/// stays IPv4 either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Underlay {
+    V4,
+    V6,
+}
+
 /// The tunnel key (VNI): fixed in the port's options, or `options:key=flow`
 /// with br-int flows that set `tun_id` on output and match it on input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,6 +279,7 @@ impl Hv {
         }
         s += &format!("--- ip addr\n{}\n", self.ns.exec(&["ip", "-br", "addr"]).unwrap_or_default().trim_end());
         s += &format!("--- ip route\n{}\n", self.ns.exec(&["ip", "route"]).unwrap_or_default().trim_end());
+        s += &format!("--- ip -6 route\n{}\n", self.ns.exec(&["ip", "-6", "route"]).unwrap_or_default().trim_end());
         s
     }
 
@@ -414,7 +424,8 @@ pub fn frames(text: &str) -> Vec<String> {
 pub struct Overlay {
     pub kind: Kind,
     pub key: Key,
-    /// N in 172.31.N.0/24 and 10.N.0.0/24.
+    pub underlay: Underlay,
+    /// N in 172.31.N.0/24 (fd31:N::/64) and 10.N.0.0/24.
     pub net: u8,
     // Dropped in this order: switches stop before any namespace goes, the
     // directory goes last.
@@ -443,6 +454,18 @@ impl Overlay {
     /// ports exist and the endpoints have their addresses (traffic may
     /// need a moment more: see [`Overlay::wait_connected`]).
     pub fn start(xvs_bin: &str, tag: &str, kind: Kind, switches: [Switch; 2], key: Key) -> Result<Overlay> {
+        Overlay::start_on(xvs_bin, tag, kind, switches, key, Underlay::V4)
+    }
+
+    /// [`Overlay::start`] over an IPv4 or IPv6 underlay.
+    pub fn start_on(
+        xvs_bin: &str,
+        tag: &str,
+        kind: Kind,
+        switches: [Switch; 2],
+        key: Key,
+        underlay: Underlay,
+    ) -> Result<Overlay> {
         let pid = std::process::id();
         let net = 16 + (tag.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32)) % 200) as u8;
         let dir = format!("/tmp/xvs-tnl-{tag}-{pid}");
@@ -469,6 +492,10 @@ impl Overlay {
             "net.ipv4.conf.br0.send_redirects=0",
         ])?;
         mid.mac = mid.exec(&["cat", "/sys/class/net/br0/address"])?.trim().to_string();
+        if underlay == Underlay::V6 {
+            mid.exec(&["sysctl", "-qw", "net.ipv6.conf.br0.disable_ipv6=0"])?;
+            mid.exec(&["ip", "-6", "addr", "add", &format!("fd31:{net}::fe/64"), "dev", "br0", "nodad"])?;
+        }
 
         let mut vms = Vec::new();
         let mut hvs = Vec::new();
@@ -479,7 +506,10 @@ impl Overlay {
             vm.ip = format!("10.{net}.0.{n}");
             let mut hvns = netns_add(&nsname(&format!("hv{name}")))?;
             hvns.ifname = "ul".into();
-            hvns.ip = format!("172.31.{net}.{n}");
+            hvns.ip = match underlay {
+                Underlay::V4 => format!("172.31.{net}.{n}"),
+                Underlay::V6 => format!("fd31:{net}::{n}"),
+            };
             // The underlay veth: `ul` in the hypervisor, `ul<name>` on the
             // middle bridge.
             let mid_end = format!("ul{name}");
@@ -551,7 +581,7 @@ impl Overlay {
         }
         let [vma, vmb]: [Host; 2] = vms.try_into().map_err(|_| anyhow::anyhow!("two VMs"))?;
         let hvs: [Hv; 2] = hvs.try_into().map_err(|_| anyhow::anyhow!("two hypervisors"))?;
-        let o = Overlay { kind, key, net, hv: hvs, vm: [vma, vmb], mid, _dir: tmp };
+        let o = Overlay { kind, key, underlay, net, hv: hvs, vm: [vma, vmb], mid, _dir: tmp };
         for i in 0..2 {
             o.configure(i)?;
         }
@@ -599,7 +629,16 @@ impl Overlay {
         if !eventually(10, || hv.ns.exec(&["ip", "link", "show", "br-phy"]).is_ok()) {
             bail!("hv{} ({}): no br-phy device in the namespace\n{}", hv.name, hv.switch.name(), hv.diagnostics());
         }
-        hv.ns.exec(&["ip", "addr", "add", &format!("{}/24", hv.endpoint), "dev", "br-phy"])?;
+        match self.underlay {
+            Underlay::V4 => hv.ns.exec(&["ip", "addr", "add", &format!("{}/24", hv.endpoint), "dev", "br-phy"])?,
+            Underlay::V6 => {
+                // New devices start with IPv6 off (see `netns_add`): on
+                // for the endpoint's device only; no duplicate address
+                // detection delay.
+                hv.ns.exec(&["sysctl", "-qw", "net.ipv6.conf.br-phy.disable_ipv6=0"])?;
+                hv.ns.exec(&["ip", "-6", "addr", "add", &format!("{}/64", hv.endpoint), "dev", "br-phy", "nodad"])?
+            }
+        };
         hv.ns.exec(&["ip", "link", "set", "br-phy", "up"])?;
         for port in ["ul", "vm", "tun0"] {
             let ok = eventually(10, || {
@@ -616,6 +655,14 @@ impl Overlay {
             hv.ofctl_ok("br-int", &["add-flow", &format!("in_port=tun0,tun_id={v},actions=output:vm")]);
         }
         Ok(())
+    }
+
+    /// The underlay's prefix, for messages.
+    pub fn underlay_net(&self) -> String {
+        match self.underlay {
+            Underlay::V4 => format!("172.31.{}.0/24", self.net),
+            Underlay::V6 => format!("fd31:{}::/64", self.net),
+        }
     }
 
     /// Waits up to `secs` until vmA pings vmB once.
@@ -749,14 +796,15 @@ impl Overlay {
     /// Both hypervisors' state, for failure messages.
     pub fn diagnostics(&self) -> String {
         let mut s = format!(
-            "===== {:?} overlay, key {:?}, hvA {} / hvB {}, underlay 172.31.{}.0/24 =====\n",
+            "===== {:?} overlay, key {:?}, hvA {} / hvB {}, underlay {} =====\n",
             self.kind,
             self.key,
             self.hv[0].switch.name(),
             self.hv[1].switch.name(),
-            self.net
+            self.underlay_net()
         );
         s += &format!("--- mid neighbours\n{}\n", self.mid.exec(&["ip", "neigh"]).unwrap_or_default().trim_end());
+        s += &format!("--- mid bridge fdb\n{}\n", self.mid.exec(&["bridge", "fdb"]).unwrap_or_default().trim_end());
         for hv in &self.hv {
             s += &hv.diagnostics();
         }

@@ -23,24 +23,29 @@
 //! `cargo test -p xvs --test tunnel -- --nocapture geneve_ovs_ovs`.
 
 use std::time::Instant;
-use xvs::tnlref::{unavailable, Key, Kind, Malformed, Overlay, Switch, MID_MAC};
+use xvs::tnlref::{unavailable, Key, Kind, Malformed, Overlay, Switch, Underlay, MID_MAC};
 use Switch::{Ovs, Xvs};
 
 const VNI: u32 = 5001;
 
 fn setup(tag: &str, kind: Kind, sw: [Switch; 2], key: Key) -> Option<Overlay> {
+    setup_on(tag, kind, sw, key, Underlay::V4)
+}
+
+fn setup_on(tag: &str, kind: Kind, sw: [Switch; 2], key: Key, underlay: Underlay) -> Option<Overlay> {
     if let Some(why) = unavailable(sw) {
         eprintln!("skipped: {why}");
         return None;
     }
     std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
     let t = Instant::now();
-    let o = Overlay::start(env!("CARGO_BIN_EXE_xvs"), tag, kind, sw, key).unwrap_or_else(|e| panic!("set-up: {e:#}"));
+    let o = Overlay::start_on(env!("CARGO_BIN_EXE_xvs"), tag, kind, sw, key, underlay)
+        .unwrap_or_else(|e| panic!("set-up: {e:#}"));
     eprintln!(
-        "[{tag}] {kind:?} hvA={} hvB={} underlay 172.31.{}.0/24: set up in {:.1} s",
+        "[{tag}] {kind:?} hvA={} hvB={} underlay {}: set up in {:.1} s",
         sw[0].name(),
         sw[1].name(),
-        o.net,
+        o.underlay_net(),
         t.elapsed().as_secs_f64()
     );
     Some(o)
@@ -52,8 +57,12 @@ fn step(tag: &str, t0: Instant, what: &str) {
 
 /// Ping 3/3 (seen encapsulated on the underlay) and a TCP stream.
 fn basic(tag: &str, kind: Kind, sw: [Switch; 2], key: Key) {
+    basic_on(tag, kind, sw, key, Underlay::V4)
+}
+
+fn basic_on(tag: &str, kind: Kind, sw: [Switch; 2], key: Key, underlay: Underlay) {
     let t0 = Instant::now();
-    let Some(o) = setup(tag, kind, sw, key) else { return };
+    let Some(o) = setup_on(tag, kind, sw, key, underlay) else { return };
     o.assert_connected(10);
     step(tag, t0, "vmA reaches vmB");
     let mut replies = 0;
@@ -61,6 +70,21 @@ fn basic(tag: &str, kind: Kind, sw: [Switch; 2], key: Key) {
     assert_eq!(replies, 3, "ping vmA -> vmB over {kind:?}");
     o.assert_encapsulated(&cap);
     step(tag, t0, "ping 3/3, encapsulated on the underlay");
+    if underlay == Underlay::V6 {
+        // The trace shows the IPv6 outer header the port pushes.
+        let (a, b) = (&o.vm[0], &o.vm[1]);
+        let flow = format!("in_port=vm,icmp,dl_src={},dl_dst={},nw_src={},nw_dst={}", a.mac, b.mac, a.ip, b.ip);
+        let trace = o.hv[0].appctl_ok(&["ofproto/trace", "br-int", &flow]);
+        let outer = format!("ipv6(src={},dst={},", o.hv[0].endpoint, o.hv[1].endpoint);
+        assert!(
+            trace.contains("tnl_push(") && trace.contains(&outer),
+            "trace on hvA shows tnl_push with {outer}:\n{trace}"
+        );
+        for l in trace.lines().filter(|l| l.contains("tnl_push(")) {
+            eprintln!("[{tag}] {}", l.trim());
+        }
+        step(tag, t0, "ofproto/trace shows tnl_push with the IPv6 outer header");
+    }
     let bytes = 4_000_000;
     assert_eq!(o.tcp(5201, bytes).expect("TCP stream"), bytes, "TCP stream vmA -> vmB over {kind:?}");
     step(tag, t0, "TCP stream of 4 MB");
@@ -91,6 +115,24 @@ basic_tests! {
     geneve_key_flow_ovs_ovs: "gkoo", Kind::Geneve, Ovs, Ovs, Key::Flow(VNI);
     vxlan_key_flow_xvs_xvs: "vkxx", Kind::Vxlan, Xvs, Xvs, Key::Flow(VNI);
     vxlan_key_flow_ovs_ovs: "vkoo", Kind::Vxlan, Ovs, Ovs, Key::Flow(VNI);
+}
+
+macro_rules! v6_tests {
+    ($($name:ident: $tag:expr, $kind:expr, $a:expr, $b:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            basic_on($tag, $kind, [$a, $b], Key::Fixed(VNI), Underlay::V6);
+        }
+    )*};
+}
+
+// The same over an IPv6 underlay (`remote_ip=fd31:N::2`).
+v6_tests! {
+    geneve6_xvs_xvs: "g6xx", Kind::Geneve, Xvs, Xvs;
+    geneve6_xvs_ovs: "g6xo", Kind::Geneve, Xvs, Ovs;
+    geneve6_ovs_ovs: "g6oo", Kind::Geneve, Ovs, Ovs;
+    vxlan6_xvs_ovs: "v6xo", Kind::Vxlan, Xvs, Ovs;
+    gre6_xvs_xvs: "r6xx", Kind::Gre, Xvs, Xvs;
 }
 
 /// The neighbour cache: flushed and re-learnt; then the peer endpoint's MAC
@@ -301,6 +343,65 @@ fn tlv(tag: &str, sw: [Switch; 2]) {
             &format!("hv{} sending {wrong} is dropped by hv{}, {} passes again", hv.name, peer.name, values[i]),
         );
     }
+}
+
+/// IPv6 endpoints taken from the flow: each side's tunnel port has
+/// `remote_ip=flow`; br-int sets `tun_ipv6_dst` to the peer on output and
+/// lets in only what arrives with `tun_ipv6_src` = the peer. A wrong
+/// expected source stops the traffic; the right one lets it through again.
+fn v6_remote_flow(tag: &str, sw: [Switch; 2]) {
+    let t0 = Instant::now();
+    let Some(o) = setup_on(tag, Kind::Geneve, sw, Key::Fixed(VNI), Underlay::V6) else { return };
+    let accept = |hv: &xvs::tnlref::Hv, from: &str| {
+        hv.ofctl_ok("br-int", &["del-flows", "in_port=tun0"]);
+        hv.ofctl_ok("br-int", &["add-flow", &format!("in_port=tun0,tun_ipv6_src={from},actions=output:vm")]);
+    };
+    for (i, hv) in o.hv.iter().enumerate() {
+        let peer = &o.hv[1 - i].endpoint;
+        hv.vsctl(&["set", "interface", "tun0", "options:remote_ip=flow"]).expect("remote_ip=flow");
+        hv.ofctl_ok("br-int", &["del-flows"]);
+        hv.ofctl_ok("br-int", &["add-flow", &format!("in_port=vm,actions=set_field:{peer}->tun_ipv6_dst,output:tun0")]);
+        accept(hv, peer);
+    }
+    o.assert_connected(10);
+    let mut replies = 0;
+    let cap = o.capture(&[], || replies = o.ping(3));
+    assert_eq!(replies, 3, "ping with tun_ipv6_dst set by the flow");
+    o.assert_encapsulated(&cap);
+    let flows = o.hv[0].ofctl_ok("br-int", &["dump-flows"]);
+    let peer = &o.hv[1].endpoint;
+    assert!(
+        flows.lines().any(|l| l.contains(&format!("tun_ipv6_src={peer}")) && !l.contains("n_packets=0,")),
+        "hvA's flow matching tun_ipv6_src={peer} counts the replies:\n{flows}"
+    );
+    // A set_field added over OpenFlow 1.0 is kept as two 64-bit loads,
+    // by OVS and xvs alike.
+    let hi = format!(
+        "load:{:#x}->NXM_NX_TUN_IPV6_DST[64..127]",
+        u128::from(peer.parse::<std::net::Ipv6Addr>().expect("v6")) >> 64
+    );
+    assert!(flows.contains(&hi), "hvA's flow echoes the set_field on tun_ipv6_dst as {hi}:\n{flows}");
+    step(tag, t0, "tun_ipv6_dst from the flow, tun_ipv6_src matched: ping 3/3");
+    let wrong = format!("fd31:{}::99", o.net);
+    accept(&o.hv[0], &wrong);
+    assert!(xvs::ovnref::eventually(5, || o.ping_quick(1) == 0), "hvA expects {wrong}: the replies must stop");
+    assert_eq!(o.ping_quick(3), 0, "hvA expects tun_ipv6_src={wrong}: nothing gets through");
+    accept(&o.hv[0], peer);
+    o.assert_connected(10);
+    step(tag, t0, "a wrong tun_ipv6_src stops the replies, the right one lets them through again");
+}
+
+#[test]
+fn v6_remote_flow_xvs_xvs() {
+    v6_remote_flow("fxx", [Xvs, Xvs]);
+}
+#[test]
+fn v6_remote_flow_xvs_ovs() {
+    v6_remote_flow("fxo", [Xvs, Ovs]);
+}
+#[test]
+fn v6_remote_flow_ovs_ovs() {
+    v6_remote_flow("foo", [Ovs, Ovs]);
 }
 
 #[test]
