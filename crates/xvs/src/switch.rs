@@ -203,6 +203,9 @@ impl Shared {
     /// rules, and waits (at most 200 ms) until they have, so rule counters
     /// include everything forwarded so far.
     pub fn sync_stats(&self) {
+        // The slow-path datapath too: it runs packet-outs, and this
+        // bridge's tunnel traffic when another bridge's thread drained it.
+        self.slow_pmd.lock().expect("slow pmd").push_stats();
         let want = self.stats_req.fetch_add(1, Ordering::AcqRel) + 1;
         let deadline = Instant::now() + Duration::from_millis(200);
         while Instant::now() < deadline {
@@ -551,6 +554,10 @@ impl Switch {
     pub fn housekeeping(&self) {
         self.follow_devices();
         let now = self.shared.now_ms();
+        // The slow-path datapath has no poll loop of its own: its
+        // megaflows credit their rules and idle out here, as the poll
+        // threads' do in theirs.
+        self.shared.slow_pmd.lock().expect("slow pmd").sweep(now);
         {
             let of = self.shared.ofproto.read().expect("ofproto lock");
             of.run(now);
@@ -782,7 +789,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         // decapsulated ones for br-int) goes through that bridge's pipeline
         // here and now, not after a hop to its own poll thread.
         if moved > 0 && sh.patches.tnl.is_active() {
-            run_peers(&sh, &mut pkts, now_ms);
+            run_peers(&sh, &mut pkts);
         }
         // Writers wait (briefly) for parked packets: say how many there are.
         let parked = pmd.n_deferred();
@@ -850,8 +857,10 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
 /// Runs the other bridges' in-memory queues (see the call in
 /// `pmd_main`) through their pipelines with their shared slow-path
 /// datapath (`slow_pmd`, whose counters the CLI shows as the main thread's).
-fn run_peers(sh: &Shared, pkts: &mut Vec<Packet>, now_ms: u64) {
+fn run_peers(sh: &Shared, pkts: &mut Vec<Packet>) {
     for peer in sh.patches.tnl.peers(sh) {
+        // The peer's clock: its megaflows' idle times are in it.
+        let now_ms = peer.now_ms();
         for _ in 0..4 {
             pkts.clear();
             sh.patches.tnl.drain_bridge(&peer.bridge, pkts, BATCH);
