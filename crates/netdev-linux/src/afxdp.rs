@@ -10,6 +10,15 @@
 //! return to the pool when the completion ring is reaped, at every
 //! `tx_batch` and `poll_housekeeping`.
 //!
+//! Multi-buffer (jumbo frames): every UMEM's first socket asks for
+//! `XDP_USE_SG`, so a packet larger than a frame arrives as a chain of
+//! descriptors (`XDP_PKT_CONTD` on all but the last) and may be sent as
+//! one. A chain is received into one heap buffer (a copy: the datapath
+//! parses and rewrites contiguous bytes; 9000 bytes cost about as much as
+//! the veth hop itself) and sent as a chain of copied frames. A device
+//! whose MTU needs more than a frame gets the `xdp.frags` program, which
+//! has no kernel fast path.
+//!
 //! Batching: each call moves up to the ring space available (the datapath
 //! uses [`netdev::BATCH`] = 32); the pool lock is taken once per fill-ring
 //! refill, completion reap and copy allocation, not per packet.
@@ -90,8 +99,17 @@ struct Counters {
     tx_packets: u64,
     tx_bytes: u64,
     tx_dropped: u64,
+    /// Packets too large to send (no multi-buffer, or over the chain
+    /// limit), within `tx_dropped`.
+    tx_oversize: u64,
+    /// Received chains that were malformed (a bad frame in the middle).
+    rx_bad_chain: u64,
     path: TxPathCounters,
 }
+
+/// Most descriptors one packet may take (the kernel's MAX_SKB_FRAGS + 1
+/// with 4 KiB pages).
+const MAX_CHAIN: usize = 18;
 
 /// An AF_XDP port.
 pub struct AfxdpPort {
@@ -108,6 +126,13 @@ pub struct AfxdpPort {
     tx_flush: std::time::Duration,
     /// When the oldest descriptor not yet kicked was queued.
     tx_deferred: Option<std::time::Instant>,
+    /// Per receive queue: the part of a multi-buffer packet received so
+    /// far (its last descriptor not yet seen), and whether it is damaged.
+    partial: Vec<(Vec<u8>, bool)>,
+    /// The device's MTU (re-read about once a second by
+    /// `poll_housekeeping`): longer frames are dropped and counted.
+    mtu: u32,
+    mtu_read: std::time::Instant,
 }
 
 /// The tail room kept free after copied packets is irrelevant; copies
@@ -127,15 +152,35 @@ impl AfxdpPort {
         if cfg.clear_leftover_xdp && !bpf::xdp_hooks(ifname)?.is_empty() {
             bpf::detach_any_xdp(ifname)?;
         }
-        let mut xdp = XdpProgram::attach(ifindex, cfg.xdp_mode)?;
+        // A frame larger than about a page needs the multi-buffer program
+        // (veth refuses a single-buffer one above MTU ~3500).
+        let mtu = device_mtu(ifname);
+        let jumbo = mtu > SINGLE_BUFFER_MTU;
+        let mut xdp = if jumbo {
+            XdpProgram::attach_frags(ifindex, cfg.xdp_mode).map_err(|e| {
+                io::Error::other(format!(
+                    "{ifname}: MTU {mtu} needs a multi-buffer (xdp.frags) XDP program, which the device refused: {e}; \
+                     lower the MTU to {SINGLE_BUFFER_MTU} or use type=afpacket"
+                ))
+            })?
+        } else {
+            XdpProgram::attach(ifindex, cfg.xdp_mode)?
+        };
         let mode = xdp.mode();
         let bind_mode = match (cfg.bind_mode, mode) {
             (BindMode::Auto, ActiveMode::Generic) => BindMode::Copy,
             (m, _) => m,
         };
         let r = cfg.ring_size;
-        let xcfg =
-            XskConfig { rx_size: r, tx_size: r, fill_size: r, comp_size: r, need_wakeup: cfg.need_wakeup, bind_mode };
+        let xcfg = XskConfig {
+            rx_size: r,
+            tx_size: r,
+            fill_size: r,
+            comp_size: r,
+            need_wakeup: cfg.need_wakeup,
+            bind_mode,
+            sg: true,
+        };
         let (umem, shared) = match &cfg.shared_umem {
             Some(h) => (h.0.clone(), true),
             None => {
@@ -156,9 +201,23 @@ impl AfxdpPort {
             scratch: Vec::with_capacity(r as usize),
             tx_flush: std::time::Duration::from_micros(cfg.tx_flush_us as u64),
             tx_deferred: None,
+            partial: vec![(Vec::new(), false); cfg.n_rxq],
+            mtu,
+            mtu_read: std::time::Instant::now(),
         };
         for q in 0..cfg.n_rxq {
             let xsk = Xsk::new(&port.umem, ifindex, q as u32, &xcfg)?;
+            if jumbo && !xsk.sg {
+                return Err(io::Error::other(format!(
+                    "{ifname}: MTU {mtu} needs multi-buffer AF_XDP (XDP_USE_SG), which {}; lower the MTU to \
+                     {SINGLE_BUFFER_MTU} or use type=afpacket",
+                    if port.shared {
+                        "the shared UMEM's first socket was bound without"
+                    } else {
+                        "this kernel refused"
+                    }
+                )));
+            }
             port.xsks.push(xsk);
             port.refill(q);
             xdp.insert_socket(q as u32, port.xsks[q].fd())?;
@@ -250,6 +309,18 @@ impl AfxdpPort {
     }
 }
 
+/// The largest MTU a single-buffer XDP program takes on veth (a frame,
+/// its headroom and the skb's shared info within a 4 KiB page).
+pub const SINGLE_BUFFER_MTU: u32 = 3498;
+
+/// The device's MTU (1500 if unreadable).
+fn device_mtu(ifname: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1500)
+}
+
 /// Number of receive queues device `ifname` has (in the current network
 /// namespace), from `/sys/class/net/IFNAME/queues`.
 pub fn device_rx_queues(ifname: &str) -> io::Result<usize> {
@@ -282,6 +353,11 @@ impl Netdev for AfxdpPort {
         }
         detail.push(if self.driver_zero_copy() { "xsk-zerocopy".into() } else { "xsk-copy".into() });
         detail.push(format!("zero_copy_tx={} copied_tx={}", self.c.path.zero_copy, self.c.path.copied));
+        detail.push(format!("mtu={}", self.mtu));
+        if self.xsks.first().is_some_and(|x| x.sg) {
+            detail.push("multi-buffer".into());
+        }
+        detail.push(format!("tx_oversize={} rx_bad_chain={}", self.c.tx_oversize, self.c.rx_bad_chain));
         PortInfo {
             kind: "afxdp".into(),
             xdp_mode: self.mode.as_str().into(),
@@ -303,18 +379,45 @@ impl Netdev for AfxdpPort {
         let fsize = self.umem.config().frame_size as u64;
         out.reserve(n as usize);
         let mut got = 0;
+        let (partial, bad) = &mut self.partial[rxq];
         for i in 0..n {
             let d: XdpDesc = xsk.rx.get(i);
             let frame = self.umem.frame_of(d.addr);
             let offset = (d.addr - frame) as usize;
-            if !self.umem.valid_frame(frame) || offset as u64 + d.len as u64 > fsize {
-                continue; // Cannot happen with a sane kernel; lose the frame rather than panic.
+            let valid = self.umem.valid_frame(frame) && offset as u64 + d.len as u64 <= fsize;
+            let more = d.options & crate::sys::XDP_PKT_CONTD != 0;
+            if !more && partial.is_empty() && !*bad {
+                // The common case: a packet in one frame, received in place.
+                if !valid {
+                    continue; // Cannot happen with a sane kernel; lose the frame rather than panic.
+                }
+                self.umem.set_tag(frame, USER);
+                let p = Packet::from_frame(self.umem.frame_buf(frame), offset, d.len as usize);
+                self.c.rx_bytes += d.len as u64;
+                out.push(p);
+                got += 1;
+                continue;
             }
-            self.umem.set_tag(frame, USER);
-            let p = Packet::from_frame(self.umem.frame_buf(frame), offset, d.len as usize);
-            self.c.rx_bytes += d.len as u64;
-            out.push(p);
-            got += 1;
+            // A piece of a multi-buffer packet: copied out, the frame
+            // goes back to the pool at once.
+            if valid {
+                self.umem.set_tag(frame, USER);
+                self.umem.read_frame(frame, offset, d.len as usize, partial);
+                self.umem.free_batch(&[frame]);
+            } else {
+                *bad = true;
+            }
+            if !more {
+                if *bad {
+                    self.c.rx_bad_chain += 1;
+                } else {
+                    self.c.rx_bytes += partial.len() as u64;
+                    out.push(Packet::from_slice(partial));
+                    got += 1;
+                }
+                partial.clear();
+                *bad = false;
+            }
         }
         xsk.rx.release(n);
         self.c.rx_packets += got;
@@ -331,47 +434,86 @@ impl Netdev for AfxdpPort {
             return Ok(());
         }
         self.reap_completions();
-        let room = self.xsks[0].tx.free(pkts.len() as u32) as usize;
         let fsize = self.umem.config().frame_size as usize;
-        // Frames for the packets that need a copy, in one allocation.
-        let need_copy = pkts.iter().take(room).filter(|p| !self.is_ours(p)).count();
+        let sg = self.xsks[0].sg;
+        // Descriptors each packet takes: one, or a chain of copied frames
+        // for a packet larger than a frame (multi-buffer).
+        let descs = |p: &Packet| if p.len() <= fsize { 1 } else { p.len().div_ceil(fsize) };
+        // The device's MTU plus Ethernet and one VLAN tag, as the kernel
+        // forwards them.
+        let max_len = self.mtu as usize + 18;
+        let size = self.xsks[0].tx.size();
+        let mut room = self.xsks[0].tx.free(size) as usize;
+        // Frames for the packets that need a copy and fit the ring, in one
+        // allocation.
+        let mut need_copy = 0;
+        let mut slots = 0;
+        for p in pkts.iter() {
+            let n = descs(p);
+            if slots + n > room {
+                break;
+            }
+            slots += n;
+            if !self.is_ours(p) {
+                need_copy += n;
+            }
+        }
         self.scratch.clear();
         self.umem.alloc(need_copy, &mut self.scratch);
         let tag = self.xsks[0].tag;
         let mut queued = 0u32;
+        let mut sent = 0u64;
         for p in pkts.drain(..) {
-            if queued as usize >= room {
+            let len = p.len();
+            if len > max_len {
                 self.c.tx_dropped += 1;
+                self.c.tx_oversize += 1;
                 continue;
             }
-            let len = p.len();
-            let desc = if self.is_ours(&p) {
+            if self.is_ours(&p) {
+                if room == 0 {
+                    self.c.tx_dropped += 1;
+                    continue;
+                }
                 let Ok((fb, parts)) = p.into_frame() else { unreachable!("checked frame-backed") };
                 let (frame, _owner) = fb.into_raw();
                 self.umem.set_tag(frame, tag);
                 self.c.path.zero_copy += 1;
-                XdpDesc { addr: frame + parts.offset as u64, len: parts.len as u32, options: 0 }
+                let desc = XdpDesc { addr: frame + parts.offset as u64, len: parts.len as u32, options: 0 };
+                self.xsks[0].tx.set(queued, desc);
+                queued += 1;
+                room -= 1;
             } else {
-                if len > fsize {
+                let n = descs(&p);
+                if n > 1 && (!sg || n > MAX_CHAIN) {
+                    self.c.tx_dropped += 1;
+                    self.c.tx_oversize += 1;
+                    continue;
+                }
+                if n > room || self.scratch.len() < n {
                     self.c.tx_dropped += 1;
                     continue;
                 }
-                let Some(frame) = self.scratch.pop() else {
-                    self.c.tx_dropped += 1;
-                    continue;
-                };
-                let off = TX_COPY_OFFSET.min(fsize - len);
-                self.umem.write_frame(frame, off, p.data());
-                self.umem.set_tag(frame, tag);
+                // One frame (with headroom for later pushes) or a chain of
+                // whole frames.
+                let off = if n == 1 { TX_COPY_OFFSET.min(fsize - len) } else { 0 };
+                for (i, chunk) in p.data().chunks(fsize).enumerate() {
+                    let frame = self.scratch.pop().expect("counted above");
+                    self.umem.write_frame(frame, off, chunk);
+                    self.umem.set_tag(frame, tag);
+                    let options = if i + 1 < n { crate::sys::XDP_PKT_CONTD } else { 0 };
+                    let desc = XdpDesc { addr: frame + off as u64, len: chunk.len() as u32, options };
+                    self.xsks[0].tx.set(queued, desc);
+                    queued += 1;
+                }
+                room -= n;
                 self.c.path.copied += 1;
-                XdpDesc { addr: frame + off as u64, len: len as u32, options: 0 }
-            };
-            self.xsks[0].tx.set(queued, desc);
-            queued += 1;
+            }
+            sent += 1;
             self.c.tx_bytes += len as u64;
         }
         self.xsks[0].tx.submit(queued);
-        self.c.tx_packets += queued as u64;
+        self.c.tx_packets += sent;
         // Frames allocated for packets that were dropped after all.
         self.umem.free_batch(&self.scratch);
         self.scratch.clear();
@@ -437,6 +579,10 @@ impl Netdev for AfxdpPort {
     }
 
     fn poll_housekeeping(&mut self) {
+        if self.mtu_read.elapsed() >= std::time::Duration::from_secs(1) {
+            self.mtu = device_mtu(&self.name);
+            self.mtu_read = std::time::Instant::now();
+        }
         self.reap_completions();
         let _ = self.kick_tx();
         for q in 0..self.xsks.len() {

@@ -18,6 +18,10 @@ pub const XDP_SHARED_UMEM: u16 = 1 << 0;
 pub const XDP_COPY: u16 = 1 << 1;
 pub const XDP_ZEROCOPY: u16 = 1 << 2;
 pub const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+/// Multi-buffer: a packet may span several descriptors (Linux 6.6+).
+pub const XDP_USE_SG: u16 = 1 << 4;
+/// Descriptor `options`: the packet continues in the next descriptor.
+pub const XDP_PKT_CONTD: u32 = 1 << 0;
 
 pub const XDP_RING_NEED_WAKEUP: u32 = 1 << 0;
 

@@ -60,6 +60,8 @@ pub(crate) struct Umem {
     /// need_wakeup setting of the socket that registered the UMEM, which
     /// sharing sockets inherit.
     need_wakeup: AtomicBool,
+    /// Multi-buffer packets, as the UMEM's first socket was bound.
+    sg: AtomicBool,
     /// Process-unique id, for logs.
     pub(crate) id: u64,
 }
@@ -87,6 +89,7 @@ impl Umem {
             sockets: Mutex::new(Vec::new()),
             next_tag: AtomicU32::new(1),
             need_wakeup: AtomicBool::new(false),
+            sg: AtomicBool::new(false),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
     }
@@ -112,6 +115,16 @@ impl Umem {
 
     pub(crate) fn need_wakeup(&self) -> bool {
         self.need_wakeup.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the UMEM's first socket got multi-buffer
+    /// (`XDP_USE_SG`); sockets sharing the UMEM inherit it.
+    pub(crate) fn set_sg(&self, on: bool) {
+        self.sg.store(on, Ordering::Relaxed);
+    }
+
+    pub(crate) fn sg(&self) -> bool {
+        self.sg.load(Ordering::Relaxed)
     }
 
     pub(crate) fn new_tag(&self) -> u32 {
@@ -192,6 +205,17 @@ impl Umem {
     }
 
     /// Copies `data` into free `frame` at `offset`.
+    /// Appends `len` bytes at `offset` of `frame` to `out`.
+    pub(crate) fn read_frame(&self, frame: u64, offset: usize, len: usize, out: &mut Vec<u8>) {
+        assert!(self.valid_frame(frame) && offset + len <= self.cfg.frame_size as usize);
+        // The range is inside the area (asserted). The frame came off an RX
+        // ring, so the kernel has given it up, and the caller frees it only
+        // after this copy: nothing writes it meanwhile.
+        // SAFETY: the conditions above hold.
+        let bytes = unsafe { std::slice::from_raw_parts(self.area.as_ptr().add(frame as usize + offset), len) };
+        out.extend_from_slice(bytes);
+    }
+
     pub(crate) fn write_frame(&self, frame: u64, offset: usize, data: &[u8]) {
         assert!(self.valid_frame(frame) && offset + data.len() <= self.cfg.frame_size as usize);
         // The range is inside the area (asserted). The caller took

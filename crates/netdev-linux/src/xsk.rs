@@ -36,6 +36,9 @@ pub struct XskConfig {
     pub comp_size: u32,
     pub need_wakeup: bool,
     pub bind_mode: BindMode,
+    /// Ask for multi-buffer packets (`XDP_USE_SG`) when this socket is the
+    /// UMEM's first; refused by kernels without it, then bound without.
+    pub sg: bool,
 }
 
 impl Default for XskConfig {
@@ -47,6 +50,7 @@ impl Default for XskConfig {
             comp_size: 1024,
             need_wakeup: true,
             bind_mode: BindMode::Auto,
+            sg: true,
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct Xsk {
     /// Whether the kernel uses the need_wakeup protocol on these rings.
     pub(crate) need_wakeup: bool,
     pub(crate) zerocopy: bool,
+    /// Packets may span several descriptors (`XDP_PKT_CONTD`).
+    pub(crate) sg: bool,
 }
 
 fn ring_sizes_ok(c: &XskConfig) -> bool {
@@ -120,9 +126,27 @@ impl Xsk {
                 };
             }
         }
-        sys::bind(raw, &sa).map_err(|e| {
-            io::Error::new(e.kind(), format!("binding AF_XDP socket to ifindex {ifindex} queue {queue}: {e}"))
-        })?;
+        let mut sg = false;
+        if share_with.is_none() && cfg.sg {
+            let mut with_sg = sa;
+            with_sg.flags |= sys::XDP_USE_SG;
+            match bind_retrying(raw, &with_sg) {
+                Ok(()) => sg = true,
+                // A kernel without multi-buffer AF_XDP: bind without it.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("binding AF_XDP socket to ifindex {ifindex} queue {queue}: {e}"),
+                    ))
+                }
+            }
+        }
+        if !sg {
+            bind_retrying(raw, &sa).map_err(|e| {
+                io::Error::new(e.kind(), format!("binding AF_XDP socket to ifindex {ifindex} queue {queue}: {e}"))
+            })?;
+        }
         let tag = umem.new_tag();
         bound.push((tag, raw));
         drop(bound);
@@ -132,14 +156,15 @@ impl Xsk {
         // A sharing socket inherits need_wakeup from the pool it shares;
         // all sockets of one UMEM are created with the same setting, so the
         // first socket's setting is recorded in the UMEM's config below.
-        let need_wakeup = match share_with {
+        let (need_wakeup, sg) = match share_with {
             None => {
                 umem.set_need_wakeup(cfg.need_wakeup);
-                cfg.need_wakeup
+                umem.set_sg(sg);
+                (cfg.need_wakeup, sg)
             }
-            Some(_) => umem.need_wakeup(),
+            Some(_) => (umem.need_wakeup(), umem.sg()),
         };
-        Ok(Xsk { fd: Some(fd), raw_fd: raw, tag, umem: umem.clone(), fill, comp, rx, tx, need_wakeup, zerocopy })
+        Ok(Xsk { fd: Some(fd), raw_fd: raw, tag, umem: umem.clone(), fill, comp, rx, tx, need_wakeup, zerocopy, sg })
     }
 
     pub fn fd(&self) -> RawFd {
@@ -167,6 +192,21 @@ impl Xsk {
     /// Wakes the kernel's fill-ring processing (need_wakeup protocol).
     pub(crate) fn kick_rx(&self) {
         let _ = sys::recvfrom_kick(self.raw_fd);
+    }
+}
+
+/// `bind`, retried for up to a second while the device queue is busy: a
+/// socket just closed on the same queue (a port reopened) releases its
+/// buffer pool in a kernel work item, after the close returns.
+fn bind_retrying(fd: RawFd, sa: &SockaddrXdp) -> io::Result<()> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match sys::bind(fd, sa) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && t0.elapsed() < std::time::Duration::from_secs(1) => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            r => return r,
+        }
     }
 }
 

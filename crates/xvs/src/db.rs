@@ -384,8 +384,8 @@ fn apply_mtu(rt: &BridgeRt, br: &BridgeCfg) {
                 continue;
             }
             if read_sys(&i.name, "mtu").and_then(|m| m.parse::<u32>().ok()).is_some_and(|m| m != mtu) {
-                if let Err(e) = netdev_linux::sys::set_mtu(&i.name, mtu) {
-                    eprintln!("xvs: interface {}: mtu_request {mtu}: {e}", i.name);
+                if let Err(e) = rt.sw.set_port_mtu(&i.name, mtu) {
+                    eprintln!("xvs: interface {}: mtu_request {mtu}: {e:#}", i.name);
                 }
             }
         }

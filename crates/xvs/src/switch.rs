@@ -10,10 +10,10 @@
 //!
 //! Shared state lives in [`Shared`]; every field says who writes it.
 
-use crate::config::{PollMode, PortSpec};
+use crate::config::{PollMode, PortSpec, PortType};
 use crate::oflock::OfprotoLock;
 use crate::ports;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use dpif::{DpAction, Pmd, PmdConfig, Sink, Translation, Upcall};
 use flow::FlowKey;
 use netdev::{Netdev, Packet, PortInfo, PortStats, BATCH};
@@ -504,6 +504,38 @@ impl Switch {
         sh.ofproto.write().expect("ofproto lock").remove_port(ofport);
         sh.ports_gen.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+
+    /// Sets the MTU of port `name`'s kernel device (`mtu_request`). An
+    /// AF_XDP port whose MTU crosses the single-buffer limit is reopened
+    /// around the change, with the same OpenFlow number: above the limit
+    /// its device needs the multi-buffer XDP program, and veth refuses the
+    /// change while the other one is attached.
+    pub fn set_port_mtu(&self, name: &str, mtu: u32) -> Result<()> {
+        let sh = &self.shared;
+        let Some(p) = self.ports().into_iter().find(|p| p.spec.name == name) else {
+            bail!("no port named {name} on bridge {}", sh.bridge);
+        };
+        let old = crate::sysfs::read_sys(name, "mtu").and_then(|m| m.parse::<u32>().ok()).unwrap_or(1500);
+        let limit = netdev_linux::afxdp::SINGLE_BUFFER_MTU;
+        let xdp = matches!(p.spec.kind, PortType::Afxdp | PortType::System);
+        if !xdp || (old > limit) == (mtu > limit) {
+            return netdev_linux::sys::set_mtu(name, mtu).with_context(|| format!("setting MTU {mtu} on {name}"));
+        }
+        // Close the port (its XDP program and sockets) first.
+        let (placeholder, _) = netdev::dummy::DummyPort::new(name);
+        drop(std::mem::replace(&mut *p.dev.lock().expect("port lock"), Box::new(placeholder)));
+        let set = netdev_linux::sys::set_mtu(name, mtu).with_context(|| format!("setting MTU {mtu} on {name}"));
+        if set.is_err() {
+            let _ = netdev_linux::sys::set_mtu(name, old);
+        }
+        let dev = ports::open(&p.spec, &sh.bridge, &sh.umems[p.pmd], &sh.patches)
+            .with_context(|| format!("reopening port {name} after its MTU change"))?;
+        let port = Arc::new(Port::new(p.ofport, p.spec.clone(), p.pmd, dev));
+        sh.ports.write().expect("ports lock").insert(p.ofport, port);
+        sh.ports_gen.fetch_add(1, Ordering::Release);
+        eprintln!("xvs: port {name} ({}): MTU {old} -> {mtu}; reopened", p.ofport);
+        set
     }
 
     /// The bridge is being removed, not merely stopped: its kernel devices
