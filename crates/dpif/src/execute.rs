@@ -462,6 +462,55 @@ fn nd_lla(d: &[u8], l4: usize, ns: bool) -> Option<usize> {
     None
 }
 
+/// Completes the TCP or UDP checksum of a frame whose sender left it to
+/// offload (Linux CHECKSUM_PARTIAL: a local stack behind a veth or tap
+/// with tx checksumming on, which is the default). XDP and AF_XDP hand
+/// such frames over as they are, with only the pseudo-header sum in the
+/// field, and whatever receives them from the switch would drop them.
+/// The field is recognised by that value; recomputing is harmless when a
+/// complete checksum happens to equal it. Returns whether it completed one.
+#[inline]
+pub fn complete_partial_checksum(pkt: &mut Packet, key: &FlowKey, layout: &Layout) -> bool {
+    let (proto, at) = match key.nw_proto() {
+        6 => (6u8, 16usize),
+        17 => (17u8, 6usize),
+        _ => return false,
+    };
+    let v4 = key.dl_type() == 0x0800;
+    if (!v4 && !key.is_ipv6()) || key.nw_frag() != 0 || layout.l4 == 0 {
+        return false;
+    }
+    let d = pkt.data();
+    let (l3, l4) = (layout.l3 as usize, layout.l4 as usize);
+    let end = ip_end(key, l3, d);
+    if end < l4 + at + 2 {
+        return false;
+    }
+    let len = end - l4;
+    let field = rd16(d, l4 + at);
+    let partial = if v4 {
+        wire::checksum::partial_v4(key.nw_src(), key.nw_dst(), proto, len)
+    } else {
+        wire::checksum::partial_v6(key.ipv6_src(), key.ipv6_dst(), proto, len)
+    };
+    if field != partial {
+        return false;
+    }
+    let d = pkt.data_mut();
+    wr16(d, l4 + at, 0);
+    let seg = &d[l4..end];
+    let mut c = if v4 {
+        wire::checksum::l4_checksum_v4(key.nw_src(), key.nw_dst(), proto, seg)
+    } else {
+        wire::checksum::l4_checksum_v6(key.ipv6_src(), key.ipv6_dst(), proto, seg)
+    };
+    if proto == 17 && c == 0 {
+        c = 0xffff;
+    }
+    wr16(d, l4 + at, c);
+    true
+}
+
 /// End of the IP datagram (Ethernet padding excluded), for SCTP's CRC.
 fn ip_end(key: &FlowKey, l3: usize, d: &[u8]) -> usize {
     let end = if key.is_ipv6() { l3 + 40 + rd16(d, l3 + 4) as usize } else { l3 + rd16(d, l3 + 2) as usize };

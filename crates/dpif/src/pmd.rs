@@ -72,6 +72,9 @@ pub struct PmdStats {
     /// that time is distributed ([`UPCALL_BUCKETS_US`]).
     pub upcall_ns: u64,
     pub upcall_hist: [u64; UPCALL_BUCKETS_US.len() + 1],
+    /// TCP/UDP checksums that arrived partial (left to offload by a local
+    /// sender) and were completed in software.
+    pub csum_completed: u64,
 }
 
 /// Upper bounds (microseconds) of the upcall latency histogram's buckets;
@@ -324,6 +327,10 @@ impl Pmd {
                 continue;
             }
             self.stats.packets += 1;
+            let mut pkt = pkt;
+            if crate::execute::complete_partial_checksum(&mut pkt, &key, &layout) {
+                self.stats.csum_completed += 1;
+            }
             self.handle(pkt, &mut key, layout, upcall, now_ms, sink, 0);
         }
         self.out.flush(sink);

@@ -627,3 +627,72 @@ fn nd_target_and_link_layer_options_rewrite_with_a_valid_checksum() {
         assert_eq!(l4_checksum_v6(1, 2, 58, &p[l4..]), 0, "ICMPv6 checksum, ns={ns}");
     }
 }
+
+/// A local stack with tx checksumming on (Linux CHECKSUM_PARTIAL) leaves
+/// only the pseudo-header sum in the TCP/UDP checksum field. The datapath
+/// completes it on receive, before any rewrite, so what leaves the switch
+/// is valid (also after an address rewrite), and a frame whose checksum
+/// was already complete leaves unchanged.
+#[test]
+fn partial_checksums_from_local_stacks_are_completed() {
+    let (s6, d6) = (0xfd00u128 << 112 | 1, 0xfd00u128 << 112 | 2);
+    for v6 in [false, true] {
+        for l4 in [L4::Tcp { src: 40000, dst: 80, flags: 0x18 }, L4::Udp { src: 40000, dst: 53 }] {
+            let l3 = if v6 { L3::ipv6(s6, d6) } else { L3::ipv4(0x0a00_0001, 0x0a00_0002) };
+            let (l4_at, ip_len) = if v6 { (54, 40) } else { (34, 20) };
+            let (proto, field) = match l4 {
+                L4::Tcp { .. } => (6u8, l4_at + 16),
+                _ => (17u8, l4_at + 6),
+            };
+            let good = Frame::new(A, B).l3(l3).l4(l4).payload(b"offloaded checksum, odd length").build();
+            let len = good.len() - 14 - ip_len;
+            // What Linux writes: the pseudo-header sum, not complemented
+            // (the checksum of zeros of that length, complemented back).
+            let zeros = vec![0u8; len];
+            let partial = if v6 {
+                !l4_checksum_v6(s6, d6, proto, &zeros)
+            } else {
+                !l4_checksum_v4(0x0a00_0001, 0x0a00_0002, proto, &zeros)
+            };
+            let mut f = good.clone();
+            f[field..field + 2].copy_from_slice(&partial.to_be_bytes());
+            assert_ne!(f, good);
+            // Forwarded as it is: completed.
+            let rec = run(f.clone(), vec![DpAction::Output(2)]);
+            assert_eq!(only(&rec), &good[..], "v6={v6} proto={proto}: completed to the full checksum");
+            // Rewritten after completion: still valid.
+            let a = if v6 {
+                set(|k, m| {
+                    k.set_ipv6_dst(d6 + 5);
+                    m.set_ipv6_dst(u128::MAX);
+                })
+            } else {
+                set(|k, m| {
+                    k.set_nw_dst(0x0a00_0009);
+                    m.set_nw_dst(u32::MAX);
+                })
+            };
+            let rec = run(f, vec![a, DpAction::Output(2)]);
+            let p = only(&rec);
+            if v6 {
+                l4_v6_ok(p, 14, 0, proto);
+            } else {
+                l4_v4_ok(p, 14);
+            }
+            // A complete checksum is left alone.
+            let rec = run(good.clone(), vec![DpAction::Output(2)]);
+            assert_eq!(only(&rec), &good[..]);
+        }
+    }
+    // Counted.
+    let mut pmd = Pmd::new(PmdConfig::default());
+    let mut rec = Rec::default();
+    let mut f =
+        Frame::new(A, B).l3(L3::ipv4(0x0a00_0001, 0x0a00_0002)).l4(L4::Udp { src: 1, dst: 2 }).payload(b"x").build();
+    let partial = !l4_checksum_v4(0x0a00_0001, 0x0a00_0002, 17, &[0u8; 9]);
+    f[40..42].copy_from_slice(&partial.to_be_bytes());
+    let mut p = Packet::from_slice(&f);
+    p.in_port = 1;
+    pmd.process_batch(&mut vec![p], &Fixed(vec![DpAction::Output(2)]), 0, &mut rec);
+    assert_eq!(pmd.stats().csum_completed, 1);
+}

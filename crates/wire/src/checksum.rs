@@ -122,6 +122,22 @@ pub fn l4_checksum_v6(src: u128, dst: u128, proto: u8, l4: &[u8]) -> u16 {
     fold(fold64(sum64(l4, s)))
 }
 
+/// What a sender that leaves its TCP/UDP checksum to offload (Linux's
+/// CHECKSUM_PARTIAL) puts in the checksum field over IPv4: the folded
+/// pseudo-header sum (source, destination, protocol, L4 length), not
+/// complemented. A frame carrying exactly this value has a checksum still
+/// to be completed.
+pub fn partial_v4(src: u32, dst: u32, proto: u8, l4_len: usize) -> u16 {
+    let s = (src >> 16) as u64 + (src & 0xffff) as u64 + (dst >> 16) as u64 + (dst & 0xffff) as u64;
+    !fold(fold64(s + proto as u64 + l4_len as u64))
+}
+
+/// [`partial_v4`] over IPv6.
+pub fn partial_v6(src: u128, dst: u128, proto: u8, l4_len: usize) -> u16 {
+    let s = sum64(&dst.to_be_bytes(), sum64(&src.to_be_bytes(), 0));
+    !fold(fold64(s + proto as u64 + l4_len as u64))
+}
+
 /// The reflected CRC32c (Castagnoli) polynomial.
 const CRC32C_POLY: u32 = 0x82f6_3b78;
 

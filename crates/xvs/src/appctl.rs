@@ -333,6 +333,7 @@ pub fn coverage_show(ctx: &Ctx, args: &[String]) -> Reply {
                 ("datapath_removed_stale", s.removed_stale),
                 ("datapath_expired", s.expired),
                 ("datapath_userspace_dropped", r.userspace_dropped),
+                ("datapath_csum_completed", s.csum_completed),
             ] {
                 let _ = writeln!(out, "{k:<32} total: {v}");
             }

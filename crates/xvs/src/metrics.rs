@@ -95,6 +95,13 @@ pub fn render(bridges: &[Arc<Shared>]) -> String {
             fam("xvs_pmd_emc_hits_total", "counter", "Exact-match cache hits.", l.clone(), st.emc_hits as f64);
             fam("xvs_pmd_megaflow_hits_total", "counter", "Megaflow cache hits.", l.clone(), st.megaflow_hits as f64);
             fam(
+                "xvs_pmd_csum_completed_total",
+                "counter",
+                "Partial TCP/UDP checksums (left to offload by a local sender) completed in software.",
+                l.clone(),
+                st.csum_completed as f64,
+            );
+            fam(
                 "xvs_pmd_upcalls_total",
                 "counter",
                 "Cache misses translated by the OpenFlow layer.",
