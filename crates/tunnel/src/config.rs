@@ -33,6 +33,10 @@ pub struct PortCfg {
     pub remote: FromFlow<u128>,
     /// The local endpoint; `None`: the route's source address.
     pub local: Option<u128>,
+    /// `local_ip=flow`: the source is the packet's `tun_src` /
+    /// `tun_ipv6_src` (the route's source when the flow set none), and any
+    /// local address is accepted on receive. Needs `remote_ip=flow`.
+    pub local_flow: bool,
     /// The VNI / GRE key expected on receive; `None` for GRE without a key.
     pub in_key: Option<FromFlow<u64>>,
     /// The VNI / GRE key sent.
@@ -103,6 +107,7 @@ impl PortCfg {
             kind,
             remote: FromFlow::Flow,
             local: None,
+            local_flow: false,
             in_key: None,
             out_key: None,
             dst_port: kind.default_port(),
@@ -117,12 +122,8 @@ impl PortCfg {
         for (k, v) in options {
             match k.as_str() {
                 "remote_ip" => remote = Some(if v == "flow" { FromFlow::Flow } else { FromFlow::Fixed(addr(k, v)?) }),
-                "local_ip" => {
-                    if v == "flow" {
-                        return Err("options:local_ip: 'flow' is not supported by xvs (give an address)".into());
-                    }
-                    c.local = Some(addr(k, v)?)
-                }
+                "local_ip" if v == "flow" => c.local_flow = true,
+                "local_ip" => c.local = Some(addr(k, v)?),
                 "key" => key_all = Some(key(k, v)?),
                 "in_key" => c.in_key = Some(key(k, v)?),
                 "out_key" => c.out_key = Some(key(k, v)?),
@@ -165,6 +166,9 @@ impl PortCfg {
         }
         c.remote = remote
             .ok_or_else(|| "options:remote_ip: missing (the remote endpoint's address, or 'flow')".to_string())?;
+        if c.local_flow && c.remote != FromFlow::Flow {
+            return Err("options:local_ip: 'flow' needs options:remote_ip=flow too".into());
+        }
         // `key` sets both directions unless in_key/out_key say otherwise;
         // Geneve and VXLAN always carry a VNI (0 unless configured).
         let default = if kind == Kind::Gre { None } else { Some(FromFlow::Fixed(0)) };
@@ -211,6 +215,10 @@ mod tests {
         assert_eq!(c.remote_str(), "fd31:7::2");
         let e = PortCfg::parse("vxlan", &o(&[("remote_ip", "fd31:7::2"), ("local_ip", "10.0.0.1")])).unwrap_err();
         assert!(e.starts_with("options:local_ip: not of the same address family"), "{e}");
+        let (c, _) = PortCfg::parse("geneve", &o(&[("remote_ip", "flow"), ("local_ip", "flow")])).unwrap();
+        assert!(c.local_flow && c.local.is_none());
+        let e = PortCfg::parse("geneve", &o(&[("remote_ip", "10.0.0.2"), ("local_ip", "flow")])).unwrap_err();
+        assert!(e.starts_with("options:local_ip: 'flow' needs options:remote_ip=flow"), "{e}");
     }
 
     #[test]

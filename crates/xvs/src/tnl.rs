@@ -497,6 +497,15 @@ fn flow_remote(k: &FlowKey) -> Option<u128> {
     }
 }
 
+/// The source a `local_ip=flow` port sends from: `tun_src` for an IPv4
+/// remote, `tun_ipv6_src` for an IPv6 one; `None` if the flow set none.
+fn flow_local(k: &FlowKey, v6: bool) -> Option<u128> {
+    match v6 {
+        false => Some(loc::TUN_SRC.get(k) as u32).filter(|a| *a != 0).map(mapped),
+        true => Some(loc::TUN_IPV6_SRC.get(k)).filter(|a| *a != 0),
+    }
+}
+
 /// The packet's tunnel words from received metadata; Geneve options that
 /// the bridge's TLV map binds become `tun_metadataN`.
 fn meta_to_words(m: &TunnelMeta, tlv: &[TlvMapping]) -> flow::key::TnlWords {
@@ -620,6 +629,7 @@ impl TunnelPort {
         };
         let v6 = tunnel::route::unmapped(dst).is_none();
         let hop = self.next_hop(dst)?;
+        let src = if cfg.local_flow { flow_local(&k, v6).unwrap_or(hop.src) } else { hop.src };
         let inner = pkt.data();
         // The inner IP header's TOS / traffic class and TTL / hop limit.
         let inner_ip = if inner.len() >= 34 && inner[12..14] == [8, 0] {
@@ -655,7 +665,7 @@ impl TunnelPort {
         let hash = pkt.rx_hash.unwrap_or_else(|| inner_hash(inner));
         let meta = TunnelMeta {
             tun_id,
-            src: hop.src,
+            src,
             dst: if v6 { dst } else { dst & 0xffff_ffff },
             v6,
             tos,
@@ -888,7 +898,11 @@ pub fn ports_show(env: &TnlEnv) -> String {
             p.bridge,
             c.kind.name(),
             c.remote_str(),
-            c.local.map(|l| format!(" local_ip={}", fmt_addr(l))).unwrap_or_default(),
+            match (c.local, c.local_flow) {
+                (Some(l), _) => format!(" local_ip={}", fmt_addr(l)),
+                (None, true) => " local_ip=flow".to_string(),
+                (None, false) => String::new(),
+            },
             key_str(c),
             c.dst_port,
             if c.csum { " csum" } else { "" },
@@ -958,7 +972,8 @@ pub fn trace_note(env: &TnlEnv, bridge: &str, out: &str, to_local: bool, key: &F
     let route = env.routes.read().expect("tnl routes").lookup(dst);
     let Some(route) = route else { return Some(format!("tnl_push: no route to {}", fmt_addr(dst))) };
     let hop = route.gateway.unwrap_or(dst);
-    let src = c.local.or(route.src).unwrap_or(0);
+    let from_flow = if c.local_flow { flow_local(key, tunnel::route::unmapped(dst).is_none()) } else { None };
+    let src = c.local.or(from_flow).or(route.src).unwrap_or(0);
     let mac = |m: [u8; 6]| format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
     let eth_src = env.bridges.read().expect("tnl bridges").get(&route.dev).map(|b| *b.mac.lock().expect("mac"));
     let eth_dst = env.neigh.lock().expect("neigh").lookup(hop, env.now_ms()).map(|n| n.mac);

@@ -389,6 +389,34 @@ fn v6_remote_flow(tag: &str, sw: [Switch; 2]) {
     accept(&o.hv[0], peer);
     o.assert_connected(10);
     step(tag, t0, "a wrong tun_ipv6_src stops the replies, the right one lets them through again");
+    // local_ip=flow: hvA sends from a second address of its own, which its
+    // flow puts in tun_ipv6_src; hvB lets in only that source.
+    let (a, b) = (&o.hv[0], &o.hv[1]);
+    let second = format!("fd31:{}::11", o.net);
+    a.ns.exec(&["ip", "-6", "addr", "add", &format!("{second}/64"), "dev", "br-phy", "nodad"]).expect("second address");
+    a.vsctl(&["set", "interface", "tun0", "options:local_ip=flow"]).expect("local_ip=flow");
+    a.ofctl_ok(
+        "br-int",
+        &[
+            "mod-flows",
+            &format!(
+                "in_port=vm,actions=set_field:{second}->tun_ipv6_src,set_field:{}->tun_ipv6_dst,output:tun0",
+                b.endpoint
+            ),
+        ],
+    );
+    accept(b, &second);
+    let mut replies = 0;
+    let cap = o.capture(&[], || replies = o.ping(3));
+    assert_eq!(replies, 3, "ping with local_ip=flow, tun_ipv6_src={second}");
+    let from_second = frames_between(&cap, &format!("{second}."), &format!("> {}.6081:", b.endpoint));
+    assert!(from_second > 0, "hvA's tunnel packets leave from {second}:\n{cap}");
+    step(tag, t0, "local_ip=flow: sent from the address the flow put in tun_ipv6_src");
+}
+
+/// Captured frames from `src` (address and dot) to `dst` (`> addr.port:`).
+fn frames_between(cap: &str, src: &str, dst: &str) -> usize {
+    xvs::tnlref::frames(cap).iter().filter(|l| l.contains(src) && l.contains(dst)).count()
 }
 
 #[test]
