@@ -492,6 +492,48 @@ impl Ofproto {
         Ok(n)
     }
 
+    /// The rules a `Delete` / `DeleteStrict` of `spec` would remove, as
+    /// (table, rule) pairs: the first half of [`Ofproto::flow_mod`] for a
+    /// delete, split out so that a large delete can be planned under a
+    /// read lock and staged in several short write sections
+    /// ([`Ofproto::stage_delete`], then [`Ofproto::commit_staged`]). The
+    /// plan stays valid while no other change is staged or committed.
+    pub fn plan_delete(&self, cmd: FlowModCmd, spec: &FlowSpec) -> Vec<(usize, RuleId)> {
+        let next = self.version + 1;
+        let cookie_ok = |r: &Rule| {
+            (r.cookie ^ spec.cookie) & spec.cookie_mask == 0 && Self::outputs_to(r, spec.out_port, spec.out_group)
+        };
+        let mut out = Vec::new();
+        for ti in self.tables_for(spec) {
+            let ids: Vec<RuleId> = if cmd == FlowModCmd::DeleteStrict {
+                self.tables[ti].find_exact(&spec.matched, spec.priority, next).into_iter().collect()
+            } else {
+                self.tables[ti].find_loose(&spec.matched, next)
+            };
+            out.extend(
+                ids.into_iter()
+                    .filter(|id| self.tables[ti].get(*id).is_some_and(|(_, _, r)| cookie_ok(r)))
+                    .map(|id| (ti, id)),
+            );
+        }
+        out
+    }
+
+    /// Stages the removal of planned rules at the next version: readers
+    /// keep seeing them until [`Ofproto::commit_staged`].
+    pub fn stage_delete(&mut self, rules: &[(usize, RuleId)]) {
+        let next = self.version + 1;
+        for &(ti, id) in rules {
+            self.note_removed(ti, id, 2);
+            self.tables[ti].remove(id, next);
+        }
+    }
+
+    /// Publishes what [`Ofproto::stage_delete`] staged, as one version.
+    pub fn commit_staged(&mut self) {
+        self.commit();
+    }
+
     /// Applies a batch atomically: every modification is staged at the next
     /// version; readers see none of them until all succeeded. On error
     /// nothing is changed.
@@ -691,22 +733,9 @@ impl Ofproto {
                 Ok(n)
             }
             FlowModCmd::Delete | FlowModCmd::DeleteStrict => {
-                let mut n = 0;
-                for ti in self.tables_for(spec) {
-                    let ids: Vec<RuleId> = if cmd == FlowModCmd::DeleteStrict {
-                        self.tables[ti].find_exact(&spec.matched, spec.priority, next).into_iter().collect()
-                    } else {
-                        self.tables[ti].find_loose(&spec.matched, next)
-                    };
-                    for id in ids {
-                        if self.tables[ti].get(id).is_some_and(|(_, _, r)| cookie_ok(r)) {
-                            self.note_removed(ti, id, 2);
-                            self.tables[ti].remove(id, next);
-                            n += 1;
-                        }
-                    }
-                }
-                Ok(n)
+                let doomed = self.plan_delete(cmd, spec);
+                self.stage_delete(&doomed);
+                Ok(doomed.len())
             }
         }
     }

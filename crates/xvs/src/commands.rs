@@ -246,7 +246,7 @@ fn del_flows(ctx: &Ctx, args: &[String]) -> Result<(String, Value)> {
     let (sw, args) = ctx.target(args)?;
     let s = args.first().map(String::as_str).unwrap_or("");
     let spec = ofproto::parse_flow(s, Need::NoActions).map_err(|e| anyhow!("syntax error at {e}"))?;
-    let n = sw.shared.ofproto.write().expect("ofproto lock").flow_mod(FlowModCmd::Delete, &spec)?;
+    let (n, _) = sw.shared.ofproto.delete_in_chunks(FlowModCmd::Delete, &spec, sw.shared.now_ms());
     sw.shared.ofproto.purge_in_chunks();
     Ok((format!("{n} flows deleted\n"), json!({"deleted": n})))
 }

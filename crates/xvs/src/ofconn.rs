@@ -1007,6 +1007,11 @@ impl Bridge for OfManager {
         &self,
         mods: &[(FlowModCmd, ofproto::FlowSpec)],
     ) -> (Result<(), (usize, ErrorKind)>, Vec<Removed>) {
+        if let [(cmd @ (FlowModCmd::Delete | FlowModCmd::DeleteStrict), spec)] = mods {
+            // Deletes need no validation and can be long: short sections.
+            let (_, removed) = self.sh.ofproto.delete_in_chunks(*cmd, spec, self.sh.now_ms());
+            return (Ok(()), self.removed(removed));
+        }
         let mut of = self.sh.ofproto.write().expect("ofproto lock");
         of.set_now(self.sh.now_ms());
         let res = if mods.len() == 1 {

@@ -18,7 +18,15 @@
 //!   taking the lock briefly, cannot keep a poll thread's parked packets
 //!   out forever: between two sections the parked packets get the lock.
 //!
-//! With both, a packet waits at most one write section plus one poll
+//! * A large delete is planned under the read lock and staged in chunks
+//!   of [`DELETE_CHUNK`] rules, each its own write section, then committed
+//!   in one more ([`OfprotoLock::delete_in_chunks`]). Staged changes are
+//!   invisible to readers (the classifier is versioned), so the delete
+//!   still appears at once. Writers are serialised by a mutex held for
+//!   the whole operation, so no other writer's commit can publish half of
+//!   it, and its plan stays valid between sections.
+//!
+//! With these, a packet waits at most one write section plus one poll
 //! iteration, and a 200,000-rule `add-flows` or `del-flows` loses nothing
 //! of an unrelated stream (tests/safety.rs, bench/churn.py).
 //!
@@ -30,9 +38,10 @@
 //! (left-right). Both are much larger changes than this, for the same
 //! observable result at the rates a control plane changes rules.
 
-use ofproto::Ofproto;
+use ofproto::{FlowModCmd, FlowSpec, Ofproto};
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{LockResult, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockResult};
+use std::sync::{LockResult, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockResult};
 use std::time::{Duration, Instant};
 
 /// Longest a writer defers to parked packets (a poll thread that stopped
@@ -45,15 +54,44 @@ pub const PURGE_CHUNK: usize = 2048;
 /// After freeing this many rules, the freed heap goes back to the kernel.
 pub const RELEASE_AFTER: usize = 10_000;
 
+/// Rules a large delete stages per write section.
+pub const DELETE_CHUNK: usize = 8192;
+
 pub struct OfprotoLock {
     lock: RwLock<Ofproto>,
+    /// Held by every writer for its whole change (see the module notes).
+    writer: Mutex<()>,
     /// Packets each poll thread holds parked (written by that thread).
     parked: Vec<AtomicU32>,
 }
 
+/// The write lock, with the writers' mutex held until it is released.
+pub struct OfWrite<'a> {
+    // Released before `_writer` (fields drop in order).
+    guard: RwLockWriteGuard<'a, Ofproto>,
+    _writer: MutexGuard<'a, ()>,
+}
+
+impl Deref for OfWrite<'_> {
+    type Target = Ofproto;
+    fn deref(&self) -> &Ofproto {
+        &self.guard
+    }
+}
+
+impl DerefMut for OfWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Ofproto {
+        &mut self.guard
+    }
+}
+
 impl OfprotoLock {
     pub fn new(of: Ofproto, n_pmd: usize) -> OfprotoLock {
-        OfprotoLock { lock: RwLock::new(of), parked: (0..n_pmd).map(|_| AtomicU32::new(0)).collect() }
+        OfprotoLock {
+            lock: RwLock::new(of),
+            writer: Mutex::new(()),
+            parked: (0..n_pmd).map(|_| AtomicU32::new(0)).collect(),
+        }
     }
 
     pub fn read(&self) -> LockResult<RwLockReadGuard<'_, Ofproto>> {
@@ -67,9 +105,39 @@ impl OfprotoLock {
 
     /// The write lock, taken once no poll thread has parked packets (or
     /// after [`YIELD_MAX`]).
-    pub fn write(&self) -> LockResult<RwLockWriteGuard<'_, Ofproto>> {
+    pub fn write(&self) -> LockResult<OfWrite<'_>> {
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         self.yield_to_parked();
-        self.lock.write()
+        match self.lock.write() {
+            Ok(guard) => Ok(OfWrite { guard, _writer: writer }),
+            Err(e) => Err(std::sync::PoisonError::new(OfWrite { guard: e.into_inner(), _writer: writer })),
+        }
+    }
+
+    /// A `Delete` or `DeleteStrict` flow mod done in short write sections
+    /// (see the module notes); the same outcome as
+    /// `write().flow_mod(cmd, spec)`. Returns the rules deleted and the
+    /// flow-removed records it left.
+    pub fn delete_in_chunks(
+        &self,
+        cmd: FlowModCmd,
+        spec: &FlowSpec,
+        now_ms: u64,
+    ) -> (usize, Vec<ofproto::bridge::RemovedRule>) {
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let plan = self.lock.read().unwrap_or_else(|e| e.into_inner()).plan_delete(cmd, spec);
+        for chunk in plan.chunks(DELETE_CHUNK) {
+            self.yield_to_parked();
+            let mut of = self.lock.write().unwrap_or_else(|e| e.into_inner());
+            of.set_now(now_ms);
+            of.stage_delete(chunk);
+        }
+        self.yield_to_parked();
+        let mut of = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        if !plan.is_empty() {
+            of.commit_staged();
+        }
+        (plan.len(), of.take_removed())
     }
 
     fn yield_to_parked(&self) {
