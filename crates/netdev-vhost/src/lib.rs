@@ -215,7 +215,12 @@ impl Netdev for VhostUserClientPort {
     /// Up while the guest's driver is connected, 10 Gb/s (as OVS's
     /// vhost-user ports report).
     fn own_link(&self) -> Option<netdev::Link> {
-        Some(netdev::Link { carrier: self.is_connected(), mac: netdev::synthetic_mac(&self.name), speed_mbps: 10_000 })
+        Some(netdev::Link {
+            carrier: self.is_connected(),
+            mac: netdev::synthetic_mac(&self.name),
+            speed_mbps: 10_000,
+            bfd_down: false,
+        })
     }
 
     fn info(&self) -> PortInfo {

@@ -67,7 +67,7 @@ impl Netdev for DummyPort {
     /// Up unless the test pulled the cable; 10 Gb/s, as OVS's dummy ports.
     fn own_link(&self) -> Option<crate::Link> {
         let up = !self.handle.inner.lock().unwrap().link_down;
-        Some(crate::Link { carrier: up, mac: crate::synthetic_mac(&self.name), speed_mbps: 10_000 })
+        Some(crate::Link { carrier: up, mac: crate::synthetic_mac(&self.name), speed_mbps: 10_000, bfd_down: false })
     }
     fn info(&self) -> PortInfo {
         PortInfo { kind: "dummy".into(), n_rxq: 1, ..Default::default() }

@@ -103,6 +103,10 @@ pub struct Link {
     pub mac: [u8; 6],
     /// 0 when the port has no speed to speak of.
     pub speed_mbps: u64,
+    /// The port runs BFD and its session is not up: the link is there,
+    /// but the port is not live (OpenFlow's LIVE bit, fast failover), as
+    /// in Open vSwitch.
+    pub bfd_down: bool,
 }
 
 /// A stable, locally administered MAC for a port without a device of its
@@ -167,6 +171,12 @@ pub trait Netdev: Send {
     /// Housekeeping the owner calls regularly (refill rings, reap
     /// completions, kick the kernel).
     fn poll_housekeeping(&mut self) {}
+
+    /// For a port running a BFD session: its Interface `bfd_status`
+    /// column (`state`, `forwarding`, `diagnostic`, ...).
+    fn bfd_status(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        None
+    }
 
     /// The concrete port, for callers that need a provider's own features
     /// (e.g. the AF_XDP port's kernel fast-path maps). `None` by default.

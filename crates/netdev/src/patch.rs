@@ -51,7 +51,7 @@ impl Netdev for PatchPort {
     }
     /// Always up, no speed (as OVS reports patch ports).
     fn own_link(&self) -> Option<crate::Link> {
-        Some(crate::Link { carrier: true, mac: crate::synthetic_mac(&self.name), speed_mbps: 0 })
+        Some(crate::Link { carrier: true, mac: crate::synthetic_mac(&self.name), speed_mbps: 0, bfd_down: false })
     }
     fn info(&self) -> PortInfo {
         PortInfo { kind: "patch".into(), n_rxq: 1, detail: format!("peer={}", self.peer), ..Default::default() }

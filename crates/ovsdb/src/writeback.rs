@@ -38,6 +38,8 @@ pub struct IfaceFacts {
     pub error: Option<String>,
     /// e.g. ("rx_packets", 10); written only when non-empty.
     pub statistics: Vec<(String, u64)>,
+    /// The BFD session's state (`bfd_status`); `None` clears the column.
+    pub bfd_status: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The switch's side of the write-back.
@@ -174,6 +176,8 @@ pub fn transaction(desired: &Desired, replica: &Replica, actual: &Actual) -> Vec
                     let pairs: Vec<Value> = f.statistics.iter().map(|(k, v)| json!([k, v])).collect();
                     cols.push(("statistics", json!(["map", pairs])));
                 }
+                let bfd: Vec<Value> = f.bfd_status.iter().flat_map(|m| m.iter().map(|(k, v)| json!([k, v]))).collect();
+                cols.push(("bfd_status", json!(["map", bfd])));
                 cols
             }
             (None, None) => continue,

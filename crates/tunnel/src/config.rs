@@ -49,6 +49,9 @@ pub struct PortCfg {
     pub df_default: bool,
     /// VXLAN group-based policy (`exts=gbp`).
     pub gbp: bool,
+    /// BFD on this tunnel (the Interface's `bfd` column, `enable=true`);
+    /// set by the caller, see [`crate::bfd::Config::parse`].
+    pub bfd: Option<crate::bfd::Config>,
 }
 
 impl PortCfg {
@@ -116,6 +119,7 @@ impl PortCfg {
             ttl: Inherit::Fixed(64),
             df_default: true,
             gbp: false,
+            bfd: None,
         };
         let mut remote = None;
         let mut key_all = None;

@@ -28,6 +28,7 @@
 //! keeps a snapshot per poll thread and the control plane updates it.
 #![deny(unsafe_code)]
 
+pub mod bfd;
 pub mod config;
 pub mod encap;
 pub mod neigh;

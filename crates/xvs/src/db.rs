@@ -484,8 +484,9 @@ fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
                     ];
                     // AF_XDP sockets' own counters, per queue, named as OVS names them.
                     if let Some(p) = ports.get(&n) {
-                        let qs = p.dev.lock().expect("port lock").queue_stats();
-                        f.statistics.extend(qs.iter().flat_map(|q| q.named()));
+                        let dev = p.dev.lock().expect("port lock");
+                        f.statistics.extend(dev.queue_stats().iter().flat_map(|q| q.named()));
+                        f.bfd_status = dev.bfd_status();
                     }
                 }
             }

@@ -853,7 +853,7 @@ impl OfManager {
                 let link = p.link();
                 let admin_down = self.admin_down.lock().expect("admin").contains(&p.ofport);
                 if let Some(c) = link.carrier {
-                    let up = c && link.present && !admin_down;
+                    let up = c && link.present && !admin_down && !link.bfd_down;
                     let mut of = self.sh.ofproto.write().expect("ofproto lock");
                     if of.port(p.ofport).is_some_and(|pc| pc.up != up) {
                         of.set_port_up(p.ofport, up);
@@ -991,7 +991,14 @@ impl Bridge for OfManager {
                     hw_addr: mac,
                     name: p.spec.name.clone(),
                     config,
-                    state: if up { msg::PS_LIVE } else { msg::PS_LINK_DOWN },
+                    // With BFD down the link is there but not live (OVS).
+                    state: if up {
+                        msg::PS_LIVE
+                    } else if link.bfd_down && link.present && link.carrier != Some(false) && !admin_down {
+                        0
+                    } else {
+                        msg::PS_LINK_DOWN
+                    },
                     curr,
                     advertised: 0,
                     supported: 0,

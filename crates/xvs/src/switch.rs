@@ -54,6 +54,8 @@ pub struct PortLink {
     pub carrier: Option<bool>,
     pub mac: Option<[u8; 6]>,
     pub speed_mbps: u64,
+    /// BFD says the port is not live ([`netdev::Link::bfd_down`]).
+    pub bfd_down: bool,
 }
 
 impl Port {
@@ -79,17 +81,24 @@ impl Port {
     pub fn link(&self) -> PortLink {
         let Some(ifx) = self.ifindex else {
             let l = self.dev.lock().expect("port lock").own_link().unwrap_or_default();
-            return PortLink { present: true, carrier: Some(l.carrier), mac: Some(l.mac), speed_mbps: l.speed_mbps };
+            return PortLink {
+                present: true,
+                carrier: Some(l.carrier),
+                mac: Some(l.mac),
+                speed_mbps: l.speed_mbps,
+                bfd_down: l.bfd_down,
+            };
         };
         let name = &self.spec.name;
         if crate::sysfs::read_ifindex(name) != Some(ifx) {
-            return PortLink { present: false, carrier: Some(false), mac: None, speed_mbps: 0 };
+            return PortLink { present: false, carrier: Some(false), mac: None, speed_mbps: 0, bfd_down: false };
         }
         PortLink {
             present: true,
             carrier: crate::sysfs::read_carrier(name),
             mac: crate::sysfs::read_mac(name),
             speed_mbps: crate::sysfs::read_speed(name),
+            bfd_down: false,
         }
     }
 }

@@ -88,6 +88,10 @@ pub struct TnlPortState {
     rx_packets: AtomicU64,
     /// The port's OpenFlow number (set once the bridge attached it).
     ofport: std::sync::atomic::AtomicU32,
+    /// Its BFD session (Interface `bfd:enable=true`).
+    bfd: Option<Mutex<tunnel::bfd::Session>>,
+    /// BFD control packets received (consumed before the pipeline).
+    bfd_rx: AtomicU64,
 }
 
 /// What the bridges of one process share for native tunneling.
@@ -108,6 +112,7 @@ pub struct TnlEnv {
     /// resolved next hop until then).
     generation: AtomicU64,
     route_thread: AtomicBool,
+    bfd_thread: AtomicBool,
     start: Instant,
     /// The process's bridges, for run-to-completion ([`TnlEnv::peers`]).
     switches: Mutex<Vec<Weak<crate::switch::Shared>>>,
@@ -127,6 +132,7 @@ impl Default for TnlEnv {
             over_mtu: AtomicU64::new(0),
             generation: AtomicU64::new(1),
             route_thread: AtomicBool::new(false),
+            bfd_thread: AtomicBool::new(false),
             start: Instant::now(),
             switches: Mutex::new(Vec::new()),
         }
@@ -231,7 +237,12 @@ impl TnlEnv {
     }
 
     fn register_port(self: &Arc<Self>, p: Arc<TnlPortState>) {
+        let bfd = p.bfd.is_some();
         self.ports.write().expect("tnl ports").push(p);
+        if bfd && !self.bfd_thread.swap(true, Ordering::AcqRel) {
+            let weak = Arc::downgrade(self);
+            let _ = std::thread::Builder::new().name("tnl-bfd".into()).spawn(move || bfd_thread(weak));
+        }
         self.ports_changed();
         if !self.route_thread.swap(true, Ordering::AcqRel) {
             let weak = Arc::downgrade(self);
@@ -381,6 +392,15 @@ impl TnlEnv {
             }
             return false;
         };
+        if let Some(s) = &port.bfd {
+            let inner = &frame[d.inner..d.end];
+            let mut s = s.lock().expect("bfd session");
+            if s.is_bfd(inner, d.meta.tun_id) {
+                s.receive(inner, self.now_ms());
+                port.bfd_rx.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+        }
         let mut pkt = Packet::from_slice(&frame[d.inner..d.end]);
         let tlv = self.tlv.read().expect("tnl tlv").get(&port.bridge).cloned().unwrap_or_default();
         pkt.tnl = Some(Box::new(meta_to_words(&d.meta, &tlv)));
@@ -587,6 +607,7 @@ pub struct TunnelPort {
 
 impl TunnelPort {
     pub fn new(name: &str, bridge: &str, cfg: PortCfg, env: &Arc<TnlEnv>) -> TunnelPort {
+        let cfg_bfd = cfg.bfd.clone();
         let state = Arc::new(TnlPortState {
             name: name.to_string(),
             bridge: bridge.to_string(),
@@ -596,6 +617,8 @@ impl TunnelPort {
             tx_packets: AtomicU64::new(0),
             rx_packets: AtomicU64::new(0),
             ofport: std::sync::atomic::AtomicU32::new(0),
+            bfd: cfg_bfd.map(|c| Mutex::new(tunnel::bfd::Session::new(c, discriminator(name), env.now_ms()))),
+            bfd_rx: AtomicU64::new(0),
         });
         env.register_port(Arc::clone(&state));
         TunnelPort { env: Arc::clone(env), state, stats: PortStats::default(), ip_id: 0, cache: None, buf: Vec::new() }
@@ -627,70 +650,88 @@ impl TunnelPort {
             FromFlow::Fixed(r) => r,
             FromFlow::Flow => flow_remote(&k).ok_or("tnl_no_remote")?,
         };
-        let v6 = tunnel::route::unmapped(dst).is_none();
         let hop = self.next_hop(dst)?;
-        let src = if cfg.local_flow { flow_local(&k, v6).unwrap_or(hop.src) } else { hop.src };
-        let inner = pkt.data();
-        // The inner IP header's TOS / traffic class and TTL / hop limit.
-        let inner_ip = if inner.len() >= 34 && inner[12..14] == [8, 0] {
-            Some((inner[15], inner[22]))
-        } else if inner.len() >= 54 && inner[12..14] == [0x86, 0xdd] {
-            Some(((u16::from_be_bytes([inner[14], inner[15]]) >> 4) as u8, inner[21]))
-        } else {
-            None
-        };
-        let tos = match cfg.tos {
-            Inherit::Fixed(t) => t,
-            Inherit::Inherit => inner_ip.map_or(0, |(t, _)| t),
-        };
-        let ttl = match cfg.ttl {
-            Inherit::Fixed(t) => t,
-            Inherit::Inherit => inner_ip.map_or(64, |(_, t)| t),
-        };
-        let (tun_id, keyed) = match cfg.out_key {
-            Some(FromFlow::Fixed(n)) => (n, true),
-            Some(FromFlow::Flow) => (loc::TUN_ID.get(&k) as u64, true),
-            None => (0, false),
-        };
-        let mut fl = 0;
-        if cfg.df_default {
-            fl |= flags::DF;
-        }
-        if cfg.csum {
-            fl |= flags::CSUM;
-        }
-        if keyed {
-            fl |= flags::KEY;
-        }
-        let hash = pkt.rx_hash.unwrap_or_else(|| inner_hash(inner));
-        let meta = TunnelMeta {
-            tun_id,
-            src,
-            dst: if v6 { dst } else { dst & 0xffff_ffff },
-            v6,
-            tos,
-            ttl,
-            flags: fl,
-            tp_src: encap::udp_src_port(hash),
-            tp_dst: cfg.dst_port,
-            gbp_id: if cfg.gbp { loc::TUN_GBP_ID.get(&k) as u16 } else { 0 },
-            gbp_flags: if cfg.gbp { loc::TUN_GBP_FLAGS.get(&k) as u8 } else { 0 },
-            geneve_opts: if cfg.kind == Kind::Geneve { words_to_options(&k, tlv) } else { Vec::new() },
-        };
-        let spec = EncapSpec {
-            kind: cfg.kind,
-            eth_src: hop.eth_src,
-            eth_dst: hop.eth_dst,
-            dst_port: cfg.dst_port,
-            csum: cfg.csum,
-        };
-        if encap::overhead(&spec, &meta) - 14 + inner.len() > hop.bridge.mtu.load(Ordering::Relaxed) as usize {
-            self.env.over_mtu.fetch_add(1, Ordering::Relaxed);
-        }
+        let hash = pkt.rx_hash.unwrap_or_else(|| inner_hash(pkt.data()));
         self.ip_id = self.ip_id.wrapping_add(1);
-        encap::push(&spec, &meta, inner, self.ip_id, &mut self.buf);
-        Ok((Packet::from_slice(&self.buf), hop.bridge))
+        let frame = build_frame(&self.env, &cfg, &hop, dst, &k, pkt.data(), hash, self.ip_id, tlv, &mut self.buf);
+        Ok((frame, hop.bridge))
     }
+}
+
+/// Encapsulates `inner` for port configuration `cfg` towards `dst` via
+/// `hop`, with the tunnel fields of `k`; `hash` picks the UDP source port.
+#[allow(clippy::too_many_arguments)] // reason: one packet's encapsulation context
+fn build_frame(
+    env: &TnlEnv,
+    cfg: &PortCfg,
+    hop: &NextHop,
+    dst: u128,
+    k: &FlowKey,
+    inner: &[u8],
+    hash: u32,
+    ip_id: u16,
+    tlv: &[TlvMapping],
+    buf: &mut Vec<u8>,
+) -> Packet {
+    let v6 = tunnel::route::unmapped(dst).is_none();
+    let src = if cfg.local_flow { flow_local(k, v6).unwrap_or(hop.src) } else { hop.src };
+    // The inner IP header's TOS / traffic class and TTL / hop limit.
+    let inner_ip = if inner.len() >= 34 && inner[12..14] == [8, 0] {
+        Some((inner[15], inner[22]))
+    } else if inner.len() >= 54 && inner[12..14] == [0x86, 0xdd] {
+        Some(((u16::from_be_bytes([inner[14], inner[15]]) >> 4) as u8, inner[21]))
+    } else {
+        None
+    };
+    let tos = match cfg.tos {
+        Inherit::Fixed(t) => t,
+        Inherit::Inherit => inner_ip.map_or(0, |(t, _)| t),
+    };
+    let ttl = match cfg.ttl {
+        Inherit::Fixed(t) => t,
+        Inherit::Inherit => inner_ip.map_or(64, |(_, t)| t),
+    };
+    let (tun_id, keyed) = match cfg.out_key {
+        Some(FromFlow::Fixed(n)) => (n, true),
+        Some(FromFlow::Flow) => (loc::TUN_ID.get(k) as u64, true),
+        None => (0, false),
+    };
+    let mut fl = 0;
+    if cfg.df_default {
+        fl |= flags::DF;
+    }
+    if cfg.csum {
+        fl |= flags::CSUM;
+    }
+    if keyed {
+        fl |= flags::KEY;
+    }
+    let meta = TunnelMeta {
+        tun_id,
+        src,
+        dst: if v6 { dst } else { dst & 0xffff_ffff },
+        v6,
+        tos,
+        ttl,
+        flags: fl,
+        tp_src: encap::udp_src_port(hash),
+        tp_dst: cfg.dst_port,
+        gbp_id: if cfg.gbp { loc::TUN_GBP_ID.get(k) as u16 } else { 0 },
+        gbp_flags: if cfg.gbp { loc::TUN_GBP_FLAGS.get(k) as u8 } else { 0 },
+        geneve_opts: if cfg.kind == Kind::Geneve { words_to_options(k, tlv) } else { Vec::new() },
+    };
+    let spec = EncapSpec {
+        kind: cfg.kind,
+        eth_src: hop.eth_src,
+        eth_dst: hop.eth_dst,
+        dst_port: cfg.dst_port,
+        csum: cfg.csum,
+    };
+    if encap::overhead(&spec, &meta) - 14 + inner.len() > hop.bridge.mtu.load(Ordering::Relaxed) as usize {
+        env.over_mtu.fetch_add(1, Ordering::Relaxed);
+    }
+    encap::push(&spec, &meta, inner, ip_id, buf);
+    Packet::from_slice(buf)
 }
 
 /// A hash of the inner flow (addresses, protocol, ports) for the outer UDP
@@ -715,9 +756,16 @@ impl Netdev for TunnelPort {
         &self.state.name
     }
 
-    /// A virtual port: always up, no speed (as OVS reports vports).
+    /// A virtual port: up, no speed (as OVS reports vports); with BFD, live
+    /// only while the session is up (so fast-failover groups and the
+    /// OpenFlow LIVE bit follow it, as in OVS).
     fn own_link(&self) -> Option<netdev::Link> {
-        Some(netdev::Link { carrier: true, mac: netdev::synthetic_mac(&self.state.name), speed_mbps: 0 })
+        let bfd_down = self.state.bfd.as_ref().is_some_and(|s| !s.lock().expect("bfd session").forwarding());
+        Some(netdev::Link { carrier: true, mac: netdev::synthetic_mac(&self.state.name), speed_mbps: 0, bfd_down })
+    }
+
+    fn bfd_status(&self) -> Option<BTreeMap<String, String>> {
+        self.state.bfd.as_ref().map(|s| s.lock().expect("bfd session").status())
     }
 
     fn info(&self) -> PortInfo {
@@ -885,6 +933,44 @@ fn route_thread(env: Weak<TnlEnv>) {
     }
 }
 
+/// A BFD session's local discriminator: from the port's name and the
+/// time, so that a restarted session gets a new one.
+fn discriminator(name: &str) -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ t;
+    for b in name.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    ((h >> 32) as u32 ^ h as u32).max(1)
+}
+
+/// Runs the BFD sessions of the process's tunnel ports: every 10 ms, times
+/// them out and sends what is due through their tunnels.
+fn bfd_thread(env: Weak<TnlEnv>) {
+    let mut buf = Vec::new();
+    let mut ip_id = 0u16;
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let Some(e) = env.upgrade() else { return };
+        let ports: Vec<Arc<TnlPortState>> =
+            e.ports.read().expect("tnl ports").iter().filter(|p| p.bfd.is_some()).cloned().collect();
+        let now = e.now_ms();
+        for p in ports {
+            let Some(s) = &p.bfd else { continue };
+            let frame = s.lock().expect("bfd session").poll_tx(now, netdev::synthetic_mac(&p.name));
+            let (Some(inner), FromFlow::Fixed(dst)) = (frame, p.cfg.remote) else { continue };
+            match e.resolve(dst, p.cfg.local) {
+                Ok(hop) => {
+                    ip_id = ip_id.wrapping_add(1);
+                    let out = build_frame(&e, &p.cfg, &hop, dst, &FlowKey::ZERO, &inner, 0, ip_id, &[], &mut buf);
+                    hop.bridge.push(out, &e);
+                }
+                Err(why) => e.count_drop(why, 1),
+            }
+        }
+    }
+}
+
 /// `tnl/ports/show`: the tunnel ports, the bridges they send through, and
 /// the drop counters.
 pub fn ports_show(env: &TnlEnv) -> String {
@@ -911,6 +997,18 @@ pub fn ports_show(env: &TnlEnv) -> String {
             p.tx_packets.load(Ordering::Relaxed),
             p.rx_dropped.load(Ordering::Relaxed),
         ));
+        if let Some(b) = &p.bfd {
+            let st = b.lock().expect("bfd session").status();
+            s.push_str(&format!(
+                "    bfd: state={} forwarding={} remote_state={} diagnostic=\"{}\" flap_count={} control_rx={}\n",
+                st["state"],
+                st["forwarding"],
+                st["remote_state"],
+                st["diagnostic"],
+                st["flap_count"],
+                p.bfd_rx.load(Ordering::Relaxed)
+            ));
+        }
         if let Some(maps) = tlv.get(&p.bridge).filter(|m| !m.is_empty() && c.kind == Kind::Geneve) {
             for m in maps {
                 s.push_str(&format!(
@@ -1101,6 +1199,8 @@ mod tests {
                 tx_packets: AtomicU64::new(0),
                 rx_packets: AtomicU64::new(0),
                 ofport: std::sync::atomic::AtomicU32::new(0),
+                bfd: None,
+                bfd_rx: AtomicU64::new(0),
             })
         };
         let flowport = mk(FromFlow::Flow, Some(FromFlow::Flow));

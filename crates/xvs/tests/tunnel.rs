@@ -432,6 +432,82 @@ fn v6_remote_flow_ovs_ovs() {
     v6_remote_flow("foo", [Ovs, Ovs]);
 }
 
+/// BFD on the tunnel (`bfd:enable=true`, 300 ms receive, 100 ms transmit):
+/// both sides report `bfd_status` state up and forwarding, traffic still
+/// flows; when hvB stops BFD, hvA's session times out (Control Detection
+/// Time Expired) and stops forwarding; back on, both come up again.
+fn bfd(tag: &str, sw: [Switch; 2]) {
+    let t0 = Instant::now();
+    let Some(o) = setup(tag, Kind::Geneve, sw, Key::Fixed(VNI)) else { return };
+    o.assert_connected(10);
+    let on = ["bfd:enable=true", "bfd:min_rx=300", "bfd:min_tx=100"];
+    for hv in &o.hv {
+        let mut a = vec!["set", "interface", "tun0"];
+        a.extend_from_slice(&on);
+        hv.vsctl(&a).expect("bfd on");
+    }
+    let status = |hv: &xvs::tnlref::Hv, k: &str| {
+        hv.vsctl(&["get", "interface", "tun0", &format!("bfd_status:{k}")])
+            .map(|s| s.trim().trim_matches('"').to_string())
+            .unwrap_or_default()
+    };
+    let up = |hv: &xvs::tnlref::Hv| status(hv, "state") == "up" && status(hv, "forwarding") == "true";
+    assert!(
+        xvs::ovnref::eventually(15, || o.hv.iter().all(up)),
+        "BFD up on both sides: hvA {:?}, hvB {:?}",
+        o.hv[0].vsctl(&["get", "interface", "tun0", "bfd_status"]),
+        o.hv[1].vsctl(&["get", "interface", "tun0", "bfd_status"])
+    );
+    assert_eq!(status(&o.hv[0], "remote_state"), "up");
+    // The port's OpenFlow state: LIVE while BFD is up.
+    let tun_state = |hv: &xvs::tnlref::Hv| {
+        let d = hv.ofctl_ok("br-int", &["-OOpenFlow13", "dump-ports-desc"]);
+        let at = d.find("(tun0)").map(|i| &d[i..]).unwrap_or("");
+        at.lines().find(|l| l.trim_start().starts_with("state:")).unwrap_or("").trim().to_string()
+    };
+    assert!(xvs::ovnref::eventually(3, || tun_state(&o.hv[0]).contains("LIVE")), "tun0 LIVE: {}", tun_state(&o.hv[0]));
+    step(tag, t0, "BFD up on both sides");
+    assert_eq!(o.ping(3), 3, "traffic flows beside BFD");
+    o.hv[1].vsctl(&["set", "interface", "tun0", "bfd:enable=false"]).expect("bfd off on hvB");
+    assert!(
+        xvs::ovnref::eventually(10, || status(&o.hv[0], "state") == "down"),
+        "hvA's session goes down when hvB falls silent: {:?}",
+        o.hv[0].vsctl(&["get", "interface", "tun0", "bfd_status"])
+    );
+    assert_eq!(status(&o.hv[0], "forwarding"), "false");
+    assert_eq!(status(&o.hv[0], "diagnostic"), "Control Detection Time Expired");
+    // Not live, but its link is not down either (as OVS reports it).
+    assert!(
+        xvs::ovnref::eventually(3, || !tun_state(&o.hv[0]).contains("LIVE")),
+        "tun0 not LIVE: {}",
+        tun_state(&o.hv[0])
+    );
+    assert!(!tun_state(&o.hv[0]).contains("LINK_DOWN"), "tun0: {}", tun_state(&o.hv[0]));
+    step(tag, t0, "hvB silent: hvA down, Control Detection Time Expired");
+    let mut a = vec!["set", "interface", "tun0"];
+    a.extend_from_slice(&on);
+    o.hv[1].vsctl(&a).expect("bfd on again");
+    assert!(xvs::ovnref::eventually(15, || o.hv.iter().all(up)), "BFD up again on both sides");
+    step(tag, t0, "back up on both sides");
+}
+
+#[test]
+fn bfd_xvs_xvs() {
+    bfd("bxx", [Xvs, Xvs]);
+}
+#[test]
+fn bfd_xvs_ovs() {
+    bfd("bxo", [Xvs, Ovs]);
+}
+#[test]
+fn bfd_ovs_xvs() {
+    bfd("box", [Ovs, Xvs]);
+}
+#[test]
+fn bfd_ovs_ovs() {
+    bfd("boo", [Ovs, Ovs]);
+}
+
 #[test]
 fn tlv_xvs_xvs() {
     tlv("txx", [Xvs, Xvs]);
