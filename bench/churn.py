@@ -48,19 +48,25 @@ def run(topo, sw, target, env, sh, ns, n_rules=N_RULES, pps=PPS, log=print):
     rss0 = rss_mb(sw.pid)
     # Into a file, not a pipe: a pipe nobody drains would stall ping.
     log = tempfile.TemporaryFile(mode="w+")
-    ping = subprocess.Popen(["ip", "netns", "exec", G, "ping", "-n", "-i", f"{1 / pps:.4f}", "-W", "2",
+    # -D: each reply carries its arrival time, so the worst RTT can be
+    # told apart for the add and the delete.
+    ping = subprocess.Popen(["ip", "netns", "exec", G, "ping", "-D", "-n", "-i", f"{1 / pps:.4f}", "-W", "2",
                              "10.99.0.2"], stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(1)
         t = time.time()
         sh("ovs-ofctl", "add-flows", target, path, env=env)
         add_s = time.time() - t
+        add_win = (t, t + add_s)
         rss_add = rss_mb(sw.pid)
         n_dump = sh("ovs-ofctl", "dump-aggregate", target, "cookie=0x77/-1", env=env)
         time.sleep(1)
         t = time.time()
         sh("ovs-ofctl", "del-flows", target, "cookie=0x77/-1", env=env)
         del_s = time.time() - t
+        # Replies up to half a second after del-flows returns still count
+        # for it (the switch may finish behind the reply to ovs-ofctl).
+        del_win = (t, t + del_s + 0.5)
         time.sleep(1)
         rss_del = rss_mb(sw.pid)
     finally:
@@ -77,9 +83,15 @@ def run(topo, sw, target, env, sh, ns, n_rules=N_RULES, pps=PPS, log=print):
     judged = max(0, sent - (pps // 10 + 1))
     lost = sum(1 for q in range(1, judged + 1) if q not in got)
     rtt = re.search(r"= [\d.]+/[\d.]+/([\d.]+)/", out)
+    replies = [(float(a), float(b)) for a, b in re.findall(r"\[(\d+\.\d+)\].*?time=([\d.]+) ms", out)]
+
+    def worst(win):
+        v = [r for at, r in replies if win[0] <= at <= win[1] + 2.0 and at - r / 1000 <= win[1]]
+        return max(v) if v else None
     flows = re.search(r"flow_count=(\d+)", n_dump)
     return {"rules": n_rules, "pps": pps, "sent": sent, "lost": lost,
             "rtt_max_ms": float(rtt.group(1)) if rtt else None,
+            "rtt_max_add_ms": worst(add_win), "rtt_max_del_ms": worst(del_win),
             "rules_seen": int(flows.group(1)) if flows else None,
             "add_flows_s": round(add_s, 2), "del_flows_s": round(del_s, 2),
             "rss_mb_before": round(rss0, 1), "rss_mb_after_add": round(rss_add, 1),

@@ -55,7 +55,7 @@ pub const PURGE_CHUNK: usize = 2048;
 pub const RELEASE_AFTER: usize = 10_000;
 
 /// Rules a large delete stages per write section.
-pub const DELETE_CHUNK: usize = 8192;
+pub const DELETE_CHUNK: usize = 2048;
 
 pub struct OfprotoLock {
     lock: RwLock<Ofproto>,
