@@ -112,6 +112,107 @@ impl ControllerSpec {
     }
 }
 
+/// `bundle(FIELDS,BASIS,ALGORITHM,ofport,members:P,...)` and
+/// `bundle_load(FIELDS,BASIS,ALGORITHM,ofport,DST,members:P,...)`, as
+/// `ovs-actions(7)` defines them. OVN sends traffic for a gateway port to
+/// the first live tunnel of its HA chassis this way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleSpec {
+    /// One of [`HASH_FIELDS`] (what `hrw` hashes).
+    pub fields: u16,
+    pub basis: u16,
+    /// [`BUNDLE_ACTIVE_BACKUP`] or [`BUNDLE_HRW`].
+    pub algorithm: u16,
+    /// Member OpenFlow port numbers, in order.
+    pub members: Vec<u16>,
+    /// `bundle_load`: where the chosen port number goes (0xffff if none).
+    pub dst: Option<SubField>,
+}
+
+/// Chooses the first live member.
+pub const BUNDLE_ACTIVE_BACKUP: u16 = 0;
+/// Highest random weight over the live members.
+pub const BUNDLE_HRW: u16 = 1;
+
+/// Nicira hash field sets (`enum nx_hash_fields`), as they are spelt.
+pub const HASH_FIELDS: [(u16, &str); 7] = [
+    (0, "eth_src"),
+    (1, "symmetric_l4"),
+    (2, "symmetric_l3l4"),
+    (3, "symmetric_l3l4+udp"),
+    (4, "nw_src"),
+    (5, "nw_dst"),
+    (6, "symmetric_l3"),
+];
+
+impl BundleSpec {
+    fn parse(tok: &str, load: bool, arg: &str) -> Result<BundleSpec, ParseError> {
+        let parts: Vec<&str> = arg.split(',').map(str::trim).collect();
+        let fixed = if load { 5 } else { 4 };
+        let usage = || {
+            perr(
+                tok,
+                if load {
+                    "bundle_load needs FIELDS,BASIS,ALGORITHM,ofport,DST,members:PORT[,PORT...]"
+                } else {
+                    "bundle needs FIELDS,BASIS,ALGORITHM,ofport,members:PORT[,PORT...]"
+                },
+            )
+        };
+        if parts.len() <= fixed {
+            return Err(usage());
+        }
+        let fields = HASH_FIELDS
+            .iter()
+            .find(|(_, n)| *n == parts[0])
+            .map(|(v, _)| *v)
+            .ok_or_else(|| perr(tok, format!("bundle: unknown fields '{}'", parts[0])))?;
+        let basis = parse_int(parts[1])
+            .filter(|&b| b <= u16::MAX as u128)
+            .ok_or_else(|| perr(tok, format!("bundle: bad basis '{}'", parts[1])))? as u16;
+        let algorithm = match parts[2] {
+            "active_backup" => BUNDLE_ACTIVE_BACKUP,
+            "hrw" => BUNDLE_HRW,
+            a => return Err(perr(tok, format!("bundle: unknown algorithm '{a}' (active_backup, hrw)"))),
+        };
+        if parts[3] != "ofport" {
+            return Err(perr(tok, format!("bundle: unknown member type '{}' (ofport)", parts[3])));
+        }
+        let dst = if load {
+            let d = SubField::parse(parts[4], false)?;
+            if !writable(d.field) || d.n_bits < 16 {
+                return Err(perr(tok, format!("bundle_load: {} cannot hold a port number", parts[4])));
+            }
+            Some(d)
+        } else {
+            None
+        };
+        let first =
+            parts[fixed].strip_prefix("members:").or_else(|| parts[fixed].strip_prefix("slaves:")).ok_or_else(usage)?;
+        let mut members = Vec::new();
+        for p in std::iter::once(first).chain(parts[fixed + 1..].iter().copied()) {
+            let n = parse_int(p)
+                .filter(|&n| n >= 1 && n < 0xff00)
+                .ok_or_else(|| perr(tok, format!("bundle: bad member port '{p}'")))?;
+            members.push(n as u16);
+        }
+        Ok(BundleSpec { fields, basis, algorithm, members, dst })
+    }
+}
+
+impl fmt::Display for BundleSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fields = HASH_FIELDS.iter().find(|(v, _)| *v == self.fields).map_or("eth_src", |(_, n)| n);
+        let alg = if self.algorithm == BUNDLE_HRW { "hrw" } else { "active_backup" };
+        match &self.dst {
+            Some(d) => write!(f, "bundle_load({fields},{},{alg},ofport,{d},members:", self.basis)?,
+            None => write!(f, "bundle({fields},{},{alg},ofport,members:", self.basis)?,
+        }
+        let m: Vec<String> = self.members.iter().map(|p| p.to_string()).collect();
+        write!(f, "{})", m.join(","))
+    }
+}
+
 const REASONS: [&str; 6] = ["no_match", "action", "invalid_ttl", "action_set", "group", "packet_out"];
 
 /// An OpenFlow action (what goes inside apply/write actions).
@@ -192,6 +293,9 @@ pub enum Action {
         src: SubField,
         max_len: u16,
     },
+    /// `bundle(...)` / `bundle_load(...)` (NXAST_BUNDLE, NXAST_BUNDLE_LOAD):
+    /// one live member port, output to or loaded into a sub-field.
+    Bundle(Box<BundleSpec>),
     /// `push:SRC[a..b]` (NXAST_STACK_PUSH): pushes the sub-field's value
     /// on the translation's stack.
     StackPush(SubField),
@@ -382,6 +486,9 @@ pub fn parse_action(tok: &str) -> Result<Action, ParseError> {
         "learn" => Action::Learn(Box::new(crate::learn::parse(tok, arg.unwrap_or(""))?)),
         "ct_clear" if arg.is_none() => Action::CtClear,
         "push" => Action::StackPush(SubField::parse(need("a sub-field")?, false)?),
+        "bundle" | "bundle_load" => {
+            Action::Bundle(Box::new(BundleSpec::parse(tok, lname == "bundle_load", need("its arguments")?)?))
+        }
         "pop" => {
             let dst = SubField::parse(need("a sub-field")?, false)?;
             if !writable(dst.field) {
@@ -685,6 +792,7 @@ impl fmt::Display for Action {
             Action::Move { src, dst } => write!(f, "move:{src}->{dst}"),
             Action::OutputReg { src, .. } => write!(f, "output:{src}"),
             Action::StackPush(sf) => write!(f, "push:{sf}"),
+            Action::Bundle(b) => write!(f, "{b}"),
             Action::StackPop(sf) => write!(f, "pop:{sf}"),
             Action::Clone(acts) => write!(f, "clone({})", join(acts)),
         }

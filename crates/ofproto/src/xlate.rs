@@ -841,6 +841,22 @@ impl Ctx<'_> {
                 let Some(v) = self.read_subfield(src) else { return };
                 self.set_field(dst.field, v << dst.ofs, dst.mask());
             }
+            Action::Bundle(b) => {
+                let live = |p: &u16| self.of.ports.get(&(*p as u32)).is_some_and(|c| c.up);
+                let chosen = if b.algorithm == crate::actions::BUNDLE_ACTIVE_BACKUP {
+                    b.members.iter().copied().find(live)
+                } else {
+                    let alive: Vec<u16> = b.members.iter().copied().filter(live).collect();
+                    let h = self.nx_hash(b.fields, b.basis);
+                    let weight = |p: &u16| (h ^ *p as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31);
+                    alive.into_iter().max_by_key(weight)
+                };
+                match (&b.dst, chosen) {
+                    (Some(d), p) => self.set_field(d.field, (p.unwrap_or(0xffff) as u128) << d.ofs, d.mask()),
+                    (None, Some(p)) => self.do_action(&Action::Output(OfPort::Port(p as u32))),
+                    (None, None) => self.say(|| "  bundle: no live member, dropped".to_string()),
+                }
+            }
             Action::OutputReg { src, .. } => {
                 let Some(p) = self.read_subfield(src) else { return };
                 let p = p as u32;
@@ -1082,6 +1098,45 @@ impl Ctx<'_> {
         }
         self.consult(&m);
         h ^ (h >> 31)
+    }
+
+    /// The hash of a Nicira field set (`enum nx_hash_fields`) with `basis`,
+    /// for `bundle`'s `hrw`: source MAC; source or destination IP address;
+    /// the symmetric sets hash as select groups do. The fields it reads
+    /// become exact in the megaflow.
+    fn nx_hash(&mut self, fields: u16, basis: u16) -> u64 {
+        let k = self.key;
+        let mut m = FlowKey::ZERO;
+        let v = match fields {
+            0 => {
+                m.set_dl_src(u64::MAX >> 16);
+                k.dl_src()
+            }
+            4 | 5 if k.is_ipv6() => {
+                m.set_dl_type(0xffff);
+                let a = if fields == 4 {
+                    m.set_ipv6_src(u128::MAX);
+                    k.ipv6_src()
+                } else {
+                    m.set_ipv6_dst(u128::MAX);
+                    k.ipv6_dst()
+                };
+                (a ^ (a >> 64)) as u64
+            }
+            4 | 5 => {
+                m.set_dl_type(0xffff);
+                if fields == 4 {
+                    m.set_nw_src(u32::MAX);
+                    k.nw_src() as u64
+                } else {
+                    m.set_nw_dst(u32::MAX);
+                    k.nw_dst() as u64
+                }
+            }
+            _ => self.select_hash(),
+        };
+        self.consult(&m);
+        (v ^ (basis as u64) << 48).wrapping_mul(0xc2b2_ae3d_27d4_eb4f).rotate_left(27)
     }
 
     /// Executes group `id`.

@@ -8,7 +8,7 @@
 //! writes; meters drop over-rate packets in the datapath; deleting a group
 //! or meter deletes its rules; references to missing ones are refused.
 
-use dpif::{DpAction, Pmd, PmdConfig};
+use dpif::{DpAction, Pmd, PmdConfig, Upcall};
 use flow::key::{ethertype, ipproto, FlowKey};
 use ofproto::group::{parse_group, parse_meter, ModCmd};
 use ofproto::{parse_flow, FlowModCmd, FlowModError, Need, Ofproto, PortConfig};
@@ -229,4 +229,62 @@ fn mirrors_copy_selected_traffic() {
     // Selecting by output port: a copy after the pipeline.
     of.set_mirrors(vec![ofproto::Mirror { name: "m".into(), select_all: false, src: vec![], dst: vec![2], output: 4 }]);
     assert_eq!(outputs(&of.translate_key(&k, 0).actions), vec![2, 4]);
+}
+
+/// `bundle` (NXAST_BUNDLE), as OVN uses it for HA gateways: active_backup
+/// sends to the first live member and follows liveness through the
+/// datapath cache; hrw keeps a flow on one live member and spreads flows
+/// over them; `bundle_load` writes the choice (0xffff when none is live).
+#[test]
+fn bundle_picks_a_live_member_and_follows_liveness() {
+    let mut of = bridge();
+    add(&mut of, "in_port=1,actions=bundle(eth_src,0,active_backup,ofport,members:2,3)").unwrap();
+    let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: 1, ..PmdConfig::default() });
+    let k = udp(1);
+    pmd.set_generation(of.generation());
+    assert_eq!(outputs(&pmd.actions_for_key(&k, &of, 0)), vec![2], "the first member");
+    assert_eq!(outputs(&pmd.actions_for_key(&k, &of, 1)), vec![2], "cached");
+    of.set_port_up(2, false);
+    pmd.set_generation(of.generation());
+    assert_eq!(outputs(&pmd.actions_for_key(&k, &of, 2)), vec![3], "the backup, cached megaflow revalidated");
+    of.set_port_up(3, false);
+    pmd.set_generation(of.generation());
+    assert!(outputs(&pmd.actions_for_key(&k, &of, 3)).is_empty(), "no live member: drop");
+    of.set_port_up(2, true);
+    of.set_port_up(3, true);
+
+    // hrw over source ports: stable per flow, spread over the members.
+    let mut of = bridge();
+    add(&mut of, "in_port=1,actions=bundle(symmetric_l4,5,hrw,ofport,members:2,3,4)").unwrap();
+    let pick = |of: &Ofproto, i: u32| outputs(&of.translate(&udp(i)).actions);
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..60 {
+        let p = pick(&of, i);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p, pick(&of, i), "one flow, one member");
+        seen.insert(p[0]);
+    }
+    assert_eq!(seen.len(), 3, "60 flows spread over all three members: {seen:?}");
+    let before: Vec<Vec<u32>> = (0..60).map(|i| pick(&of, i)).collect();
+    of.set_port_up(3, false);
+    for (i, b) in before.iter().enumerate() {
+        let now = pick(&of, i as u32);
+        assert_ne!(now, vec![3], "a dead member is never chosen");
+        if b != &vec![3] {
+            assert_eq!(&now, b, "flows on live members stay where they were");
+        }
+    }
+
+    // bundle_load: the chosen port in reg0, then output from it.
+    let mut of = bridge();
+    add(
+        &mut of,
+        "in_port=1,actions=bundle_load(eth_src,0,active_backup,ofport,NXM_NX_REG0[],members:4,2),output:NXM_NX_REG0[]",
+    )
+    .unwrap();
+    assert_eq!(outputs(&of.translate(&udp(1)).actions), vec![4]);
+    of.set_port_up(4, false);
+    assert_eq!(outputs(&of.translate(&udp(1)).actions), vec![2]);
+    of.set_port_up(2, false);
+    assert!(outputs(&of.translate(&udp(1)).actions).is_empty(), "0xffff: no output");
 }

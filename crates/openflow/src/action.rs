@@ -139,6 +139,42 @@ mod nxast {
     pub const DEC_MPLS_TTL: u16 = 26;
     pub const SET_MPLS_LABEL: u16 = 30;
     pub const SET_MPLS_TC: u16 = 31;
+    pub const BUNDLE: u16 = 12;
+    pub const BUNDLE_LOAD: u16 = 13;
+}
+
+/// NXM_OF_IN_PORT's header: the only member type `bundle` takes.
+const NXM_OF_IN_PORT: u32 = 0x0000_0002;
+
+/// NXAST_BUNDLE / NXAST_BUNDLE_LOAD after the subtype: algorithm, fields,
+/// basis, member type, member count, destination (ofs_nbits, header),
+/// four zero bytes, then the members (16 bits each), padded to 8.
+fn decode_bundle(sub: u16, rd: &mut Rd) -> Result<Action, ErrorKind> {
+    let (algorithm, fields, basis) = (rd.u16()?, rd.u16()?, rd.u16()?);
+    let (member_type, n) = (rd.u32()?, rd.u16()? as usize);
+    let (ofs_nbits, dst) = (rd.u16()?, rd.u32()?);
+    let zero = rd.u32()?;
+    let known_fields = ofp_types::actions::HASH_FIELDS.iter().any(|(v, _)| *v == fields);
+    if !known_fields || n > 128 || algorithm > 1 || member_type != NXM_OF_IN_PORT || zero != 0 {
+        return Err(ErrorKind::BadArgument);
+    }
+    if rd.len() < n * 2 {
+        return Err(ErrorKind::BadLen);
+    }
+    let members = (0..n).map(|_| rd.u16()).collect::<Result<Vec<u16>, _>>()?;
+    let dst = if sub == nxast::BUNDLE_LOAD {
+        let sf = subfield(dst, (ofs_nbits >> 6) as u32, (ofs_nbits & 0x3f) as u32 + 1)?;
+        if !ofp_types::actions::writable(sf.field) || sf.n_bits < 16 {
+            return Err(ErrorKind::BadArgument);
+        }
+        Some(sf)
+    } else {
+        if ofs_nbits != 0 || dst != 0 {
+            return Err(ErrorKind::BadArgument);
+        }
+        None
+    };
+    Ok(Action::Bundle(Box::new(ofp_types::actions::BundleSpec { fields, basis, algorithm, members, dst })))
 }
 
 /// A push_mpls Ethertype must be MPLS's (unicast or multicast).
@@ -264,6 +300,7 @@ fn decode_nx(
             }
             acts.push(Action::SetField { field: field("mpls_tc"), value: tc, mask: 7 });
         }
+        nxast::BUNDLE | nxast::BUNDLE_LOAD => acts.push(decode_bundle(sub, rd)?),
         nxast::DEC_TTL_CNT_IDS => {
             let n = rd.u16()? as usize;
             rd.skip(4)?;
@@ -764,6 +801,29 @@ pub fn encode_actions(v: Version, acts: &[Action], out: &mut Vec<u8>) {
             }
             Action::DecMplsTtl => {
                 let s = if of10 { nx_header(out, nxast::DEC_MPLS_TTL) } else { simple(out, 16) };
+                finish(out, s);
+            }
+            Action::Bundle(b) => {
+                let dst = match &b.dst {
+                    Some(sf) => match oxm::field_header(sf.field) {
+                        Some(h) => Some((((sf.ofs as u16) << 6) | (sf.n_bits as u16 - 1), h)),
+                        None => continue,
+                    },
+                    None => None,
+                };
+                let s = nx_header(out, if dst.is_some() { nxast::BUNDLE_LOAD } else { nxast::BUNDLE });
+                out.u16(b.algorithm);
+                out.u16(b.fields);
+                out.u16(b.basis);
+                out.u32(NXM_OF_IN_PORT);
+                out.u16(b.members.len() as u16);
+                let (ofs_nbits, h) = dst.unwrap_or((0, 0));
+                out.u16(ofs_nbits);
+                out.u32(h);
+                out.zeros(4);
+                for m in &b.members {
+                    out.u16(*m);
+                }
                 finish(out, s);
             }
             Action::DecTtlIds(ids) => {

@@ -75,6 +75,11 @@ fn flows_are_dumped_as_ovs_dumps_them() {
                 "priority=18,ip,actions=ct(commit,zone=5,nat(src=0.0.0.0)),output:2",
                 "priority=19,tcp,actions=ct(commit,zone=6,nat(dst=10.0.0.5:8080)),output:2",
                 "priority=20,udp,actions=ct(commit,nat(src=10.0.0.1-10.0.0.9:1024-2048,random)),output:2",
+                // bundle, as OVN's HA gateway flows use it (NXAST_BUNDLE / _LOAD).
+                "priority=21,in_port=1,actions=bundle(eth_src,0,active_backup,ofport,members:2,3)",
+                "priority=22,in_port=2,actions=bundle(symmetric_l4,60,hrw,ofport,members:1,3,4)",
+                "priority=23,in_port=3,actions=bundle_load(nw_src,7,hrw,ofport,NXM_NX_REG0[],members:1,2)",
+                "priority=24,in_port=4,actions=bundle_load(eth_src,0,active_backup,ofport,NXM_NX_REG1[0..15],slaves:3,2,1)",
             ],
         ),
         (
