@@ -69,6 +69,9 @@ fn basic_on(tag: &str, kind: Kind, sw: [Switch; 2], key: Key, underlay: Underlay
     let cap = o.capture(&[], || replies = o.ping(3));
     assert_eq!(replies, 3, "ping vmA -> vmB over {kind:?}");
     o.assert_encapsulated(&cap);
+    if let Some(l) = o.encapsulated(&cap, 0, 1).first() {
+        eprintln!("[{tag}] on the underlay: {l}");
+    }
     step(tag, t0, "ping 3/3, encapsulated on the underlay");
     if underlay == Underlay::V6 {
         // The trace shows the IPv6 outer header the port pushes.
