@@ -551,7 +551,7 @@ fn with_bfd(kind: IfaceKind, bfd: &BTreeMap<String, String>, name: &str, i: &Col
 
 /// The interface types xvs implements (also written to `iface_types`).
 pub const IFACE_TYPES: &[&str] =
-    &["afxdp", "dpdkvhostuserclient", "geneve", "gre", "internal", "patch", "system", "tap", "vxlan"];
+    &["afxdp", "dpdkvhostuserclient", "geneve", "gre", "internal", "ip6gre", "patch", "system", "tap", "vxlan"];
 
 fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind, String> {
     match ty {
@@ -601,7 +601,7 @@ fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind,
                     .to_string()),
             }
         }
-        "geneve" | "vxlan" | "gre" => {
+        "geneve" | "vxlan" | "gre" | "ip6gre" => {
             // Warnings (unknown options) are noted by the caller.
             Ok(IfaceKind::Tunnel(tunnel::config::PortCfg::parse(ty, options)?.0))
         }

@@ -69,8 +69,9 @@ impl PortCfg {
         let kind = match ty {
             "geneve" => Kind::Geneve,
             "vxlan" => Kind::Vxlan,
-            "gre" => Kind::Gre,
-            _ => return Err(format!("type: {ty:?} is not a tunnel type (geneve, vxlan, gre)")),
+            // ip6gre: GRE whose endpoints are IPv6 addresses (checked below).
+            "gre" | "ip6gre" => Kind::Gre,
+            _ => return Err(format!("type: {ty:?} is not a tunnel type (geneve, vxlan, gre, ip6gre)")),
         };
         let mut warnings = Vec::new();
         let addr = |k: &str, v: &str| -> Result<u128, String> {
@@ -178,6 +179,9 @@ impl PortCfg {
         let default = if kind == Kind::Gre { None } else { Some(FromFlow::Fixed(0)) };
         c.in_key = c.in_key.or(key_all).or(default);
         c.out_key = c.out_key.or(key_all).or(default);
+        if ty == "ip6gre" && matches!(c.remote, FromFlow::Fixed(r) if crate::route::unmapped(r).is_some()) {
+            return Err("options:remote_ip: an ip6gre interface needs an IPv6 address (use type=gre for IPv4)".into());
+        }
         if let (Some(l), FromFlow::Fixed(r)) = (c.local, c.remote) {
             if crate::route::unmapped(l).is_some() != crate::route::unmapped(r).is_some() {
                 return Err("options:local_ip: not of the same address family as remote_ip".into());
@@ -217,6 +221,10 @@ mod tests {
         let (c, _) = PortCfg::parse("geneve", &o(&[("remote_ip", "fd31:7::2"), ("local_ip", "fd31:7::1")])).unwrap();
         assert_eq!(c.remote, FromFlow::Fixed(0xfd31_0007_0000_0000_0000_0000_0000_0002));
         assert_eq!(c.remote_str(), "fd31:7::2");
+        let (c, _) = PortCfg::parse("ip6gre", &o(&[("remote_ip", "fd31:7::2")])).unwrap();
+        assert_eq!(c.kind, Kind::Gre);
+        let e = PortCfg::parse("ip6gre", &o(&[("remote_ip", "10.0.0.2")])).unwrap_err();
+        assert!(e.starts_with("options:remote_ip: an ip6gre interface needs an IPv6 address"), "{e}");
         let e = PortCfg::parse("vxlan", &o(&[("remote_ip", "fd31:7::2"), ("local_ip", "10.0.0.1")])).unwrap_err();
         assert!(e.starts_with("options:local_ip: not of the same address family"), "{e}");
         let (c, _) = PortCfg::parse("geneve", &o(&[("remote_ip", "flow"), ("local_ip", "flow")])).unwrap();

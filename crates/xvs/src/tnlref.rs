@@ -618,7 +618,11 @@ impl Overlay {
             "set",
             "interface",
             "tun0",
-            &format!("type={}", self.kind.ovs_type()),
+            // GRE over IPv6 is its own type in OVS.
+            &format!(
+                "type={}",
+                if self.kind == Kind::Gre && self.underlay == Underlay::V6 { "ip6gre" } else { self.kind.ovs_type() }
+            ),
             &format!("options:remote_ip={peer}"),
             &format!("options:key={key}"),
         ]);

@@ -136,6 +136,8 @@ v6_tests! {
     geneve6_ovs_ovs: "g6oo", Kind::Geneve, Ovs, Ovs;
     vxlan6_xvs_ovs: "v6xo", Kind::Vxlan, Xvs, Ovs;
     gre6_xvs_xvs: "r6xx", Kind::Gre, Xvs, Xvs;
+    gre6_xvs_ovs: "r6xo", Kind::Gre, Xvs, Ovs;
+    gre6_ovs_ovs: "r6oo", Kind::Gre, Ovs, Ovs;
 }
 
 /// The neighbour cache: flushed and re-learnt; then the peer endpoint's MAC
