@@ -77,7 +77,7 @@ impl PortSpec {
     pub fn parse(s: &str) -> Result<PortSpec> {
         let mut parts = s.split(',');
         let name = parts.next().unwrap_or("").trim();
-        crate::runfiles::check_name("port", name)?;
+        crate::runfiles::check_port_name("port", name, false)?;
         if name.contains('=') {
             bail!("port '{s}': interface name must not contain '='");
         }
@@ -171,6 +171,8 @@ impl PortSpec {
         if p.peer.is_some() && p.kind != PortType::Patch {
             bail!("port {name}: peer is only for type=patch");
         }
+        let device = !matches!(p.kind, PortType::Patch | PortType::Tunnel | PortType::VhostUserClient);
+        crate::runfiles::check_port_name("port", name, device)?;
         Ok(p)
     }
 }

@@ -162,7 +162,11 @@ fn fail_mode(f: &ovsdb::FailMode) -> FailMode {
 
 /// The port spec an interface asks for; `Err` for what xvs cannot do.
 fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg) -> Result<PortSpec, String> {
-    crate::runfiles::check_name("name: interface", &iface.name).map_err(|e| format!("{e:#}"))?;
+    // Patch, tunnel and vhost-user ports are no kernel devices: their names
+    // may be longer than a device's (OVN's localnet patch ports are).
+    let device =
+        !matches!(iface.kind, IfaceKind::Patch { .. } | IfaceKind::Tunnel(_) | IfaceKind::VhostUserClient { .. });
+    crate::runfiles::check_port_name("name: interface", &iface.name, device).map_err(|e| format!("{e:#}"))?;
     let mut spec = PortSpec::new(&iface.name);
     match &iface.kind {
         IfaceKind::Afxdp { xdp_mode, need_wakeup, n_rxq } => {

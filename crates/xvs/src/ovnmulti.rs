@@ -61,6 +61,18 @@ pub struct Hypervisor {
 }
 
 impl Hypervisor {
+    /// Kills the switch (xvs or ovs-vswitchd) with SIGKILL, as a crash or
+    /// a failed host would stop it; ovn-controller stays up.
+    pub fn kill_switch(&mut self) {
+        if let Some(mut c) = self.xvs.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Ok(pid) = std::fs::read_to_string(format!("{}/ovs-vswitchd.pid", self.dir)) {
+            let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+        }
+    }
+
     /// Where the switch's sockets are (`br-int.mgmt`, the appctl socket).
     pub fn run_dir(&self) -> String {
         match self.switch {
@@ -424,6 +436,58 @@ impl Multi {
             &format!("external_ids:iface-id={name}"),
         ]);
         self.vms.push((h, hv));
+    }
+
+    /// A provider network `physnet` reaching hypervisors `hvs` (0-based):
+    /// a second Linux bridge (`br1`) in the underlay namespace, a veth from
+    /// each of those hypervisors' `br-ex` (mapped with
+    /// `ovn-bridge-mappings=PHYSNET:br-ex`) to it, and an external host on
+    /// it at `ip` (a /24) with `gw` as its default route.
+    pub fn provider_network(&mut self, hvs: &[usize], physnet: &str, ip: &str, gw: &str) -> Host {
+        let mid = self.underlay.ns.clone();
+        if self.underlay.exec(&["ip", "link", "show", "br1"]).is_err() {
+            self.underlay.exec(&["ip", "link", "add", "br1", "type", "bridge"]).unwrap();
+            self.underlay.exec(&["ip", "link", "set", "br1", "up"]).unwrap();
+        }
+        for &i in hvs {
+            let hyp = &self.hvs[i];
+            let peer = format!("x{}", hyp.name);
+            must(&["ip", "-n", &mid, "link", "add", &peer, "type", "veth", "peer", "name", "ext0", "netns", &hyp.ns]);
+            must(&["ip", "-n", &mid, "link", "set", &peer, "master", "br1", "up"]);
+            self.underlay.exec(&["ethtool", "-K", &peer, "tx", "off"]).unwrap();
+            hyp.exec(&["ethtool", "-K", "ext0", "tx", "off"]);
+            hyp.exec(&["ip", "link", "set", "ext0", "up"]);
+            let ty = match hyp.switch {
+                Switch::Xvs => "type=afxdp",
+                Switch::Ovs => "type=system",
+            };
+            hyp.vsctl(&[
+                "add-br",
+                "br-ex",
+                "--",
+                "set",
+                "bridge",
+                "br-ex",
+                "datapath_type=netdev",
+                "--",
+                "add-port",
+                "br-ex",
+                "ext0",
+                "--",
+                "set",
+                "interface",
+                "ext0",
+                ty,
+            ]);
+            hyp.vsctl(&["set", "open", ".", &format!("external_ids:ovn-bridge-mappings={physnet}:br-ex")]);
+        }
+        let port = format!("{}xh", self.tag);
+        let h = Host::create(&format!("xvs{}xh", self.tag), &port, &format!("{ip}/24"), 1).unwrap();
+        h.exec(&["ip", "route", "add", "default", "via", gw]).unwrap();
+        must(&["ip", "link", "set", &port, "netns", &mid]);
+        must(&["ip", "-n", &mid, "link", "set", &port, "master", "br1", "up"]);
+        self.underlay.exec(&["ethtool", "-K", &port, "tx", "off"]).unwrap();
+        h
     }
 
     /// The `i`th VM (in the order [`Multi::vm`] created them).

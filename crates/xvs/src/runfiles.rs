@@ -36,14 +36,27 @@ pub const SOCKET_MODE: u32 = 0o770;
 /// Longest device (and bridge) name: IFNAMSIZ (16) less the NUL.
 pub const MAX_NAME: usize = 15;
 
+/// Longest name of a port that is not a kernel device (patch, tunnel,
+/// vhost-user), such as OVN's `patch-br-int-to-ln-outside`.
+pub const MAX_VPORT_NAME: usize = 255;
+
 /// Checks a bridge or port name; `what` names it in the error.
 pub fn check_name(what: &str, name: &str) -> Result<()> {
+    check_port_name(what, name, true)
+}
+
+/// Checks a port name; one that is not a kernel `device` may be longer
+/// than a Linux device name.
+pub fn check_port_name(what: &str, name: &str, device: bool) -> Result<()> {
     let bad = |why: &str| -> Result<()> { bail!("{what} name {name:?}: {why}") };
     if name.is_empty() {
         return bad("is empty");
     }
-    if name.len() > MAX_NAME {
+    if device && name.len() > MAX_NAME {
         return bad(&format!("is longer than {MAX_NAME} bytes (a Linux device name)"));
+    }
+    if name.len() > MAX_VPORT_NAME {
+        return bad(&format!("is longer than {MAX_VPORT_NAME} bytes"));
     }
     if name == "." || name == ".." {
         return bad("is not a usable name");

@@ -188,3 +188,125 @@ fn two_hypervisors_xvs_ovs() {
 fn two_hypervisors_ovs_xvs() {
     scenario("ox", Switch::Ovs, Switch::Xvs);
 }
+
+/// OVN's HA gateway on three hypervisors: a distributed gateway port with
+/// two gateway chassis (hv2 priority 20, hv3 priority 10) onto a provider
+/// network (a localnet port; a Linux bridge joined to hv2's and hv3's
+/// br-ex, with an external host on it). ovn-controller turns on BFD
+/// between the chassis and sends the gateway's traffic from hv1 with
+/// `bundle(...,active_backup,...)`. A VM on hv1 reaches the external host
+/// through hv2; when hv2's switch is killed, BFD notices, hv3 claims the
+/// gateway port and the traffic flows through it.
+fn ha_gateway(tag: &str, sw: Switch) {
+    if let Some(why) = Multi::unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = Instant::now();
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let sw = Switch::or_env(sw);
+    let mut m = Multi::start(env!("CARGO_BIN_EXE_xvs"), tag, &[sw, sw, sw]);
+    for a in [
+        &["ls-add", "inside"][..],
+        &["ls-add", "outside"],
+        &["lr-add", "r"],
+        &["lrp-add", "r", "r-in", "00:00:00:00:0a:01", "10.0.10.1/24"],
+        &["lrp-add", "r", "r-out", "00:00:00:00:0b:01", "172.16.10.1/24"],
+        &["lrp-set-gateway-chassis", "r-out", "hv2", "20"],
+        &["lrp-set-gateway-chassis", "r-out", "hv3", "10"],
+        &["lsp-add", "inside", "in-r"],
+        &["lsp-set-type", "in-r", "router"],
+        &["lsp-set-addresses", "in-r", "router"],
+        &["lsp-set-options", "in-r", "router-port=r-in"],
+        &["lsp-add", "outside", "out-r"],
+        &["lsp-set-type", "out-r", "router"],
+        &["lsp-set-addresses", "out-r", "router"],
+        &["lsp-set-options", "out-r", "router-port=r-out"],
+        &["lsp-add", "outside", "ln-out"],
+        &["lsp-set-type", "ln-out", "localnet"],
+        &["lsp-set-addresses", "ln-out", "unknown"],
+        &["lsp-set-options", "ln-out", "network_name=physnet1"],
+        &["lsp-add", "inside", "in1"],
+        &["lsp-set-addresses", "in1", "00:00:00:00:0a:0a 10.0.10.10"],
+    ] {
+        m.nbctl(a);
+    }
+    m.vm(0, "in1", "00:00:00:00:0a:0a", "10.0.10.10", "10.0.10.1");
+    let ext = m.provider_network(&[1, 2], "physnet1", "172.16.10.10", "172.16.10.1");
+    m.sync();
+    assert!(m.wait_tunnels(30), "a Geneve port to each other chassis\n{}", m.diagnostics());
+    let gateway = |m: &Multi| {
+        let show = m.sbctl(&["show"]);
+        let mut chassis = String::new();
+        for l in show.lines() {
+            if let Some(c) = l.trim().strip_prefix("Chassis ") {
+                chassis = c.trim_matches('"').to_string();
+            }
+            if l.contains("cr-r-out") {
+                return chassis;
+            }
+        }
+        String::new()
+    };
+    let ping = |m: &Multi, n: u32| m.host(0).ping(&ext.ip, n).unwrap();
+    assert!(
+        eventually(30, || ping(&m, 1) == 1),
+        "in1 -> the external host through the gateway\n{}\n{}",
+        m.sbctl(&["show"]),
+        m.diagnostics()
+    );
+    // Until BFD is up, each gateway chassis may take the port for a moment.
+    assert!(
+        eventually(20, || gateway(&m) == "hv2"),
+        "the gateway port settles on hv2 (priority 20)\n{}",
+        m.sbctl(&["show"])
+    );
+    // BFD up on hv1's tunnels, and the bundle that picks the gateway.
+    let bfd_up = |hv: &xvs::ovnmulti::Hypervisor| {
+        let db = format!("--db=unix:{}/db.sock", hv.dir);
+        let (_, out, _) =
+            hv.try_run(&["ovs-vsctl", &db, "--bare", "--columns=bfd_status", "find", "interface", "type=geneve"]);
+        out.replace('"', "").matches("forwarding=true").count()
+    };
+    let bfd_cols = |hv: &xvs::ovnmulti::Hypervisor| {
+        let db = format!("--db=unix:{}/db.sock", hv.dir);
+        hv.try_run(&["ovs-vsctl", &db, "--columns=name,bfd,bfd_status", "find", "interface", "type=geneve"]).1
+    };
+    assert!(
+        eventually(20, || bfd_up(&m.hvs[0]) == 2),
+        "BFD up from hv1 to hv2 and hv3:\n{}\n{}",
+        bfd_cols(&m.hvs[0]),
+        m.diagnostics()
+    );
+    let flows = m.hvs[0].flows();
+    let bundle = flows.lines().find(|l| l.contains("bundle(")).unwrap_or_default().to_string();
+    assert!(bundle.contains("active_backup"), "hv1 sends to the gateway with bundle(...,active_backup,...):\n{flows}");
+    eprintln!("hv1: {}", bundle.split("actions=").nth(1).unwrap_or(&bundle));
+    eprintln!("gateway on hv2, BFD up, in {:.1} s", t0.elapsed().as_secs_f64());
+    assert_eq!(ping(&m, 3), 3);
+
+    // hv2's switch dies.
+    m.hvs[1].kill_switch();
+    let t1 = Instant::now();
+    assert!(
+        eventually(40, || ping(&m, 1) == 1),
+        "in1 -> the external host again, through hv3\n{}\n{}",
+        m.sbctl(&["show"]),
+        m.diagnostics()
+    );
+    eprintln!("traffic back {:.1} s after hv2's switch was killed", t1.elapsed().as_secs_f64());
+    assert!(eventually(20, || gateway(&m) == "hv3"), "hv3 claims the gateway port\n{}", m.sbctl(&["show"]));
+    assert_eq!(ping(&m, 3), 3, "through hv3");
+    eprintln!("passed in {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn ha_gateway_xvs() {
+    ha_gateway("hx", Switch::Xvs);
+}
+
+#[test]
+fn ha_gateway_ovs() {
+    ha_gateway("ho", Switch::Ovs);
+}
