@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VringRwLock};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
-use virtio_bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
+use virtio_bindings::virtio_net::{VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
@@ -38,8 +38,11 @@ impl VhostUserBackend for NetBackend {
     type Bitmap = ();
     type Vring = VringRwLock;
 
+    /// Queue pairs (receive 2i, transmit 2i+1) the frontend may use; it
+    /// enables as many as it wants (VHOST_USER_GET_QUEUE_NUM tells it
+    /// the most).
     fn num_queues(&self) -> usize {
-        2
+        2 * crate::MAX_QUEUE_PAIRS
     }
 
     fn max_queue_size(&self) -> usize {
@@ -47,11 +50,14 @@ impl VhostUserBackend for NetBackend {
     }
 
     fn features(&self) -> u64 {
-        (1 << VIRTIO_F_VERSION_1) | (1 << VIRTIO_NET_F_MRG_RXBUF) | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+        (1 << VIRTIO_F_VERSION_1)
+            | (1 << VIRTIO_NET_F_MRG_RXBUF)
+            | (1 << VIRTIO_NET_F_MQ)
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        VhostUserProtocolFeatures::REPLY_ACK
+        VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::MQ
     }
 
     fn set_event_idx(&self, _enabled: bool) {}

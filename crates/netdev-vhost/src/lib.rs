@@ -25,7 +25,13 @@
 //! end, and connects again, so the port outlives frontend restarts and
 //! reports link down ([`VhostUserClientPort::is_connected`]) meanwhile.
 //!
-//! One queue pair per port (multi-queue is left for later).
+//! Multiqueue: the port offers [`MAX_QUEUE_PAIRS`] queue pairs
+//! (`VIRTIO_NET_F_MQ`, `VHOST_USER_PROTOCOL_F_MQ`) and the frontend
+//! enables as many as it wants. Receive queue `i` of the port is the
+//! guest's transmit virtqueue `2i+1`, so the poll threads share them out
+//! like AF_XDP queues; a frame to the guest goes to the receive virtqueue
+//! `2j` of an enabled pair picked by a hash of its addresses and ports, so
+//! one flow stays on one queue (and in order).
 #![deny(unsafe_code)]
 
 mod backend;
@@ -47,10 +53,8 @@ use backend::{NetBackend, Shared};
 
 /// Size of the virtio-net header with `num_buffers` (VERSION_1 / MRG_RXBUF).
 const HDR_LEN: usize = 12;
-/// Guest receive queue (the port transmits into it).
-const RXQ: usize = 0;
-/// Guest transmit queue (the port receives from it).
-const TXQ: usize = 1;
+/// Queue pairs a port offers the frontend.
+pub const MAX_QUEUE_PAIRS: usize = 4;
 /// Largest frame accepted from the guest.
 const MAX_FRAME: usize = 65_536;
 
@@ -60,6 +64,8 @@ pub struct VhostUserClientPort {
     shared: Arc<Shared>,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
     stats: PortStats,
+    /// Frames received per queue pair.
+    rxq_packets: [u64; MAX_QUEUE_PAIRS],
     offload_refused: u64,
     stop: Arc<AtomicBool>,
     supervisor: Option<thread::JoinHandle<()>>,
@@ -85,6 +91,7 @@ impl VhostUserClientPort {
             shared,
             mem,
             stats: PortStats::default(),
+            rxq_packets: [0; MAX_QUEUE_PAIRS],
             offload_refused: 0,
             stop,
             supervisor: Some(supervisor),
@@ -93,7 +100,7 @@ impl VhostUserClientPort {
 
     /// Whether a frontend is connected and its queues are running (link up).
     pub fn is_connected(&self) -> bool {
-        self.shared.connected.load(Ordering::Acquire) && self.vring(TXQ).is_some()
+        self.shared.connected.load(Ordering::Acquire) && self.vring(1).is_some()
     }
 
     /// How many times the port connected to a frontend.
@@ -224,16 +231,29 @@ impl Netdev for VhostUserClientPort {
     }
 
     fn info(&self) -> PortInfo {
+        let pairs = (0..MAX_QUEUE_PAIRS).filter(|i| self.vring(2 * i + 1).is_some()).count();
+        let rxq: Vec<String> = self.rxq_packets.iter().map(|n| n.to_string()).collect();
         PortInfo {
             kind: "dpdkvhostuserclient".into(),
             xdp_mode: String::new(),
-            n_rxq: 1,
-            detail: if self.is_connected() { "connected".into() } else { "link down".into() },
+            n_rxq: MAX_QUEUE_PAIRS,
+            detail: if self.is_connected() {
+                format!("connected queue_pairs={pairs} rxq_packets={}", rxq.join(","))
+            } else {
+                "link down".into()
+            },
         }
     }
 
-    fn rx_batch(&mut self, _rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
-        let Some(vring) = self.vring(TXQ) else { return Ok(0) };
+    fn n_rxq(&self) -> usize {
+        MAX_QUEUE_PAIRS
+    }
+
+    fn rx_batch(&mut self, rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
+        if rxq >= MAX_QUEUE_PAIRS || !self.shared.connected.load(Ordering::Acquire) {
+            return Ok(0);
+        }
+        let Some(vring) = self.vring(2 * rxq + 1) else { return Ok(0) };
         let mem = self.mem.memory();
         let mut n = 0;
         let mut used = false;
@@ -272,6 +292,7 @@ impl Netdev for VhostUserClientPort {
             }
             let frame = &buf[HDR_LEN..];
             self.stats.rx_packets += 1;
+            self.rxq_packets[rxq] += 1;
             self.stats.rx_bytes += frame.len() as u64;
             out.push(Packet::from_slice(frame));
             n += 1;
@@ -284,11 +305,53 @@ impl Netdev for VhostUserClientPort {
     }
 
     fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
-        let Some(vring) = self.vring(RXQ) else {
+        // The guest receive queues of the enabled pairs.
+        let vrings: Vec<VringRwLock> = (0..MAX_QUEUE_PAIRS).filter_map(|i| self.vring(2 * i)).collect();
+        if vrings.is_empty() {
             self.stats.tx_dropped += pkts.len() as u64;
             pkts.clear();
             return Ok(());
-        };
+        }
+        if vrings.len() == 1 {
+            return self.tx_queue(&vrings[0], pkts);
+        }
+        let mut by_queue: Vec<Vec<Packet>> = vec![Vec::new(); vrings.len()];
+        for p in pkts.drain(..) {
+            let h = p.rx_hash.unwrap_or_else(|| flow_hash(p.data()));
+            by_queue[h as usize % vrings.len()].push(p);
+        }
+        for (v, mut batch) in vrings.iter().zip(by_queue) {
+            if !batch.is_empty() {
+                self.tx_queue(v, &mut batch)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+/// A hash of a frame's addresses and ports (Ethernet, and for IPv4 the
+/// addresses, protocol and ports), symmetric enough to keep a flow on one
+/// queue.
+fn flow_hash(f: &[u8]) -> u32 {
+    let span = if f.len() >= 38 && f[12..14] == [8, 0] { &f[23..38] } else { &f[..f.len().min(14)] };
+    let mut h: u32 = 0x811c_9dc5;
+    for b in span {
+        h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
+    }
+    h ^ (h >> 16)
+}
+
+impl VhostUserClientPort {
+    /// Writes `pkts` into one guest receive virtqueue.
+    fn tx_queue(&mut self, vring: &VringRwLock, pkts: &mut Vec<Packet>) -> io::Result<()> {
         let mem = self.mem.memory();
         let mut st = vring.get_mut();
         let q = st.get_queue_mut();
@@ -365,14 +428,6 @@ impl Netdev for VhostUserClientPort {
             let _ = vring.signal_used_queue();
         }
         Ok(())
-    }
-
-    fn stats(&self) -> PortStats {
-        self.stats
-    }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        Some(self)
     }
 }
 

@@ -22,7 +22,14 @@ pub struct Testpmd {
 
 impl Testpmd {
     pub fn start(sock: &Path, prefix: &str) -> Testpmd {
-        let vdev = format!("net_virtio_user0,path={},server=1,queues=1", sock.display());
+        Testpmd::start_queues(sock, prefix, 1)
+    }
+
+    /// As [`Testpmd::start`], with `queues` queue pairs (virtio_user's
+    /// `queues=N`, and as many receive and transmit queues in testpmd).
+    pub fn start_queues(sock: &Path, prefix: &str, queues: usize) -> Testpmd {
+        let vdev = format!("net_virtio_user0,path={},server=1,queues={queues}", sock.display());
+        let (rxq, txq) = (format!("--rxq={queues}"), format!("--txq={queues}"));
         let args = [
             "-l",
             "0,1",
@@ -39,6 +46,8 @@ impl Testpmd {
             "--total-num-mbufs=4096",
             "--txd=256",
             "--rxd=256",
+            &rxq,
+            &txq,
         ];
         eprintln!("dpdk-testpmd {}", args.join(" "));
         // testpmd's stdout is a pipe here: unbuffer it to see replies.

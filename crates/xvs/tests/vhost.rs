@@ -89,3 +89,75 @@ fn vm_port_and_namespace_host_exchange_frames_through_xvs() {
     eprintln!("xvs show:\n{show}");
     assert!(show.contains(&format!("vhu{id}")), "{show}");
 }
+
+/// A frontend with two queue pairs (virtio_user `queues=2`, testpmd with
+/// two receive and two transmit queues): the port offers multiqueue, the
+/// frontend enables both pairs, the switch receives on both (counted per
+/// queue), and frames to the VM still arrive.
+#[test]
+fn multiqueue_frontend_uses_both_queue_pairs() {
+    if !usable() {
+        return;
+    }
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h = Host::create(&format!("xvsmq{id}"), &format!("xmq{id}"), "10.79.0.2/24", 1).unwrap();
+    let sock = sock_path("mq");
+    let mut pmd = Testpmd::start_queues(&sock, &format!("xvsmq{id}"), 2);
+    let run_dir = format!("/tmp/xvs-mq-{id}");
+    let child = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args(["switch", "--run-dir", &run_dir, "--bridge", &format!("brmq{id}"), "--no-local-port", "--port"])
+        .arg(format!("vmq{id},type=dpdkvhostuserclient,vhost-server-path={}", sock.display()))
+        .args(["--port", &format!("{},type=afxdp,xdp-mode=generic", h.port)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _xvs = Xvs(child, run_dir.clone());
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
+    std::thread::sleep(Duration::from_millis(500));
+    let show = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_xvs")).args(["show", "--run-dir", &run_dir]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while !show().contains("queue_pairs=2") && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(show().contains("queue_pairs=2"), "the frontend enabled two queue pairs:\n{}", show());
+
+    // VM -> host on both transmit queues.
+    let before = rx_packets(&h);
+    pmd.cmd("set fwd txonly");
+    pmd.cmd("start");
+    std::thread::sleep(Duration::from_millis(1000));
+    pmd.cmd("stop");
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, tx) = pmd.port_stats();
+    let got = rx_packets(&h) - before;
+    let s = show();
+    eprintln!("VM -> host over 2 queue pairs: testpmd TX-packets {tx}, host rx_packets +{got}\n{s}");
+    assert!(got > 1000 && got <= tx + 10, "the host received testpmd's frames: {got} of {tx}");
+    let per_queue: Vec<u64> = s
+        .split("rxq_packets=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default();
+    assert!(per_queue.len() >= 2 && per_queue[0] > 0 && per_queue[1] > 0, "both queues received: {per_queue:?}\n{s}");
+
+    // Host -> VM: broadcast pings reach testpmd on whichever queue.
+    pmd.cmd("clear port stats 0");
+    pmd.cmd("set fwd rxonly");
+    pmd.cmd("start");
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = h.run(&["ping", "-b", "-c", "50", "-i", "0.01", "-W", "1", "10.79.0.255"]);
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut rx = pmd.port_stats().0;
+    while rx < 50 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+        rx = pmd.port_stats().0;
+    }
+    pmd.cmd("stop");
+    assert!(rx >= 50, "testpmd received the host's 50 broadcast pings: {rx}");
+}
