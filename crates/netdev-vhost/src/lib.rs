@@ -69,6 +69,8 @@ pub struct VhostUserClientPort {
     offload_refused: u64,
     stop: Arc<AtomicBool>,
     supervisor: Option<thread::JoinHandle<()>>,
+    /// Server mode: the socket the port created.
+    server_path: Option<std::path::PathBuf>,
 }
 
 impl VhostUserClientPort {
@@ -95,6 +97,41 @@ impl VhostUserClientPort {
             offload_refused: 0,
             stop,
             supervisor: Some(supervisor),
+            server_path: None,
+        })
+    }
+
+    /// A port in server mode (`dpdkvhostuser`): the switch creates the
+    /// socket at `path` (replacing a stale one) and serves one frontend at
+    /// a time, again after each disconnect. The socket is removed with the
+    /// port.
+    pub fn new_server(name: &str, path: &Path) -> io::Result<Self> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("vhost socket {}: directory {} does not exist", path.display(), dir.display()),
+            ));
+        }
+        let listener = vhost::vhost_user::Listener::new(path, true)
+            .map_err(|e| io::Error::other(format!("vhost socket {}: {e}", path.display())))?;
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let shared = Arc::new(Shared::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, sh, m) = (stop.clone(), shared.clone(), mem.clone());
+        let n = name.to_string();
+        let supervisor =
+            thread::Builder::new().name(format!("vhost-{name}")).spawn(move || serve(&n, m, listener, &st, &sh))?;
+        Ok(VhostUserClientPort {
+            name: name.to_string(),
+            shared,
+            mem,
+            stats: PortStats::default(),
+            rxq_packets: [0; MAX_QUEUE_PAIRS],
+            offload_refused: 0,
+            stop,
+            supervisor: Some(supervisor),
+            server_path: Some(path.to_path_buf()),
         })
     }
 
@@ -202,11 +239,56 @@ fn supervise(
     }
 }
 
+/// Server mode: accepts a frontend on `listener`, serves it until it goes,
+/// and accepts the next. A connection made after `stop` is set (the port's
+/// own, to wake the accept) ends the loop.
+fn serve(
+    name: &str,
+    mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    mut listener: vhost::vhost_user::Listener,
+    stop: &AtomicBool,
+    shared: &Arc<Shared>,
+) {
+    while !stop.load(Ordering::Acquire) {
+        let backend = NetBackend::new(shared.clone());
+        let mut daemon = match VhostUserDaemon::new(format!("vhost-{name}"), backend, mem.clone()) {
+            Ok(d) => d,
+            Err(e) => {
+                *shared.last_error.lock().unwrap() = format!("vhost-user daemon: {e}");
+                thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        if let Err(e) = daemon.start(&mut listener) {
+            *shared.last_error.lock().unwrap() = format!("accept: {e}");
+            thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        if stop.load(Ordering::Acquire) {
+            daemon.request_shutdown();
+            let _ = daemon.wait();
+            break;
+        }
+        shared.connects.fetch_add(1, Ordering::Relaxed);
+        shared.connected.store(true, Ordering::Release);
+        *shared.shutdown.lock().unwrap() = daemon.shutdown_handle();
+        let r = daemon.wait();
+        *shared.last_error.lock().unwrap() = format!("{r:?}");
+        shared.connected.store(false, Ordering::Release);
+        shared.vrings.lock().unwrap().clear();
+    }
+}
+
 impl Drop for VhostUserClientPort {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.shared.shutdown.lock().unwrap().take() {
             h.shutdown();
+        }
+        if let Some(p) = self.server_path.take() {
+            // Wake a server blocked in accept, then remove its socket.
+            let _ = std::os::unix::net::UnixStream::connect(&p);
+            let _ = std::fs::remove_file(&p);
         }
         // The supervisor may sit in a connect retry or in wait(); it ends
         // at its next turn. Do not block the caller on it.
@@ -234,7 +316,7 @@ impl Netdev for VhostUserClientPort {
         let pairs = (0..MAX_QUEUE_PAIRS).filter(|i| self.vring(2 * i + 1).is_some()).count();
         let rxq: Vec<String> = self.rxq_packets.iter().map(|n| n.to_string()).collect();
         PortInfo {
-            kind: "dpdkvhostuserclient".into(),
+            kind: if self.server_path.is_some() { "dpdkvhostuser" } else { "dpdkvhostuserclient" }.into(),
             xdp_mode: String::new(),
             n_rxq: MAX_QUEUE_PAIRS,
             detail: if self.is_connected() {

@@ -18,6 +18,7 @@ pub struct Testpmd {
     out: Arc<Mutex<String>>,
     prefix: String,
     sock: PathBuf,
+    server: bool,
 }
 
 impl Testpmd {
@@ -28,7 +29,13 @@ impl Testpmd {
     /// As [`Testpmd::start`], with `queues` queue pairs (virtio_user's
     /// `queues=N`, and as many receive and transmit queues in testpmd).
     pub fn start_queues(sock: &Path, prefix: &str, queues: usize) -> Testpmd {
-        let vdev = format!("net_virtio_user0,path={},server=1,queues={queues}", sock.display());
+        Testpmd::start_mode(sock, prefix, queues, true)
+    }
+
+    /// As [`Testpmd::start_queues`]; `server: false` makes testpmd the
+    /// vhost-user client of a socket the switch owns (`dpdkvhostuser`).
+    pub fn start_mode(sock: &Path, prefix: &str, queues: usize, server: bool) -> Testpmd {
+        let vdev = format!("net_virtio_user0,path={},server={},queues={queues}", sock.display(), server as u8);
         let (rxq, txq) = (format!("--rxq={queues}"), format!("--txq={queues}"));
         let args = [
             "-l",
@@ -77,7 +84,7 @@ impl Testpmd {
             });
         }
         let stdin = child.stdin.take().unwrap();
-        Testpmd { child, stdin, out, prefix: prefix.to_string(), sock: sock.to_path_buf() }
+        Testpmd { child, stdin, out, prefix: prefix.to_string(), sock: sock.to_path_buf(), server }
     }
 
     pub fn cmd(&mut self, c: &str) {
@@ -118,7 +125,10 @@ impl Testpmd {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
-        let _ = std::fs::remove_file(&self.sock);
+        // Only the socket it owns (server mode).
+        if self.server {
+            let _ = std::fs::remove_file(&self.sock);
+        }
     }
 }
 

@@ -192,7 +192,7 @@ impl BundleSpec {
         let mut members = Vec::new();
         for p in std::iter::once(first).chain(parts[fixed + 1..].iter().copied()) {
             let n = parse_int(p)
-                .filter(|&n| n >= 1 && n < 0xff00)
+                .filter(|n| (1..0xff00).contains(n))
                 .ok_or_else(|| perr(tok, format!("bundle: bad member port '{p}'")))?;
             members.push(n as u16);
         }

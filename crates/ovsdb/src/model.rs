@@ -112,6 +112,10 @@ pub enum IfaceKind {
     VhostUserClient {
         path: String,
     },
+    /// `dpdkvhostuser`: a vhost-user port whose socket the switch creates
+    /// (in its run directory, named after the interface) for the frontend
+    /// to connect to.
+    VhostUser,
     /// `geneve`, `vxlan`, `gre`: a native tunnel port.
     Tunnel(tunnel::config::PortCfg),
     /// A type xvs does not implement, or options it cannot apply (the
@@ -550,8 +554,19 @@ fn with_bfd(kind: IfaceKind, bfd: &BTreeMap<String, String>, name: &str, i: &Col
 }
 
 /// The interface types xvs implements (also written to `iface_types`).
-pub const IFACE_TYPES: &[&str] =
-    &["afxdp", "dpdkvhostuserclient", "geneve", "gre", "internal", "ip6gre", "patch", "system", "tap", "vxlan"];
+pub const IFACE_TYPES: &[&str] = &[
+    "afxdp",
+    "dpdkvhostuser",
+    "dpdkvhostuserclient",
+    "geneve",
+    "gre",
+    "internal",
+    "ip6gre",
+    "patch",
+    "system",
+    "tap",
+    "vxlan",
+];
 
 fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind, String> {
     match ty {
@@ -589,11 +604,14 @@ fn iface_kind(ty: &str, options: &BTreeMap<String, String>) -> Result<IfaceKind,
             Some(p) if !p.is_empty() => Ok(IfaceKind::Patch { peer: p.clone() }),
             _ => Err("options:peer: a patch interface needs a peer".to_string()),
         },
-        "dpdkvhostuserclient" => {
+        "dpdkvhostuserclient" | "dpdkvhostuser" => {
             if let Some(v) = options.get("vhost-postcopy-support") {
                 if parse_bool("options:vhost-postcopy-support", v)? {
                     return Err("options:vhost-postcopy-support: postcopy live migration is not supported".into());
                 }
+            }
+            if ty == "dpdkvhostuser" {
+                return Ok(IfaceKind::VhostUser);
             }
             match options.get("vhost-server-path") {
                 Some(p) if !p.is_empty() => Ok(IfaceKind::VhostUserClient { path: p.clone() }),
@@ -700,5 +718,8 @@ mod tests {
         assert!(iface_kind("dpdkvhostuserclient", &o(&[])).unwrap_err().starts_with("options:vhost-server-path"));
         let pc = o(&[("vhost-server-path", "/x"), ("vhost-postcopy-support", "true")]);
         assert!(iface_kind("dpdkvhostuserclient", &pc).unwrap_err().starts_with("options:vhost-postcopy-support"));
+        assert_eq!(iface_kind("dpdkvhostuser", &o(&[])), Ok(IfaceKind::VhostUser));
+        assert!(iface_kind("dpdkvhostuser", &pc).unwrap_err().starts_with("options:vhost-postcopy-support"));
+        assert!(matches!(iface_kind("ip6gre", &o(&[("remote_ip", "fd00::2")])), Ok(IfaceKind::Tunnel(_))));
     }
 }

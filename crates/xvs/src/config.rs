@@ -22,6 +22,9 @@ pub enum PortType {
     /// A vhost-user port connecting to a VM frontend's socket
     /// (`vhost-server-path`), as OVS-DPDK's `dpdkvhostuserclient`.
     VhostUserClient,
+    /// A vhost-user port whose socket (`vhost-server-path`) the switch
+    /// creates and the frontend connects to, as OVS-DPDK's `dpdkvhostuser`.
+    VhostUser,
     /// geneve, vxlan, gre (native tunneling; see [`crate::tnl`]).
     Tunnel,
 }
@@ -95,6 +98,7 @@ impl PortSpec {
                         "internal" => PortType::Internal,
                         "patch" => PortType::Patch,
                         "dpdkvhostuserclient" => PortType::VhostUserClient,
+                        "dpdkvhostuser" => PortType::VhostUser,
                         _ => return Err(bad("afxdp, system, af_packet, tap, internal, patch or dpdkvhostuserclient")),
                     }
                 }
@@ -162,16 +166,17 @@ impl PortSpec {
         if p.kind == PortType::Patch && p.peer.is_none() {
             bail!("port {name}: type=patch needs peer=PORT");
         }
-        if p.kind == PortType::VhostUserClient && p.vhost_server_path.is_none() {
-            bail!("port {name}: type=dpdkvhostuserclient needs vhost-server-path=PATH");
+        if matches!(p.kind, PortType::VhostUserClient | PortType::VhostUser) && p.vhost_server_path.is_none() {
+            bail!("port {name}: type=dpdkvhostuserclient or dpdkvhostuser needs vhost-server-path=PATH");
         }
-        if p.vhost_server_path.is_some() && p.kind != PortType::VhostUserClient {
-            bail!("port {name}: vhost-server-path is only for type=dpdkvhostuserclient");
+        if p.vhost_server_path.is_some() && !matches!(p.kind, PortType::VhostUserClient | PortType::VhostUser) {
+            bail!("port {name}: vhost-server-path is only for type=dpdkvhostuserclient or dpdkvhostuser");
         }
         if p.peer.is_some() && p.kind != PortType::Patch {
             bail!("port {name}: peer is only for type=patch");
         }
-        let device = !matches!(p.kind, PortType::Patch | PortType::Tunnel | PortType::VhostUserClient);
+        let device =
+            !matches!(p.kind, PortType::Patch | PortType::Tunnel | PortType::VhostUserClient | PortType::VhostUser);
         crate::runfiles::check_port_name("port", name, device)?;
         Ok(p)
     }

@@ -161,11 +161,13 @@ fn fail_mode(f: &ovsdb::FailMode) -> FailMode {
 }
 
 /// The port spec an interface asks for; `Err` for what xvs cannot do.
-fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg) -> Result<PortSpec, String> {
+fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg, run_dir: &Path) -> Result<PortSpec, String> {
     // Patch, tunnel and vhost-user ports are no kernel devices: their names
     // may be longer than a device's (OVN's localnet patch ports are).
-    let device =
-        !matches!(iface.kind, IfaceKind::Patch { .. } | IfaceKind::Tunnel(_) | IfaceKind::VhostUserClient { .. });
+    let device = !matches!(
+        iface.kind,
+        IfaceKind::Patch { .. } | IfaceKind::Tunnel(_) | IfaceKind::VhostUserClient { .. } | IfaceKind::VhostUser
+    );
     crate::runfiles::check_port_name("name: interface", &iface.name, device).map_err(|e| format!("{e:#}"))?;
     let mut spec = PortSpec::new(&iface.name);
     match &iface.kind {
@@ -194,6 +196,12 @@ fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg) -> Result<PortSpec
         IfaceKind::VhostUserClient { path } => {
             spec.kind = PortType::VhostUserClient;
             spec.vhost_server_path = Some(path.clone());
+        }
+        IfaceKind::VhostUser => {
+            // As OVS puts it in its vhost socket directory: the run
+            // directory, named after the interface.
+            spec.kind = PortType::VhostUser;
+            spec.vhost_server_path = Some(run_dir.join(&iface.name).to_string_lossy().into_owned());
         }
         IfaceKind::Tunnel(cfg) => {
             spec.kind = PortType::Tunnel;
@@ -331,7 +339,7 @@ fn reconcile(
             for i in &p.interfaces {
                 let s = match &i.error {
                     Some(e) => Err(e.clone()),
-                    None => spec_for(br, p, i),
+                    None => spec_for(br, p, i, run_dir),
                 };
                 want.insert(i.name.clone(), s);
             }
@@ -384,7 +392,10 @@ fn apply_mtu(rt: &BridgeRt, br: &BridgeCfg) {
         for i in &p.interfaces {
             let Some(mtu) = i.mtu_request else { continue };
             let Some(ai) = rt.ifaces.get(&i.name).filter(|a| a.ofport.is_some()) else { continue };
-            if matches!(ai.spec.kind, PortType::Patch | PortType::Tunnel | PortType::VhostUserClient) {
+            if matches!(
+                ai.spec.kind,
+                PortType::Patch | PortType::Tunnel | PortType::VhostUserClient | PortType::VhostUser
+            ) {
                 continue;
             }
             if read_sys(&i.name, "mtu").and_then(|m| m.parse::<u32>().ok()).is_some_and(|m| m != mtu) {

@@ -167,6 +167,13 @@ pub fn open(
                     .context("opening vhost-user port")?,
             )
         }
+        PortType::VhostUser => {
+            let path = spec.vhost_server_path.as_deref().unwrap_or("");
+            Box::new(
+                netdev_vhost::VhostUserClientPort::new_server(&spec.name, std::path::Path::new(path))
+                    .context("opening vhost-user server port")?,
+            )
+        }
         PortType::Internal => {
             let name = if spec.name.is_empty() { bridge } else { &spec.name };
             let mut tap = TapPort::internal(name).with_context(|| format!("port {name}: opening internal port"))?;

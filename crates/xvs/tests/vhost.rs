@@ -161,3 +161,52 @@ fn multiqueue_frontend_uses_both_queue_pairs() {
     pmd.cmd("stop");
     assert!(rx >= 50, "testpmd received the host's 50 broadcast pings: {rx}");
 }
+
+/// `dpdkvhostuser`: the switch owns the socket and testpmd connects to it
+/// as the client. Frames from the VM reach the host; testpmd is killed and
+/// started again, and traffic resumes on the same port.
+#[test]
+fn server_mode_port_serves_a_frontend_and_its_restart() {
+    if !usable() {
+        return;
+    }
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h = Host::create(&format!("xvsvs{id}"), &format!("xvs{id}s"), "10.80.0.2/24", 1).unwrap();
+    let run_dir = format!("/tmp/xvs-vs-{id}");
+    let sock = std::path::PathBuf::from(format!("/tmp/xvs-vs-{id}.sock"));
+    let child = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args(["switch", "--run-dir", &run_dir, "--bridge", &format!("brvs{id}"), "--no-local-port", "--port"])
+        .arg(format!("vus{id},type=dpdkvhostuser,vhost-server-path={}", sock.display()))
+        .args(["--port", &format!("{},type=afxdp,xdp-mode=generic", h.port)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _xvs = Xvs(child, run_dir.clone());
+    let end = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(sock.exists(), "xvs created the vhost-user socket {}", sock.display());
+    for round in 1..=2 {
+        let mut pmd = Testpmd::start_mode(&sock, &format!("xvsvs{id}r{round}"), 1, false);
+        assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
+        std::thread::sleep(Duration::from_millis(500));
+        let before = rx_packets(&h);
+        pmd.cmd("set fwd txonly");
+        pmd.cmd("start");
+        std::thread::sleep(Duration::from_millis(800));
+        pmd.cmd("stop");
+        std::thread::sleep(Duration::from_millis(500));
+        let (_, tx) = pmd.port_stats();
+        let got = rx_packets(&h) - before;
+        eprintln!("round {round}: testpmd (client) TX-packets {tx}, host rx_packets +{got}");
+        assert!(got > 1000 && got <= tx + 10, "round {round}: the host received testpmd's frames: {got} of {tx}");
+        pmd.kill();
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_xvs")).args(["show", "--run-dir", &run_dir]).output().unwrap();
+    let show = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(show.contains("type dpdkvhostuser,"), "{show}");
+    let _ = std::fs::remove_file(&sock);
+}
