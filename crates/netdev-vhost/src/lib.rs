@@ -81,24 +81,8 @@ impl VhostUserClientPort {
     /// remade) in the background.
     pub fn new(name: &str, path: &Path) -> io::Result<Self> {
         check_path(path)?;
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let shared = Arc::new(Shared::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let (st, sh, p, m) = (stop.clone(), shared.clone(), path.to_path_buf(), mem.clone());
-        let n = name.to_string();
-        let supervisor =
-            thread::Builder::new().name(format!("vhost-{name}")).spawn(move || supervise(&n, m, &p, &st, &sh))?;
-        Ok(VhostUserClientPort {
-            name: name.to_string(),
-            shared,
-            mem,
-            stats: PortStats::default(),
-            rxq_packets: [0; MAX_QUEUE_PAIRS],
-            offload_refused: 0,
-            stop,
-            supervisor: Some(supervisor),
-            server_path: None,
-        })
+        let p = path.to_path_buf();
+        Self::start(name, None, move |n, m, st, sh| supervise(n, m, &p, st, sh))
     }
 
     /// A port in server mode (`dpdkvhostuser`): the switch creates the
@@ -115,13 +99,21 @@ impl VhostUserClientPort {
         }
         let listener = vhost::vhost_user::Listener::new(path, true)
             .map_err(|e| io::Error::other(format!("vhost socket {}: {e}", path.display())))?;
+        Self::start(name, Some(path.to_path_buf()), move |n, m, st, sh| serve(n, m, listener, st, sh))
+    }
+
+    /// The port, with `run` (the connection loop of its mode) on a thread
+    /// of its own.
+    fn start(
+        name: &str,
+        server_path: Option<std::path::PathBuf>,
+        run: impl FnOnce(&str, GuestMemoryAtomic<GuestMemoryMmap>, &AtomicBool, &Arc<Shared>) + Send + 'static,
+    ) -> io::Result<Self> {
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let shared = Arc::new(Shared::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let (st, sh, m) = (stop.clone(), shared.clone(), mem.clone());
-        let n = name.to_string();
-        let supervisor =
-            thread::Builder::new().name(format!("vhost-{name}")).spawn(move || serve(&n, m, listener, &st, &sh))?;
+        let (st, sh, m, n) = (stop.clone(), shared.clone(), mem.clone(), name.to_string());
+        let supervisor = thread::Builder::new().name(format!("vhost-{name}")).spawn(move || run(&n, m, &st, &sh))?;
         Ok(VhostUserClientPort {
             name: name.to_string(),
             shared,
@@ -131,7 +123,7 @@ impl VhostUserClientPort {
             offload_refused: 0,
             stop,
             supervisor: Some(supervisor),
-            server_path: Some(path.to_path_buf()),
+            server_path,
         })
     }
 

@@ -23,17 +23,23 @@ use xvs::ovnmulti::{eventually, Multi, Switch};
 /// hypervisor pair and AF_XDP ports): the tests of this file take turns.
 static TURN: Mutex<()> = Mutex::new(());
 
-fn scenario(tag: &str, hv1: Switch, hv2: Switch) {
+/// OVN with `switches` (each may be overridden by `XVS_SWITCH=ovs`), this
+/// test's turn held; `None` (and a message) when the tools are missing.
+fn start(tag: &str, switches: &[Switch]) -> Option<(Multi, std::sync::MutexGuard<'static, ()>, Instant)> {
     if let Some(why) = Multi::unavailable() {
         eprintln!("skipped: {why}");
-        return;
+        return None;
     }
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
     std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let (hv1, hv2) = (Switch::or_env(hv1), Switch::or_env(hv2));
-    eprintln!("hv1: {hv1:?}, hv2: {hv2:?}");
-    let mut m = Multi::start(env!("CARGO_BIN_EXE_xvs"), tag, &[hv1, hv2]);
+    let switches: Vec<Switch> = switches.iter().map(|s| Switch::or_env(*s)).collect();
+    eprintln!("switches: {switches:?}");
+    Some((Multi::start(env!("CARGO_BIN_EXE_xvs"), tag, &switches), turn, t0))
+}
+
+fn scenario(tag: &str, hv1: Switch, hv2: Switch) {
+    let Some((mut m, _turn, t0)) = start(tag, &[hv1, hv2]) else { return };
     m.two_switches_and_a_router();
     let (vm1, vm2, vm3) = (m.host(0), m.host(1), m.host(2));
     // First without a tunnel: vm2 and vm3 are both on hv2.
@@ -198,15 +204,7 @@ fn two_hypervisors_ovs_xvs() {
 /// through hv2; when hv2's switch is killed, BFD notices, hv3 claims the
 /// gateway port and the traffic flows through it.
 fn ha_gateway(tag: &str, sw: Switch) {
-    if let Some(why) = Multi::unavailable() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let t0 = Instant::now();
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let sw = Switch::or_env(sw);
-    let mut m = Multi::start(env!("CARGO_BIN_EXE_xvs"), tag, &[sw, sw, sw]);
+    let Some((mut m, _turn, t0)) = start(tag, &[sw, sw, sw]) else { return };
     for a in [
         &["ls-add", "inside"][..],
         &["ls-add", "outside"],

@@ -29,6 +29,50 @@ fn rx_packets(h: &Host) -> u64 {
     h.exec(&["cat", "/sys/class/net/eth0/statistics/rx_packets"]).unwrap().trim().parse().unwrap()
 }
 
+/// xvs on bridge `bridge` with the VM port (a `--port` argument) and the
+/// host's veth as an AF_XDP port.
+fn start_switch(run_dir: &str, bridge: &str, vm_port: &str, h: &Host) -> Xvs {
+    let child = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args(["switch", "--run-dir", run_dir, "--bridge", bridge, "--no-local-port", "--port", vm_port])
+        .args(["--port", &format!("{},type=afxdp,xdp-mode=generic", h.port)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Xvs(child, run_dir.to_string())
+}
+
+/// testpmd `txonly` for `ms` milliseconds (its frames flood to the host):
+/// what testpmd sent and what the host received.
+fn vm_to_host(pmd: &mut Testpmd, h: &Host, ms: u64) -> (u64, u64) {
+    let before = rx_packets(h);
+    pmd.cmd("set fwd txonly");
+    pmd.cmd("start");
+    std::thread::sleep(Duration::from_millis(ms));
+    pmd.cmd("stop");
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, tx) = pmd.port_stats();
+    (tx, rx_packets(h) - before)
+}
+
+/// 50 broadcast pings from the host to `bcast`; what testpmd (`rxonly`)
+/// received (waits up to 10 s for all 50).
+fn host_to_vm(pmd: &mut Testpmd, h: &Host, bcast: &str) -> u64 {
+    pmd.cmd("clear port stats 0");
+    pmd.cmd("set fwd rxonly");
+    pmd.cmd("start");
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = h.run(&["ping", "-b", "-c", "50", "-i", "0.01", "-W", "1", bcast]);
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut rx = pmd.port_stats().0;
+    while rx < 50 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+        rx = pmd.port_stats().0;
+    }
+    pmd.cmd("stop");
+    rx
+}
+
 #[test]
 fn vm_port_and_namespace_host_exchange_frames_through_xvs() {
     if !usable() {
@@ -41,45 +85,20 @@ fn vm_port_and_namespace_host_exchange_frames_through_xvs() {
     // testpmd's server waits for the switch to connect before it prompts.
     let mut pmd = Testpmd::start(&sock, &format!("xvsvm{id}"));
     let run_dir = format!("/tmp/xvs-vm-{id}");
-    let child = Command::new(env!("CARGO_BIN_EXE_xvs"))
-        .args(["switch", "--run-dir", &run_dir, "--bridge", &format!("brvm{id}"), "--no-local-port", "--port"])
-        .arg(format!("vhu{id},type=dpdkvhostuserclient,vhost-server-path={}", sock.display()))
-        .args(["--port", &format!("{},type=afxdp,xdp-mode=generic", h.port)])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _xvs = Xvs(child, run_dir.clone());
+    let vport = format!("vhu{id},type=dpdkvhostuserclient,vhost-server-path={}", sock.display());
+    let _xvs = start_switch(&run_dir, &format!("brvm{id}"), &vport, &h);
     assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
     std::thread::sleep(Duration::from_millis(500));
 
     // VM -> host: testpmd floods frames (unknown destination), NORMAL
     // switching sends them to the host.
-    let before = rx_packets(&h);
-    pmd.cmd("set fwd txonly");
-    pmd.cmd("start");
-    std::thread::sleep(Duration::from_millis(1000));
-    pmd.cmd("stop");
-    std::thread::sleep(Duration::from_millis(500));
-    let (_, tx) = pmd.port_stats();
-    let got = rx_packets(&h) - before;
+    let (tx, got) = vm_to_host(&mut pmd, &h, 1000);
     eprintln!("VM -> host: testpmd TX-packets {tx}, host eth0 rx_packets +{got}");
     assert!(tx > 1000, "testpmd sent: {tx}");
     assert!(got > 1000 && got <= tx + 10, "the host received testpmd's frames: {got} of {tx}");
 
     // Host -> VM: broadcast pings, counted by testpmd.
-    pmd.cmd("clear port stats 0");
-    pmd.cmd("set fwd rxonly");
-    pmd.cmd("start");
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = h.run(&["ping", "-b", "-c", "50", "-i", "0.01", "-W", "1", "10.78.0.255"]);
-    let end = Instant::now() + Duration::from_secs(10);
-    let mut rx = pmd.port_stats().0;
-    while rx < 50 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(200));
-        rx = pmd.port_stats().0;
-    }
-    pmd.cmd("stop");
+    let rx = host_to_vm(&mut pmd, &h, "10.78.0.255");
     eprintln!("host -> VM: 50 broadcast pings, testpmd RX-packets {rx}");
     assert!(rx >= 50, "testpmd received the host's 50 broadcast pings: {rx}");
 
@@ -105,15 +124,8 @@ fn multiqueue_frontend_uses_both_queue_pairs() {
     let sock = sock_path("mq");
     let mut pmd = Testpmd::start_queues(&sock, &format!("xvsmq{id}"), 2);
     let run_dir = format!("/tmp/xvs-mq-{id}");
-    let child = Command::new(env!("CARGO_BIN_EXE_xvs"))
-        .args(["switch", "--run-dir", &run_dir, "--bridge", &format!("brmq{id}"), "--no-local-port", "--port"])
-        .arg(format!("vmq{id},type=dpdkvhostuserclient,vhost-server-path={}", sock.display()))
-        .args(["--port", &format!("{},type=afxdp,xdp-mode=generic", h.port)])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _xvs = Xvs(child, run_dir.clone());
+    let vport = format!("vmq{id},type=dpdkvhostuserclient,vhost-server-path={}", sock.display());
+    let _xvs = start_switch(&run_dir, &format!("brmq{id}"), &vport, &h);
     assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
     std::thread::sleep(Duration::from_millis(500));
     let show = || {
@@ -127,14 +139,7 @@ fn multiqueue_frontend_uses_both_queue_pairs() {
     assert!(show().contains("queue_pairs=2"), "the frontend enabled two queue pairs:\n{}", show());
 
     // VM -> host on both transmit queues.
-    let before = rx_packets(&h);
-    pmd.cmd("set fwd txonly");
-    pmd.cmd("start");
-    std::thread::sleep(Duration::from_millis(1000));
-    pmd.cmd("stop");
-    std::thread::sleep(Duration::from_millis(500));
-    let (_, tx) = pmd.port_stats();
-    let got = rx_packets(&h) - before;
+    let (tx, got) = vm_to_host(&mut pmd, &h, 1000);
     let s = show();
     eprintln!("VM -> host over 2 queue pairs: testpmd TX-packets {tx}, host rx_packets +{got}\n{s}");
     assert!(got > 1000 && got <= tx + 10, "the host received testpmd's frames: {got} of {tx}");
@@ -147,18 +152,7 @@ fn multiqueue_frontend_uses_both_queue_pairs() {
     assert!(per_queue.len() >= 2 && per_queue[0] > 0 && per_queue[1] > 0, "both queues received: {per_queue:?}\n{s}");
 
     // Host -> VM: broadcast pings reach testpmd on whichever queue.
-    pmd.cmd("clear port stats 0");
-    pmd.cmd("set fwd rxonly");
-    pmd.cmd("start");
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = h.run(&["ping", "-b", "-c", "50", "-i", "0.01", "-W", "1", "10.79.0.255"]);
-    let end = Instant::now() + Duration::from_secs(10);
-    let mut rx = pmd.port_stats().0;
-    while rx < 50 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(200));
-        rx = pmd.port_stats().0;
-    }
-    pmd.cmd("stop");
+    let rx = host_to_vm(&mut pmd, &h, "10.79.0.255");
     assert!(rx >= 50, "testpmd received the host's 50 broadcast pings: {rx}");
 }
 
@@ -175,15 +169,8 @@ fn server_mode_port_serves_a_frontend_and_its_restart() {
     let h = Host::create(&format!("xvsvs{id}"), &format!("xvs{id}s"), "10.80.0.2/24", 1).unwrap();
     let run_dir = format!("/tmp/xvs-vs-{id}");
     let sock = std::path::PathBuf::from(format!("/tmp/xvs-vs-{id}.sock"));
-    let child = Command::new(env!("CARGO_BIN_EXE_xvs"))
-        .args(["switch", "--run-dir", &run_dir, "--bridge", &format!("brvs{id}"), "--no-local-port", "--port"])
-        .arg(format!("vus{id},type=dpdkvhostuser,vhost-server-path={}", sock.display()))
-        .args(["--port", &format!("{},type=afxdp,xdp-mode=generic", h.port)])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _xvs = Xvs(child, run_dir.clone());
+    let vport = format!("vus{id},type=dpdkvhostuser,vhost-server-path={}", sock.display());
+    let _xvs = start_switch(&run_dir, &format!("brvs{id}"), &vport, &h);
     let end = Instant::now() + Duration::from_secs(10);
     while !sock.exists() && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(50));
@@ -193,14 +180,7 @@ fn server_mode_port_serves_a_frontend_and_its_restart() {
         let mut pmd = Testpmd::start_mode(&sock, &format!("xvsvs{id}r{round}"), 1, false);
         assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
         std::thread::sleep(Duration::from_millis(500));
-        let before = rx_packets(&h);
-        pmd.cmd("set fwd txonly");
-        pmd.cmd("start");
-        std::thread::sleep(Duration::from_millis(800));
-        pmd.cmd("stop");
-        std::thread::sleep(Duration::from_millis(500));
-        let (_, tx) = pmd.port_stats();
-        let got = rx_packets(&h) - before;
+        let (tx, got) = vm_to_host(&mut pmd, &h, 800);
         eprintln!("round {round}: testpmd (client) TX-packets {tx}, host rx_packets +{got}");
         assert!(got > 1000 && got <= tx + 10, "round {round}: the host received testpmd's frames: {got} of {tx}");
         pmd.kill();
