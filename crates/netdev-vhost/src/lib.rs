@@ -207,28 +207,41 @@ fn supervise(
             thread::sleep(Duration::from_millis(100));
             continue;
         }
-        let backend = NetBackend::new(shared.clone());
-        let mut daemon = match VhostUserDaemon::new(format!("vhost-{name}"), backend, mem.clone()) {
-            Ok(d) => d,
-            Err(e) => {
-                *shared.last_error.lock().unwrap() = format!("vhost-user daemon: {e}");
-                thread::sleep(Duration::from_secs(1));
-                continue;
-            }
-        };
+        let Some(mut daemon) = new_daemon(name, &mem, shared) else { continue };
         if let Err(e) = daemon.start_client(&p) {
             *shared.last_error.lock().unwrap() = format!("connect: {e}");
             thread::sleep(Duration::from_millis(100));
             continue;
         }
-        shared.connects.fetch_add(1, Ordering::Relaxed);
-        shared.connected.store(true, Ordering::Release);
-        *shared.shutdown.lock().unwrap() = daemon.shutdown_handle();
-        let r = daemon.wait();
-        *shared.last_error.lock().unwrap() = format!("{r:?}");
-        shared.connected.store(false, Ordering::Release);
-        shared.vrings.lock().unwrap().clear();
+        run_connection(&mut daemon, shared);
     }
+}
+
+/// A device for one connection (a second's pause on failure, noted).
+fn new_daemon(
+    name: &str,
+    mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+    shared: &Arc<Shared>,
+) -> Option<VhostUserDaemon<NetBackend>> {
+    match VhostUserDaemon::new(format!("vhost-{name}"), NetBackend::new(shared.clone()), mem.clone()) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            *shared.last_error.lock().unwrap() = format!("vhost-user daemon: {e}");
+            thread::sleep(Duration::from_secs(1));
+            None
+        }
+    }
+}
+
+/// Serves a connected frontend until it goes: the link is up meanwhile.
+fn run_connection(daemon: &mut VhostUserDaemon<NetBackend>, shared: &Arc<Shared>) {
+    shared.connects.fetch_add(1, Ordering::Relaxed);
+    shared.connected.store(true, Ordering::Release);
+    *shared.shutdown.lock().unwrap() = daemon.shutdown_handle();
+    let r = daemon.wait();
+    *shared.last_error.lock().unwrap() = format!("{r:?}");
+    shared.connected.store(false, Ordering::Release);
+    shared.vrings.lock().unwrap().clear();
 }
 
 /// Server mode: accepts a frontend on `listener`, serves it until it goes,
@@ -242,15 +255,7 @@ fn serve(
     shared: &Arc<Shared>,
 ) {
     while !stop.load(Ordering::Acquire) {
-        let backend = NetBackend::new(shared.clone());
-        let mut daemon = match VhostUserDaemon::new(format!("vhost-{name}"), backend, mem.clone()) {
-            Ok(d) => d,
-            Err(e) => {
-                *shared.last_error.lock().unwrap() = format!("vhost-user daemon: {e}");
-                thread::sleep(Duration::from_secs(1));
-                continue;
-            }
-        };
+        let Some(mut daemon) = new_daemon(name, &mem, shared) else { continue };
         if let Err(e) = daemon.start(&mut listener) {
             *shared.last_error.lock().unwrap() = format!("accept: {e}");
             thread::sleep(Duration::from_millis(100));
@@ -261,13 +266,7 @@ fn serve(
             let _ = daemon.wait();
             break;
         }
-        shared.connects.fetch_add(1, Ordering::Relaxed);
-        shared.connected.store(true, Ordering::Release);
-        *shared.shutdown.lock().unwrap() = daemon.shutdown_handle();
-        let r = daemon.wait();
-        *shared.last_error.lock().unwrap() = format!("{r:?}");
-        shared.connected.store(false, Ordering::Release);
-        shared.vrings.lock().unwrap().clear();
+        run_connection(&mut daemon, shared);
     }
 }
 
