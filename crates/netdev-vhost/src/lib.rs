@@ -66,6 +66,10 @@ pub struct VhostUserClientPort {
     stats: PortStats,
     /// Frames received per queue pair.
     rxq_packets: [u64; MAX_QUEUE_PAIRS],
+    /// Tries again for frames that found the guest's receive queue full
+    /// (OVS's `tx-retries-max`), and how many tries were made.
+    tx_retries_max: u32,
+    tx_retries: u64,
     offload_refused: u64,
     stop: Arc<AtomicBool>,
     supervisor: Option<thread::JoinHandle<()>>,
@@ -120,11 +124,19 @@ impl VhostUserClientPort {
             mem,
             stats: PortStats::default(),
             rxq_packets: [0; MAX_QUEUE_PAIRS],
+            tx_retries_max: 8,
+            tx_retries: 0,
             offload_refused: 0,
             stop,
             supervisor: Some(supervisor),
             server_path,
         })
+    }
+
+    /// How often a frame that finds the guest's receive queue full is tried
+    /// again (0-32; OVS's `tx-retries-max`, default 8).
+    pub fn set_tx_retries_max(&mut self, n: u32) {
+        self.tx_retries_max = n.min(32);
     }
 
     /// Whether a frontend is connected and its queues are running (link up).
@@ -311,7 +323,7 @@ impl Netdev for VhostUserClientPort {
             xdp_mode: String::new(),
             n_rxq: MAX_QUEUE_PAIRS,
             detail: if self.is_connected() {
-                format!("connected queue_pairs={pairs} rxq_packets={}", rxq.join(","))
+                format!("connected queue_pairs={pairs} rxq_packets={} tx_retries={}", rxq.join(","), self.tx_retries)
             } else {
                 "link down".into()
             },
@@ -386,7 +398,7 @@ impl Netdev for VhostUserClientPort {
             return Ok(());
         }
         if vrings.len() == 1 {
-            return self.tx_queue(&vrings[0], pkts);
+            return self.tx_retrying(&vrings[0], pkts);
         }
         let mut by_queue: Vec<Vec<Packet>> = vec![Vec::new(); vrings.len()];
         for p in pkts.drain(..) {
@@ -395,7 +407,7 @@ impl Netdev for VhostUserClientPort {
         }
         for (v, mut batch) in vrings.iter().zip(by_queue) {
             if !batch.is_empty() {
-                self.tx_queue(v, &mut batch)?;
+                self.tx_retrying(v, &mut batch)?;
             }
         }
         Ok(())
@@ -423,14 +435,37 @@ fn flow_hash(f: &[u8]) -> u32 {
 }
 
 impl VhostUserClientPort {
-    /// Writes `pkts` into one guest receive virtqueue.
-    fn tx_queue(&mut self, vring: &VringRwLock, pkts: &mut Vec<Packet>) -> io::Result<()> {
+    /// Writes `pkts` into one guest receive virtqueue; what finds it full
+    /// is tried again, up to `tx_retries_max` times (letting the guest run
+    /// in between), then dropped and counted.
+    fn tx_retrying(&mut self, vring: &VringRwLock, pkts: &mut Vec<Packet>) -> io::Result<()> {
+        let mut left = self.tx_queue(vring, pkts)?;
+        let mut tries = 0;
+        while !left.is_empty() && tries < self.tx_retries_max {
+            tries += 1;
+            self.tx_retries += 1;
+            std::thread::yield_now();
+            left = self.tx_queue(vring, &mut left)?;
+        }
+        self.stats.tx_dropped += left.len() as u64;
+        Ok(())
+    }
+
+    /// Writes `pkts` into one guest receive virtqueue; returns those that
+    /// found no room (in order).
+    fn tx_queue(&mut self, vring: &VringRwLock, pkts: &mut Vec<Packet>) -> io::Result<Vec<Packet>> {
         let mem = self.mem.memory();
         let mut st = vring.get_mut();
         let q = st.get_queue_mut();
         let mut sent_any = false;
         let mut chains: Vec<(u16, u32, GuestAddress)> = Vec::new();
+        let mut left = Vec::new();
         for pkt in pkts.drain(..) {
+            if !left.is_empty() {
+                // The queue is full: the rest waits too, in order.
+                left.push(pkt);
+                continue;
+            }
             let data = pkt.data();
             let need = HDR_LEN + data.len();
             let start_avail = q.next_avail();
@@ -438,9 +473,11 @@ impl VhostUserClientPort {
             // Gather writable buffers (one or more chains) until the frame fits.
             let mut written = 0usize;
             let mut failed = false;
+            let mut full = false;
             while written < need {
                 let Some(chain) = q.pop_descriptor_chain(&*mem) else {
                     failed = true;
+                    full = true;
                     break;
                 };
                 let head = chain.head_index();
@@ -483,7 +520,11 @@ impl VhostUserClientPort {
             if failed {
                 // Give the buffers back: the guest has not seen them used.
                 q.set_next_avail(start_avail);
-                self.stats.tx_dropped += 1;
+                if full {
+                    left.push(pkt);
+                } else {
+                    self.stats.tx_dropped += 1;
+                }
                 continue;
             }
             // num_buffers (bytes 10..12 of the header, little endian).
@@ -500,7 +541,7 @@ impl VhostUserClientPort {
             drop(st);
             let _ = vring.signal_used_queue();
         }
-        Ok(())
+        Ok(left)
     }
 }
 

@@ -131,6 +131,8 @@ pub struct IfaceCfg {
     pub ofport_request: Option<u16>,
     /// `mtu_request`: the MTU the device should have.
     pub mtu_request: Option<u32>,
+    /// vhost-user: `options:tx-retries-max` (0-32).
+    pub tx_retries_max: Option<u32>,
     /// Set when the configuration cannot be applied; the daemon should not
     /// create the interface and should write this to its `error` column.
     pub error: Option<String>,
@@ -498,6 +500,7 @@ fn port(ctx: &Ctx, p: &Cols) -> PortCfg {
 fn iface(i: &Cols) -> IfaceCfg {
     let name = i.string("name").unwrap_or_default();
     let ty = i.string("type").unwrap_or_default();
+    let vhost = ty.starts_with("dpdkvhostuser");
     let options = i.map("options");
     let ofport_request = i.int("ofport_request").and_then(|v| match u16::try_from(v) {
         Ok(v) if (1..=65279).contains(&v) => Some(v),
@@ -526,7 +529,20 @@ fn iface(i: &Cols) -> IfaceCfg {
             None
         }
     });
-    IfaceCfg { name, uuid: i.uuid.to_string(), kind, ofport_request, mtu_request, error }
+    let mut error = error;
+    let tx_retries_max = match options.get("tx-retries-max") {
+        Some(v) if vhost => match v.parse::<u32>() {
+            Ok(n) if n <= 32 => Some(n),
+            _ => {
+                let e = format!("options:tx-retries-max: {v:?} is not a number from 0 to 32");
+                i.note(format!("interface {name}: {e}"));
+                error.get_or_insert(e);
+                None
+            }
+        },
+        _ => None,
+    };
+    IfaceCfg { name, uuid: i.uuid.to_string(), kind, ofport_request, mtu_request, tx_retries_max, error }
 }
 
 /// The `bfd` column: on tunnel interfaces, their BFD session; elsewhere

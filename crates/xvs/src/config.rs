@@ -54,6 +54,9 @@ pub struct PortSpec {
     pub tx_flush_us: u32,
     /// For dpdkvhostuserclient ports: the frontend's socket.
     pub vhost_server_path: Option<String>,
+    /// vhost-user ports: how often a frame for a full guest receive queue
+    /// is tried again before it is dropped (OVS's `tx-retries-max`).
+    pub tx_retries_max: u32,
     /// A tunnel port's options (`PortType::Tunnel`).
     pub tunnel: Option<tunnel::config::PortCfg>,
 }
@@ -71,6 +74,7 @@ impl PortSpec {
             vlan: VlanMode::TrunkAll,
             peer: None,
             tx_flush_us: 0,
+            tx_retries_max: 8,
             vhost_server_path: None,
             tunnel: None,
         }
@@ -142,6 +146,9 @@ impl PortSpec {
                         );
                     }
                     p.vlan = VlanMode::Trunk(list);
+                }
+                "tx-retries-max" => {
+                    p.tx_retries_max = v.parse().ok().filter(|&n: &u32| n <= 32).ok_or_else(|| bad("0-32"))?
                 }
                 "tx-flush-us" => {
                     p.tx_flush_us = v.parse().ok().filter(|&n: &u32| n <= 1000).ok_or_else(|| bad("0-1000"))?

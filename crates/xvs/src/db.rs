@@ -196,12 +196,14 @@ fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg, run_dir: &Path) ->
         IfaceKind::VhostUserClient { path } => {
             spec.kind = PortType::VhostUserClient;
             spec.vhost_server_path = Some(path.clone());
+            spec.tx_retries_max = iface.tx_retries_max.unwrap_or(8);
         }
         IfaceKind::VhostUser => {
             // As OVS puts it in its vhost socket directory: the run
             // directory, named after the interface.
             spec.kind = PortType::VhostUser;
             spec.vhost_server_path = Some(run_dir.join(&iface.name).to_string_lossy().into_owned());
+            spec.tx_retries_max = iface.tx_retries_max.unwrap_or(8);
         }
         IfaceKind::Tunnel(cfg) => {
             spec.kind = PortType::Tunnel;

@@ -162,17 +162,17 @@ pub fn open(
         }
         PortType::VhostUserClient => {
             let path = spec.vhost_server_path.as_deref().unwrap_or("");
-            Box::new(
-                netdev_vhost::VhostUserClientPort::new(&spec.name, std::path::Path::new(path))
-                    .context("opening vhost-user port")?,
-            )
+            let mut p = netdev_vhost::VhostUserClientPort::new(&spec.name, std::path::Path::new(path))
+                .context("opening vhost-user port")?;
+            p.set_tx_retries_max(spec.tx_retries_max);
+            Box::new(p)
         }
         PortType::VhostUser => {
             let path = spec.vhost_server_path.as_deref().unwrap_or("");
-            Box::new(
-                netdev_vhost::VhostUserClientPort::new_server(&spec.name, std::path::Path::new(path))
-                    .context("opening vhost-user server port")?,
-            )
+            let mut p = netdev_vhost::VhostUserClientPort::new_server(&spec.name, std::path::Path::new(path))
+                .context("opening vhost-user server port")?;
+            p.set_tx_retries_max(spec.tx_retries_max);
+            Box::new(p)
         }
         PortType::Internal => {
             let name = if spec.name.is_empty() { bridge } else { &spec.name };

@@ -190,3 +190,46 @@ fn server_mode_port_serves_a_frontend_and_its_restart() {
     assert!(show.contains("type dpdkvhostuser,"), "{show}");
     let _ = std::fs::remove_file(&sock);
 }
+
+/// A guest that stops reading (testpmd not forwarding): once its receive
+/// queue is full, frames to it are tried again `tx-retries-max` times
+/// (counted as `tx_retries`), then dropped and counted; the switch keeps
+/// forwarding for everyone else.
+#[test]
+fn full_guest_queue_is_retried_then_counted() {
+    if !usable() {
+        return;
+    }
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h = Host::create(&format!("xvsfq{id}"), &format!("xfq{id}"), "10.81.0.2/24", 1).unwrap();
+    let sock = sock_path("full");
+    let pmd = Testpmd::start(&sock, &format!("xvsfq{id}"));
+    let run_dir = format!("/tmp/xvs-fq-{id}");
+    let vport = format!("vfq{id},type=dpdkvhostuserclient,vhost-server-path={},tx-retries-max=3", sock.display());
+    let _xvs = start_switch(&run_dir, &format!("brfq{id}"), &vport, &h);
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
+    std::thread::sleep(Duration::from_millis(500));
+    // testpmd has not started forwarding: nothing empties its 256-entry
+    // receive queue.
+    let _ = h.run(&["ping", "-b", "-c", "600", "-i", "0.002", "-W", "1", "10.81.0.255"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_xvs")).args(["show", "--run-dir", &run_dir]).output().unwrap();
+    let show = String::from_utf8_lossy(&o.stdout).into_owned();
+    eprintln!("{show}");
+    let line = show.lines().skip_while(|l| !l.contains(&format!("vfq{id}"))).take(2).collect::<Vec<_>>().join(" ");
+    let num = |key: &str| -> u64 {
+        line.split(key)
+            .nth(1)
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    // "tx N pkts ..., drop D" is the last part of the counters line.
+    let tx_drop: u64 = line.rsplit("drop ").next().and_then(|n| n.trim().parse().ok()).unwrap_or(0);
+    assert!(tx_drop > 0, "frames for the full queue were dropped and counted: {line}");
+    // Three tries per batch that found the queue full (a batch here is
+    // mostly one ping).
+    let retries = num("tx_retries=");
+    assert!(retries >= 3 && retries <= 3 * tx_drop && retries % 3 == 0, "tried again 3 times a batch: {line}");
+    assert!(num("tx ") >= 200, "until the queue was full they were delivered: {line}");
+}
