@@ -132,8 +132,9 @@ impl Xsk {
             with_sg.flags |= sys::XDP_USE_SG;
             match bind_retrying(raw, &with_sg) {
                 Ok(()) => sg = true,
-                // A kernel without multi-buffer AF_XDP: bind without it.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                // A kernel without multi-buffer AF_XDP (EINVAL), or a
+                // zero-copy driver without it (EOPNOTSUPP): bind without.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {}
                 Err(e) => {
                     return Err(io::Error::new(
                         e.kind(),
