@@ -173,6 +173,12 @@ pub struct Ofproto {
     pub(crate) ports: BTreeMap<u32, PortConfig>,
     pub(crate) mac: Mutex<MacTable>,
     now_ms: AtomicU64,
+    /// Some rule with an idle or hard timeout may exist: set when one is
+    /// made, cleared when [`Ofproto::has_timeouts`] looked and found none.
+    /// Without it, every look is a pass over all rules under the read lock
+    /// (tens of ms with 200,000 rules, during which a waiting writer holds
+    /// off the poll threads).
+    maybe_timed: std::sync::atomic::AtomicBool,
     pub table_miss: TableMiss,
     /// Per-table lookup/match counters.
     /// Per-table (lookups, matches), credited by the datapath like rule
@@ -226,6 +232,7 @@ impl Ofproto {
             ports: BTreeMap::new(),
             mac: Mutex::new(MacTable::default()),
             now_ms: AtomicU64::new(0),
+            maybe_timed: std::sync::atomic::AtomicBool::new(false),
             table_miss: TableMiss::Drop,
             table_stats: (0..N_TABLES).map(|_| Default::default()).collect(),
             removed: Vec::new(),
@@ -582,6 +589,9 @@ impl Ofproto {
     }
 
     fn new_rule(&self, spec: &FlowSpec) -> Rule {
+        if spec.idle_timeout != 0 || spec.hard_timeout != 0 {
+            self.maybe_timed.store(true, Ordering::Release);
+        }
         let now = self.now();
         let counters = FlowCounters::default();
         counters.used_ms.store(now, Ordering::Relaxed);
@@ -956,9 +966,18 @@ impl Ofproto {
     /// Whether any rule has an idle or hard timeout (housekeeping can skip
     /// the expiry scan otherwise).
     pub fn has_timeouts(&self) -> bool {
-        self.tables.iter().any(|t| {
+        if !self.maybe_timed.load(Ordering::Acquire) {
+            return false;
+        }
+        let any = self.tables.iter().any(|t| {
             t.iter(self.version).filter_map(|id| t.get(id)).any(|(_, _, r)| r.idle_timeout != 0 || r.hard_timeout != 0)
-        })
+        });
+        if !any {
+            // A rule made meanwhile sets the flag again under the write
+            // lock, which cannot be held while this read is.
+            self.maybe_timed.store(false, Ordering::Release);
+        }
+        any
     }
 
     pub fn n_rules(&self) -> usize {

@@ -52,3 +52,21 @@ fn staged_delete_is_invisible_until_committed_and_equals_a_one_shot_delete() {
     let dump = |o: &Ofproto| o.rules().iter().map(|(t, m, p, _)| format!("{t} {m} {p}")).collect::<Vec<_>>();
     assert_eq!(dump(&of), dump(&one));
 }
+
+/// `has_timeouts` (what housekeeping asks before scanning for expired
+/// rules) answers without a pass over the rules when none with a timeout
+/// was made since it last found none, and follows adds and deletes.
+#[test]
+fn has_timeouts_follows_the_rules() {
+    let mut of = bridge(1000);
+    assert!(!of.has_timeouts(), "no rule has a timeout");
+    let timed = parse_flow("priority=9,udp,tp_dst=53,idle_timeout=5,actions=output:2", Need::Actions).unwrap();
+    of.flow_mod(FlowModCmd::Add, &timed).unwrap();
+    assert!(of.has_timeouts());
+    assert!(of.has_timeouts(), "still there");
+    of.flow_mod(FlowModCmd::DeleteStrict, &timed).unwrap();
+    assert!(!of.has_timeouts(), "gone with its rule");
+    let hard = parse_flow("priority=9,udp,tp_dst=54,hard_timeout=7,actions=output:2", Need::Actions).unwrap();
+    of.flow_mod(FlowModCmd::Add, &hard).unwrap();
+    assert!(of.has_timeouts(), "a hard timeout counts too");
+}
