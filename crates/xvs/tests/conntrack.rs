@@ -243,6 +243,7 @@ fn transfer(srv: &Host, cli: &Host, kind: &str, client_args: &[&str], size: usiz
         .spawn()
         .unwrap();
     xvs::netns::wait_file(&ready, 5000);
+    let _ = std::fs::remove_file(&ready);
     let mut args = vec!["timeout", "20", "python3"];
     let p = peers();
     let client = format!("{kind}-client");

@@ -234,6 +234,7 @@ fn of13_goto_set_field_and_vlan_push_pop() {
         .util(&["udp-recv", "--port", "4445", "--idle-ms", "1500", "--max-ms", "8000", "--ready-file", &ready])
         .unwrap();
     xvs::netns::wait_file(&ready, 5000);
+    let _ = std::fs::remove_file(&ready);
     let frame = wire::build::Frame::new(mac(&hs[2].mac), mac(&hs[0].mac))
         .vlan(0x8100, 10)
         .l3(wire::build::L3::ipv4(0x0a4e_0003, 0x0a4e_0001))
@@ -290,6 +291,7 @@ fn idle_timeout_sends_flow_removed_and_packet_out_reaches_a_host() {
         .util(&["udp-recv", "--port", "6000", "--idle-ms", "1500", "--max-ms", "8000", "--ready-file", &ready])
         .unwrap();
     xvs::netns::wait_file(&ready, 5000);
+    let _ = std::fs::remove_file(&ready);
     let frame = wire::build::Frame::new(mac(&hs[0].mac), mac(&hs[1].mac))
         .l3(wire::build::L3::ipv4(0x0a4e_0001, 0x0a4e_0002))
         .l4(wire::build::L4::Udp { src: 1234, dst: 6000 })
