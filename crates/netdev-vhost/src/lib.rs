@@ -422,7 +422,7 @@ impl Netdev for VhostUserClientPort {
         }
         let mut by_queue: Vec<Vec<Packet>> = vec![Vec::new(); vrings.len()];
         for p in pkts.drain(..) {
-            let h = p.rx_hash.unwrap_or_else(|| flow_hash(p.data()));
+            let h = p.rx_hash.unwrap_or_else(|| netdev::packet::frame_flow_hash(p.data()));
             by_queue[h as usize % vrings.len()].push(p);
         }
         for (v, mut batch) in vrings.iter().zip(by_queue) {
@@ -440,18 +440,6 @@ impl Netdev for VhostUserClientPort {
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         Some(self)
     }
-}
-
-/// A hash of a frame's addresses and ports (Ethernet, and for IPv4 the
-/// addresses, protocol and ports), symmetric enough to keep a flow on one
-/// queue.
-fn flow_hash(f: &[u8]) -> u32 {
-    let span = if f.len() >= 38 && f[12..14] == [8, 0] { &f[23..38] } else { &f[..f.len().min(14)] };
-    let mut h: u32 = 0x811c_9dc5;
-    for b in span {
-        h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
-    }
-    h ^ (h >> 16)
 }
 
 impl VhostUserClientPort {

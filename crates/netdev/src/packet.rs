@@ -305,3 +305,15 @@ mod tests {
         is_send::<Packet>();
     }
 }
+
+/// A hash of an Ethernet frame's flow: for IPv4 its protocol, addresses and
+/// ports, otherwise its Ethernet header. For spreading flows over queues or
+/// tunnel source ports when the port gave no receive hash.
+pub fn frame_flow_hash(f: &[u8]) -> u32 {
+    let span = if f.len() >= 38 && f[12..14] == [8, 0] { &f[23..38] } else { &f[..f.len().min(14)] };
+    let mut h: u32 = 0x811c_9dc5;
+    for b in span {
+        h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
+    }
+    h ^ (h >> 15)
+}

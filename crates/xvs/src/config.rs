@@ -29,6 +29,15 @@ pub enum PortType {
     Tunnel,
 }
 
+impl PortType {
+    /// Whether the port is a kernel network device of its name (held to
+    /// a device name's length, with an MTU to set); patch, tunnel and
+    /// vhost-user ports are not.
+    pub fn is_kernel_device(self) -> bool {
+        !matches!(self, PortType::Patch | PortType::Tunnel | PortType::VhostUserClient | PortType::VhostUser)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum XdpModeCfg {
     Native,
@@ -182,9 +191,7 @@ impl PortSpec {
         if p.peer.is_some() && p.kind != PortType::Patch {
             bail!("port {name}: peer is only for type=patch");
         }
-        let device =
-            !matches!(p.kind, PortType::Patch | PortType::Tunnel | PortType::VhostUserClient | PortType::VhostUser);
-        crate::runfiles::check_port_name("port", name, device)?;
+        crate::runfiles::check_port_name("port", name, p.kind.is_kernel_device())?;
         Ok(p)
     }
 }

@@ -162,13 +162,6 @@ fn fail_mode(f: &ovsdb::FailMode) -> FailMode {
 
 /// The port spec an interface asks for; `Err` for what xvs cannot do.
 fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg, run_dir: &Path) -> Result<PortSpec, String> {
-    // Patch, tunnel and vhost-user ports are no kernel devices: their names
-    // may be longer than a device's (OVN's localnet patch ports are).
-    let device = !matches!(
-        iface.kind,
-        IfaceKind::Patch { .. } | IfaceKind::Tunnel(_) | IfaceKind::VhostUserClient { .. } | IfaceKind::VhostUser
-    );
-    crate::runfiles::check_port_name("name: interface", &iface.name, device).map_err(|e| format!("{e:#}"))?;
     let mut spec = PortSpec::new(&iface.name);
     match &iface.kind {
         IfaceKind::Afxdp { xdp_mode, need_wakeup, n_rxq } => {
@@ -221,6 +214,10 @@ fn spec_for(br: &BridgeCfg, port: &PortCfg, iface: &IfaceCfg, run_dir: &Path) ->
         _ if !port.trunks.is_empty() => ofproto::VlanMode::Trunk(port.trunks.clone()),
         _ => ofproto::VlanMode::TrunkAll,
     };
+    // Ports that are no kernel devices may have longer names (OVN's
+    // localnet patch ports do).
+    crate::runfiles::check_port_name("name: interface", &iface.name, spec.kind.is_kernel_device())
+        .map_err(|e| format!("{e:#}"))?;
     Ok(spec)
 }
 
@@ -394,10 +391,7 @@ fn apply_mtu(rt: &BridgeRt, br: &BridgeCfg) {
         for i in &p.interfaces {
             let Some(mtu) = i.mtu_request else { continue };
             let Some(ai) = rt.ifaces.get(&i.name).filter(|a| a.ofport.is_some()) else { continue };
-            if matches!(
-                ai.spec.kind,
-                PortType::Patch | PortType::Tunnel | PortType::VhostUserClient | PortType::VhostUser
-            ) {
+            if !ai.spec.kind.is_kernel_device() {
                 continue;
             }
             if read_sys(&i.name, "mtu").and_then(|m| m.parse::<u32>().ok()).is_some_and(|m| m != mtu) {

@@ -651,7 +651,7 @@ impl TunnelPort {
             FromFlow::Flow => flow_remote(&k).ok_or("tnl_no_remote")?,
         };
         let hop = self.next_hop(dst)?;
-        let hash = pkt.rx_hash.unwrap_or_else(|| inner_hash(pkt.data()));
+        let hash = pkt.rx_hash.unwrap_or_else(|| netdev::packet::frame_flow_hash(pkt.data()));
         self.ip_id = self.ip_id.wrapping_add(1);
         let frame = build_frame(&self.env, &cfg, &hop, dst, &k, pkt.data(), hash, self.ip_id, tlv, &mut self.buf);
         Ok((frame, hop.bridge))
@@ -732,17 +732,6 @@ fn build_frame(
     }
     encap::push(&spec, &meta, inner, ip_id, buf);
     Packet::from_slice(buf)
-}
-
-/// A hash of the inner flow (addresses, protocol, ports) for the outer UDP
-/// source port.
-fn inner_hash(f: &[u8]) -> u32 {
-    let span = if f.len() >= 38 && f[12..14] == [8, 0] { &f[23..38] } else { &f[..f.len().min(14)] };
-    let mut h: u32 = 0x811c_9dc5;
-    for b in span {
-        h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
-    }
-    h ^ (h >> 15)
 }
 
 impl Drop for TunnelPort {

@@ -452,13 +452,9 @@ impl Overlay {
     /// hypervisor A runs `switches[0]`, B `switches[1]`; a `kind` tunnel
     /// with `key` between them. Returns once both bridges and the tunnel
     /// ports exist and the endpoints have their addresses (traffic may
-    /// need a moment more: see [`Overlay::wait_connected`]).
-    pub fn start(xvs_bin: &str, tag: &str, kind: Kind, switches: [Switch; 2], key: Key) -> Result<Overlay> {
-        Overlay::start_on(xvs_bin, tag, kind, switches, key, Underlay::V4)
-    }
-
-    /// [`Overlay::start`] over an IPv4 or IPv6 underlay.
-    pub fn start_on(
+    /// need a moment more: see [`Overlay::wait_connected`]), over an IPv4
+    /// or IPv6 `underlay`.
+    pub fn start(
         xvs_bin: &str,
         tag: &str,
         kind: Kind,

@@ -39,7 +39,7 @@ fn setup_on(tag: &str, kind: Kind, sw: [Switch; 2], key: Key, underlay: Underlay
     }
     std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
     let t = Instant::now();
-    let o = Overlay::start_on(env!("CARGO_BIN_EXE_xvs"), tag, kind, sw, key, underlay)
+    let o = Overlay::start(env!("CARGO_BIN_EXE_xvs"), tag, kind, sw, key, underlay)
         .unwrap_or_else(|e| panic!("set-up: {e:#}"));
     eprintln!(
         "[{tag}] {kind:?} hvA={} hvB={} underlay {}: set up in {:.1} s",
