@@ -18,16 +18,23 @@
 //! connections never share a tuple (NAT ports never collide).
 //!
 //! ## Structure and threads
-//! The table is split into shards, each a `Mutex<HashMap<Key, Arc<Conn>>>`,
-//! chosen by a keyed hash of the zone and tuple (so a flood of crafted
-//! tuples cannot pile into one shard). A lookup locks one shard for one
-//! hash probe and clones an `Arc`; the per-connection state (TCP windows,
+//! The table is split into shards, each a `Mutex` around a hash table of
+//! 16-byte slots (the key's hash, with the direction in its low bit, and an
+//! `Arc<Conn>`), chosen by a keyed hash of the zone and tuple (so a flood
+//! of crafted tuples cannot pile into one shard). The key is hashed once
+//! per operation; a probe compares the stored hash before it touches the
+//! connection, and a shard grows by moving slots without rehashing or
+//! dereferencing a connection, so a million connections cost 32 MB of
+//! table and growing one shard (a 1/1024th) is short. A lookup locks one
+//! shard for one probe and clones an `Arc`; the per-connection state (TCP windows,
 //! mark, label, counters) sits behind the connection's own mutex. Poll
 //! threads therefore only contend when they touch the same shard at the
 //! same instant or the same connection — never on one global lock, which
 //! is what serialised Open vSwitch's userspace tracker for years. Creating
 //! a connection locks the (at most two) shards of its tuples in index
-//! order, so concurrent commits of the same tuple cannot both win. Zone
+//! order, checks both keys and inserts both under those locks (an expired
+//! connection found on either key is removed first), so concurrent commits
+//! of the same tuple cannot both win. Zone
 //! counters for limits are atomics per zone behind a read-mostly map.
 //!
 //! Expiry never stops the world: [`Conntrack::sweep`] visits a bounded
@@ -50,7 +57,7 @@ pub use nat::{NatFlags, NatRange};
 pub use packet::{Parsed, Tuple, Untrackable};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// `ct_state` bits, as Open vSwitch numbers them.
@@ -148,7 +155,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        Config { max_conns: 3_000_000, validate_checksums: true, timeouts: Timeouts::default(), shards: 64 }
+        Config { max_conns: 3_000_000, validate_checksums: true, timeouts: Timeouts::default(), shards: 1024 }
     }
 }
 
@@ -184,23 +191,72 @@ pub struct Conn {
     /// The zone's timeout policy when the connection was created.
     tp: Option<Arc<Timeouts>>,
     expires: AtomicU64,
+    /// Set once the connection left the table (expired, flushed, replaced),
+    /// so a [`Tracked`] hint that still holds it is not used.
+    removed: AtomicBool,
     st: Mutex<ConnState>,
 }
 
 impl Conn {
-    fn key(&self, reply: bool) -> Key {
-        Key { zone: self.zone, tuple: if reply { self.reply } else { self.orig } }
+    fn tuple(&self, reply: bool) -> &Tuple {
+        if reply {
+            &self.reply
+        } else {
+            &self.orig
+        }
+    }
+
+    fn live(&self, now_ms: u64) -> bool {
+        self.expires.load(Relaxed) > now_ms && !self.removed.load(Relaxed)
     }
 }
 
-/// A connection a packet was already matched to by an earlier `ct()` in
-/// the same zone (kept in the packet's metadata across recirculation), so
-/// a later `ct()` finds it even after NAT changed the packet's tuple.
+/// One direction of a connection in the table: `tag` is the hash of the
+/// zone and that direction's tuple (always even) with bit 0 set for the
+/// reply direction.
+struct Slot {
+    tag: u64,
+    conn: Arc<Conn>,
+}
+
+impl Slot {
+    fn reply(&self) -> bool {
+        self.tag & 1 != 0
+    }
+    fn hash(&self) -> u64 {
+        self.tag & !1
+    }
+    fn is(&self, h: u64, zone: u16, t: &Tuple) -> bool {
+        self.hash() == h && self.conn.zone == zone && self.conn.tuple(self.reply()) == t
+    }
+}
+
+/// What an attempt to insert a new connection's keys met.
+enum Insert {
+    Done,
+    /// A live connection holds one of the keys.
+    Taken,
+    /// An expired connection holds one of them; it is removed and the
+    /// insert tried again.
+    Stale(Arc<Conn>),
+}
+
+/// The connection an earlier `ct()` matched a packet to. The datapath
+/// hands it to the next `ct()` (after a recirculation, typically), which
+/// then skips the table: [`Conntrack::execute_tracked`] uses it only if it
+/// comes from the same tracker and zone, is still in the table, and the
+/// packet's tuple is one of the connection's (as sent, or as translated by
+/// it), so it finds what a lookup would find.
 #[derive(Clone, Debug)]
 pub struct Tracked {
     pub conn: Arc<Conn>,
     pub reply: bool,
+    tracker: u64,
 }
+
+/// Distinguishes trackers (one per datapath), so a hint is never taken
+/// to another tracker's table.
+static TRACKER_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// What `nat` in a `ct()` action asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -300,13 +356,16 @@ pub struct ZoneLimit {
 }
 
 /// Shards [`Conntrack::sweep`] visits per call from the switch's
-/// housekeeping (an eighth of the default 64).
-pub const SWEEP_SHARDS: usize = 8;
+/// housekeeping (an eighth of the default 1024). A shard's lock is held
+/// while its slots are scanned: at 3,000,000 connections that is about
+/// 6,000 slots.
+pub const SWEEP_SHARDS: usize = 128;
+
+type Shard = hashbrown::HashTable<Slot>;
 
 /// The connection tracker of one datapath, shared by all poll threads.
-type Shard = HashMap<Key, Arc<Conn>, ahash::RandomState>;
-
 pub struct Conntrack {
+    id: u64,
     shards: Box<[Mutex<Shard>]>,
     hasher: ahash::RandomState,
     max_conns: AtomicUsize,
@@ -332,7 +391,8 @@ impl Conntrack {
     pub fn new(cfg: Config) -> Conntrack {
         let n = cfg.shards.max(1).next_power_of_two();
         Conntrack {
-            shards: (0..n).map(|_| Mutex::new(HashMap::with_hasher(ahash::RandomState::new()))).collect(),
+            id: TRACKER_IDS.fetch_add(1, Relaxed),
+            shards: (0..n).map(|_| Mutex::new(Shard::new())).collect(),
             hasher: ahash::RandomState::new(),
             max_conns: AtomicUsize::new(cfg.max_conns),
             n_conns: AtomicUsize::new(0),
@@ -349,25 +409,31 @@ impl Conntrack {
         }
     }
 
-    fn shard_of(&self, k: &Key) -> usize {
-        // The high bits pick the shard; the shard's own map uses its own
-        // key, so the two hashes are independent.
-        (self.hasher.hash_one(k) >> 40) as usize & (self.shards.len() - 1)
+    /// The hash of a key (even: bit 0 carries a slot's direction).
+    fn hash(&self, zone: u16, t: &Tuple) -> u64 {
+        self.hasher.hash_one(Key { zone, tuple: *t }) & !1
     }
 
-    fn get(&self, k: &Key) -> Option<Arc<Conn>> {
-        self.shards[self.shard_of(k)].lock().expect("ct shard").get(k).cloned()
+    /// The shard a hash belongs to. Bits 32 and up pick it: the shard's
+    /// table places slots by the low bits and filters by the top seven, so
+    /// the three uses of the hash do not overlap.
+    fn shard_of(&self, h: u64) -> usize {
+        (h >> 32) as usize & (self.shards.len() - 1)
     }
 
     /// Finds the live connection a tuple belongs to, and whether the tuple
     /// is its reply direction. An expired connection met here is removed.
     fn lookup(&self, zone: u16, t: &Tuple, now_ms: u64) -> Option<(Arc<Conn>, bool)> {
-        let c = self.get(&Key { zone, tuple: *t })?;
+        let h = self.hash(zone, t);
+        let (c, reply) = {
+            let sh = self.shards[self.shard_of(h)].lock().expect("ct shard");
+            let s = sh.find(h, |s| s.is(h, zone, t))?;
+            (Arc::clone(&s.conn), s.reply())
+        };
         if c.expires.load(Relaxed) <= now_ms {
             self.remove(&c, true);
             return None;
         }
-        let reply = c.reply == *t && c.orig != *t;
         Some((c, reply))
     }
 
@@ -383,14 +449,15 @@ impl Conntrack {
     fn remove(&self, c: &Arc<Conn>, expired: bool) {
         let mut removed = false;
         for reply in [false, true] {
-            let k = c.key(reply);
-            let mut sh = self.shards[self.shard_of(&k)].lock().expect("ct shard");
-            if sh.get(&k).is_some_and(|x| Arc::ptr_eq(x, c)) {
-                sh.remove(&k);
+            let h = self.hash(c.zone, c.tuple(reply));
+            let mut sh = self.shards[self.shard_of(h)].lock().expect("ct shard");
+            if let Ok(e) = sh.find_entry(h, |s| s.reply() == reply && Arc::ptr_eq(&s.conn, c)) {
+                e.remove();
                 removed = true;
             }
         }
         if removed {
+            c.removed.store(true, Relaxed);
             self.n_conns.fetch_sub(1, Relaxed);
             self.zone(c.zone).count.fetch_sub(1, Relaxed);
             if expired {
@@ -465,29 +532,29 @@ impl Conntrack {
                 return CtResult::invalid(act.zone);
             }
         };
-        let mut found = match hint {
-            Some(h) if h.conn.zone == act.zone && h.conn.expires.load(Relaxed) > now_ms => {
-                Some((Arc::clone(&h.conn), h.reply))
+        // A packet an earlier pass translated belongs to the connection that
+        // translated it: an original-direction packet now reads as that
+        // connection's reply tuple reversed, a reply as its original tuple
+        // reversed. That connection is looked for first: the translated
+        // tuple may also be another connection's key (one whose own
+        // translation made its keys asymmetric).
+        let translated = prev_state & (cs::SNAT | cs::DNAT) != 0;
+        let by_translation = || {
+            let (c, _) = self.lookup(act.zone, &p.tuple.reverse(), now_ms)?;
+            if c.nat == 0 {
+                None
+            } else if c.reply == p.tuple.reverse() {
+                Some((c, false))
+            } else if c.orig == p.tuple.reverse() {
+                Some((c, true))
+            } else {
+                None
             }
-            _ => self.lookup(act.zone, &p.tuple, now_ms).or_else(|| {
-                if prev_state & (cs::SNAT | cs::DNAT) == 0 {
-                    return None;
-                }
-                // Already translated by its connection: an original-direction
-                // packet now reads as the reply tuple reversed, a reply as
-                // the original tuple reversed.
-                let (c, _) = self.lookup(act.zone, &p.tuple.reverse(), now_ms)?;
-                if c.nat == 0 {
-                    return None;
-                }
-                if c.reply == p.tuple.reverse() {
-                    Some((c, false))
-                } else if c.orig == p.tuple.reverse() {
-                    Some((c, true))
-                } else {
-                    None
-                }
-            }),
+        };
+        let mut found = match hint.and_then(|h| self.hinted(h, act.zone, &p.tuple, translated, now_ms)) {
+            Some(f) => Some(f),
+            None if translated => by_translation().or_else(|| self.lookup(act.zone, &p.tuple, now_ms)),
+            None => self.lookup(act.zone, &p.tuple, now_ms),
         };
         if let Some((c, reply)) = &found {
             if act.force && *reply && act.commit {
@@ -521,6 +588,37 @@ impl Conntrack {
             return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
         }
         self.create(frame, &p, act, now_ms)
+    }
+
+    /// The connection of a [`Tracked`] hint and the packet's direction, if
+    /// the hint may stand in for the lookup that [`Conntrack::execute_tracked`]
+    /// would do first: the connection is live in this tracker and zone, and
+    /// holds the key `t` or, for a packet an earlier pass `translated`, the
+    /// key `t` reversed. Keys are unique, so the lookup would find the same
+    /// connection.
+    fn hinted(&self, h: &Tracked, zone: u16, t: &Tuple, translated: bool, now_ms: u64) -> Option<(Arc<Conn>, bool)> {
+        let c = &h.conn;
+        if h.tracker != self.id || c.zone != zone || !c.live(now_ms) {
+            return None;
+        }
+        let reply = if translated {
+            if c.nat == 0 {
+                return None;
+            } else if *t == c.reply.reverse() {
+                false
+            } else if *t == c.orig.reverse() {
+                true
+            } else {
+                return None;
+            }
+        } else if *t == c.orig {
+            false
+        } else if *t == c.reply {
+            true
+        } else {
+            return None;
+        };
+        Some((Arc::clone(c), reply))
     }
 
     /// An FTP control segment may announce a data connection.
@@ -578,7 +676,14 @@ impl Conntrack {
             nat::rewrite(frame, p.l3, p.l4, p.end, &p.tuple, &to, false);
             state |= c.nat;
         }
-        CtResult { state, zone: act.zone, mark, label, orig: Some(c.orig), tracked: Some(Tracked { conn: c, reply }) }
+        CtResult {
+            state,
+            zone: act.zone,
+            mark,
+            label,
+            orig: Some(c.orig),
+            tracked: Some(Tracked { conn: c, reply, tracker: self.id }),
+        }
     }
 
     /// An ICMP error: related to the connection of the packet it quotes.
@@ -614,7 +719,14 @@ impl Conntrack {
         let st = c.st.lock().expect("ct conn");
         let (mark, label) = (st.mark, st.label);
         drop(st);
-        CtResult { state, zone: act.zone, mark, label, orig: Some(c.orig), tracked: Some(Tracked { conn: c, reply }) }
+        CtResult {
+            state,
+            zone: act.zone,
+            mark,
+            label,
+            orig: Some(c.orig),
+            tracked: Some(Tracked { conn: c, reply, tracker: self.id }),
+        }
     }
 
     fn create(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, now: u64) -> CtResult {
@@ -632,17 +744,24 @@ impl Conntrack {
             return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
         }
         let orig = p.tuple;
-        let (cands, nat_bits): (Vec<Tuple>, u8) = match act.nat {
+        // The translations to try, in order (the untranslated tuple alone
+        // without NAT); built one at a time, as the first usually fits.
+        let (mut natc, nat_bits) = match act.nat {
             Some(Nat::Src(r)) if r.v6 == orig.v6 => {
                 let salt = self.salt.fetch_add(0x9e37_79b9, Relaxed);
-                (nat::candidates(&orig, &r, true, salt, 4096), cs::SNAT)
+                (Some(nat::candidates(&orig, &r, true, salt, 4096)), cs::SNAT)
             }
             Some(Nat::Dst(r)) if r.v6 == orig.v6 => {
                 let salt = self.salt.fetch_add(0x9e37_79b9, Relaxed);
-                (nat::candidates(&orig, &r, false, salt, 4096), cs::DNAT)
+                (Some(nat::candidates(&orig, &r, false, salt, 4096)), cs::DNAT)
             }
-            _ => (vec![orig], 0),
+            _ => (None, 0),
         };
+        let mut plain = natc.is_none().then_some(orig);
+        let cands = std::iter::from_fn(|| match natc.as_mut() {
+            Some(it) => it.next(),
+            None => plain.take(),
+        });
         let mut st = ConnState {
             proto: match p.tcp {
                 Some(seg) => Proto::Tcp(tcp::TcpState::new(&seg)),
@@ -681,16 +800,14 @@ impl Conntrack {
                 alg: act.alg.unwrap_or(0),
                 tp: tp.clone(),
                 expires: AtomicU64::new(0),
+                removed: AtomicBool::new(false),
                 st: Mutex::new(st),
             });
             {
                 let s = conn.st.lock().expect("ct conn");
                 conn.expires.store(now + self.timeout(&conn, &s), Relaxed);
             }
-            // A stale entry on the reply tuple goes first (lookup removes
-            // expired connections it meets).
-            let _ = self.lookup(act.zone, &reply, now);
-            if self.insert(&conn) {
+            if self.insert(&conn, now) {
                 self.n_conns.fetch_add(1, Relaxed);
                 zone.count.fetch_add(1, Relaxed);
                 self.counters.created.fetch_add(1, Relaxed);
@@ -713,7 +830,7 @@ impl Conntrack {
                     mark,
                     label,
                     orig: Some(orig),
-                    tracked: Some(Tracked { conn, reply: false }),
+                    tracked: Some(Tracked { conn, reply: false, tracker: self.id }),
                 };
             }
             // Taken: keep the state for the next candidate.
@@ -728,29 +845,55 @@ impl Conntrack {
         CtResult::invalid(act.zone)
     }
 
-    /// Inserts both keys of a new connection, or neither if one is taken.
-    /// The (at most two) shards are locked in index order.
-    fn insert(&self, c: &Arc<Conn>) -> bool {
-        let (ko, kr) = (c.key(false), c.key(true));
-        let (so, sr) = (self.shard_of(&ko), self.shard_of(&kr));
+    /// Inserts both keys of a new connection, or neither if a live
+    /// connection holds one; an expired one holding a key is removed first.
+    fn insert(&self, c: &Arc<Conn>, now: u64) -> bool {
+        // Each round removes one stale connection; four keys at most can
+        // be in the way (two per key, if orig and reply were both taken).
+        for _ in 0..4 {
+            match self.try_insert(c, now) {
+                Insert::Done => return true,
+                Insert::Taken => return false,
+                Insert::Stale(old) => self.remove(&old, true),
+            }
+        }
+        false
+    }
+
+    /// One attempt: the (at most two) shards are locked in index order, both
+    /// keys checked, and both inserted under those locks.
+    fn try_insert(&self, c: &Arc<Conn>, now: u64) -> Insert {
+        let (to, tr) = (&c.orig, &c.reply);
+        let (ho, hr) = (self.hash(c.zone, to), self.hash(c.zone, tr));
+        let (so, sr) = (self.shard_of(ho), self.shard_of(hr));
+        let holder = |sh: &Shard, h: u64, t: &Tuple| {
+            let s = sh.find(h, |s| s.is(h, c.zone, t))?;
+            Some(if s.conn.expires.load(Relaxed) <= now { Insert::Stale(Arc::clone(&s.conn)) } else { Insert::Taken })
+        };
+        let rehash = |s: &Slot| s.hash();
+        let orig_slot = Slot { tag: ho, conn: Arc::clone(c) };
         if so == sr {
             let mut m = self.shards[so].lock().expect("ct shard");
-            if m.contains_key(&ko) || m.contains_key(&kr) {
-                return false;
+            // A tuple that is its own reverse has one key.
+            let both = to != tr;
+            if let Some(r) = holder(&m, ho, to).or_else(|| if both { holder(&m, hr, tr) } else { None }) {
+                return r;
             }
-            m.insert(ko, Arc::clone(c));
-            m.insert(kr, Arc::clone(c));
-            return true;
+            m.insert_unique(ho, orig_slot, rehash);
+            if both {
+                m.insert_unique(hr, Slot { tag: hr | 1, conn: Arc::clone(c) }, rehash);
+            }
+            return Insert::Done;
         }
         let mut lo = self.shards[so.min(sr)].lock().expect("ct shard");
         let mut hi = self.shards[so.max(sr)].lock().expect("ct shard");
         let (mo, mr) = if so < sr { (&mut *lo, &mut *hi) } else { (&mut *hi, &mut *lo) };
-        if mo.contains_key(&ko) || mr.contains_key(&kr) {
-            return false;
+        if let Some(r) = holder(mo, ho, to).or_else(|| holder(mr, hr, tr)) {
+            return r;
         }
-        mo.insert(ko, Arc::clone(c));
-        mr.insert(kr, Arc::clone(c));
-        true
+        mo.insert_unique(ho, orig_slot, rehash);
+        mr.insert_unique(hr, Slot { tag: hr | 1, conn: Arc::clone(c) }, rehash);
+        Insert::Done
     }
 
     /// Removes expired connections from up to `shards` shards, starting
@@ -766,7 +909,7 @@ impl Conntrack {
         for _ in 0..shards.min(self.shards.len()) {
             let i = self.sweep_cursor.fetch_add(1, Relaxed) & (self.shards.len() - 1);
             let sh = self.shards[i].lock().expect("ct shard");
-            dead.extend(sh.values().filter(|c| c.expires.load(Relaxed) <= now_ms).cloned());
+            dead.extend(sh.iter().filter(|s| s.conn.expires.load(Relaxed) <= now_ms).map(|s| Arc::clone(&s.conn)));
         }
         dead.sort_by_key(|c| Arc::as_ptr(c) as usize);
         dead.dedup_by(|a, b| Arc::ptr_eq(a, b));
@@ -782,9 +925,9 @@ impl Conntrack {
         let mut out = Vec::new();
         for sh in self.shards.iter() {
             let sh = sh.lock().expect("ct shard");
-            for (k, c) in sh.iter() {
-                if k.tuple == c.orig && zone.is_none_or(|z| z == c.zone) {
-                    out.push(c.info());
+            for s in sh.iter() {
+                if !s.reply() && zone.is_none_or(|z| z == s.conn.zone) {
+                    out.push(s.conn.info());
                 }
             }
         }
@@ -797,9 +940,9 @@ impl Conntrack {
         let mut victims = Vec::new();
         for sh in self.shards.iter() {
             let sh = sh.lock().expect("ct shard");
-            for (k, c) in sh.iter() {
-                if k.tuple == c.orig && pred(&c.info()) {
-                    victims.push(Arc::clone(c));
+            for s in sh.iter() {
+                if !s.reply() && pred(&s.conn.info()) {
+                    victims.push(Arc::clone(&s.conn));
                 }
             }
         }

@@ -198,15 +198,20 @@ pub(crate) fn mix(mut x: u64) -> u64 {
 /// range in order; with no range given, the original port's class (below
 /// 1024 or not). Destination NAT changes the port only when a range gives
 /// one.
-pub(crate) fn candidates(tuple: &Tuple, range: &NatRange, src: bool, salt: u64, limit: usize) -> Vec<Tuple> {
+pub(crate) fn candidates(
+    tuple: &Tuple,
+    range: &NatRange,
+    src: bool,
+    salt: u64,
+    limit: usize,
+) -> impl Iterator<Item = Tuple> {
     // No address given (`nat(src)`): the packet's own, ports as needed.
-    let own;
+    let tuple = *tuple;
     let range = if range.addr_min == 0 && range.addr_max == 0 {
         let a = if src { tuple.src } else { tuple.dst };
-        own = NatRange { addr_min: a, addr_max: a, v6: tuple.v6, ..*range };
-        &own
+        NatRange { addr_min: a, addr_max: a, v6: tuple.v6, ..*range }
     } else {
-        range
+        *range
     };
     let naddr = range.addr_max.saturating_sub(range.addr_min).saturating_add(1).min(1 << 32) as u64;
     let tsalt = (tuple.src as u64) ^ ((tuple.dst as u64) << 1) ^ ((tuple.sport as u64) << 17) ^ tuple.dport as u64;
@@ -232,24 +237,23 @@ pub(crate) fn candidates(tuple: &Tuple, range: &NatRange, src: bool, salt: u64, 
     let nport = if vary_port { (pmax - pmin) as u64 + 1 } else { 1 };
     let port_start =
         if (pmin..=pmax).contains(&orig_port) { (orig_port - pmin) as u64 } else { mix(tsalt ^ salt) % nport };
-    let mut out = Vec::with_capacity(limit.min(64));
-    for ai in 0..naddr {
-        let addr = range.addr_min + ((start_addr + ai) % naddr) as u128;
-        for pi in 0..nport {
-            let port = if vary_port { pmin + ((port_start + pi) % nport) as u16 } else { orig_port };
-            let mut t = *tuple;
-            if src {
-                t.src = addr;
-                t.sport = port;
-            } else {
-                t.dst = addr;
-                t.dport = port;
-            }
-            out.push(t);
-            if out.len() >= limit {
-                return out;
-            }
-        }
-    }
-    out
+    // Lazily: a new connection usually takes the first candidate, so the
+    // rest of the range is never built.
+    (0..naddr)
+        .flat_map(move |ai| {
+            let addr = range.addr_min + ((start_addr + ai) % naddr) as u128;
+            (0..nport).map(move |pi| {
+                let port = if vary_port { pmin + ((port_start + pi) % nport) as u16 } else { orig_port };
+                let mut t = tuple;
+                if src {
+                    t.src = addr;
+                    t.sport = port;
+                } else {
+                    t.dst = addr;
+                    t.dport = port;
+                }
+                t
+            })
+        })
+        .take(limit)
 }

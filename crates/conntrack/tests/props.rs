@@ -8,6 +8,8 @@
 //!   sender with valid checksums.
 //! * Arbitrary bytes and arbitrary packet streams never panic, and the table
 //!   never holds more connections than its limit.
+//! * The connection hint the datapath passes from one `ct()` to the next
+//!   never changes a verdict.
 
 use conntrack::packet;
 use conntrack::{cs, nat, Config, Conntrack, CtAction, Nat, NatFlags, NatRange};
@@ -191,6 +193,62 @@ proptest! {
             let _ = valid_new(s.flags);
             let _ = t.update(dir as usize, &s);
             let _ = t.phase();
+        }
+    }
+}
+
+proptest! {
+    /// The connection the previous `ct()` matched, which the datapath hands
+    /// to the next one (`Tracked`), never changes a verdict. Two trackers
+    /// see the same stream; one gets the hint, as the datapath gives it,
+    /// the other looks every packet up. Each packet runs a first `ct()` and,
+    /// as after a recirculation, a second one on what the first made of it.
+    /// States, marks, original tuples and rewritten bytes must agree, with
+    /// NAT to addresses and ports that the stream itself also uses, expiry
+    /// (the clock jumps) and flushes.
+    #[test]
+    fn a_hint_never_changes_a_verdict(
+        pkts in proptest::collection::vec(
+            (kind(), 0u32..10, 0u32..10, 1u16..4, 1u16..4, 0u16..2, 0u8..7, 0u8..7, 0u64..40_000), 1..150),
+    ) {
+        let (plain, hinted) = (Conntrack::new(Config::default()), Conntrack::new(Config::default()));
+        let range = |a: u32, p: (u16, u16)| NatRange {
+            addr_min: 0x0a00_0000 + a as u128, addr_max: 0x0a00_0000 + a as u128,
+            port_min: p.0, port_max: p.1, v6: false, flags: NatFlags::default(),
+        };
+        let action = |a: u8, zone: u16| {
+            let c = CtAction { zone, ..CtAction::default() };
+            match a {
+                0 => c,
+                1 => CtAction { commit: true, ..c },
+                2 => CtAction { commit: true, nat: Some(Nat::Src(range(9, (1, 3)))), ..c },
+                3 => CtAction { commit: true, nat: Some(Nat::Dst(range(8, (0, 0)))), ..c },
+                4 => CtAction { nat: Some(Nat::Existing), ..c },
+                5 => CtAction { commit: true, mark: Some((a as u32, 0xff)), nat: Some(Nat::Existing), ..c },
+                _ => CtAction { commit: true, force: true, ..c },
+            }
+        };
+        let (mut now, mut hint) = (0u64, None);
+        for (k, s, d, sp, dp, zone, a1, a2, dt) in pkts {
+            now += dt;
+            if dt > 39_000 {
+                prop_assert_eq!(plain.flush(|_| true), hinted.flush(|_| true));
+                continue;
+            }
+            let f = frame(false, k, 0x0a00_0000 + s as u128, 0x0a00_0000 + d as u128, sp, dp, b"x");
+            let (mut fa, mut fb) = (f.clone(), f);
+            let mut prev = 0;
+            for act in [action(a1, zone), action(a2, zone)] {
+                let ra = plain.execute_tracked(&mut fa, &act, now, None, prev);
+                let rb = hinted.execute_tracked(&mut fb, &act, now, hint.as_ref(), prev);
+                prop_assert_eq!((ra.state, ra.zone, ra.mark, ra.label, ra.orig), (rb.state, rb.zone, rb.mark, rb.label, rb.orig));
+                prop_assert_eq!(&fa, &fb);
+                if rb.tracked.is_some() {
+                    hint = rb.tracked;
+                }
+                prev = ra.state;
+            }
+            prop_assert_eq!(plain.n_conns(), hinted.n_conns());
         }
     }
 }

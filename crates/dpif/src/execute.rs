@@ -26,6 +26,12 @@ pub trait Sink {
 #[derive(Default)]
 pub struct OutQueues {
     queues: Vec<(u32, Vec<Packet>)>,
+    /// The connection the last `ct()` of this poll thread matched. The next
+    /// `ct()` (the same packet's, after a recirculation, or the next packet
+    /// of that connection) hands it to the tracker, which uses it instead
+    /// of a table lookup only when it is what the lookup would find
+    /// (`conntrack::Tracked`).
+    ct_hint: Option<conntrack::Tracked>,
 }
 
 impl OutQueues {
@@ -137,7 +143,7 @@ pub fn execute(
                 let rest = &actions[i + 1..];
                 return run_ct_fragment(&ct.0, params, pkt, key, layout, rest, out, sink, now_ms);
             }
-            DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, now_ms),
+            DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, &mut out.ct_hint, now_ms),
             DpAction::CtClear => flow::key::clear_ct(key),
             DpAction::PushMpls { ethertype, lse } => {
                 let l3 = layout.l3 as usize;
@@ -194,8 +200,15 @@ pub fn execute(
 /// the tracker translated the packet (NAT), the key's addresses and ports
 /// follow the bytes, so later actions and a recirculated lookup see the
 /// translated packet.
-fn run_ct(ct: &conntrack::Conntrack, params: &conntrack::CtAction, pkt: &mut Packet, key: &mut FlowKey, now_ms: u64) {
-    let r = track(ct, params, pkt.data_mut(), key, now_ms);
+fn run_ct(
+    ct: &conntrack::Conntrack,
+    params: &conntrack::CtAction,
+    pkt: &mut Packet,
+    key: &mut FlowKey,
+    hint: &mut Option<conntrack::Tracked>,
+    now_ms: u64,
+) {
+    let r = track(ct, params, pkt.data_mut(), key, hint, now_ms);
     if r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0 {
         if let Ok(p) = conntrack::packet::parse(pkt.data(), false) {
             let t = p.tuple;
@@ -235,14 +248,14 @@ fn run_ct_fragment(
         // Reassembly is off for this IP version: track the fragment as it
         // is (the tracker calls it invalid).
         Defragged::NotFragment => {
-            run_ct(ct, params, &mut pkt, key, now_ms);
+            run_ct(ct, params, &mut pkt, key, &mut out.ct_hint, now_ms);
             return execute(rest, pkt, key, layout, out, sink, now_ms);
         }
         Defragged::Held | Defragged::Dropped(_) => return Exec::Done,
         Defragged::Complete { whole, frags } => (whole, frags),
     };
     let mut whole = whole;
-    let r = track(ct, params, &mut whole, key, now_ms);
+    let r = track(ct, params, &mut whole, key, &mut out.ct_hint, now_ms);
     let nat = r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0;
     let mut recirc = Vec::new();
     for mut f in frags {
@@ -270,18 +283,23 @@ fn run_ct_fragment(
 }
 
 /// Runs the tracker on `frame` and records its verdict (state, zone, mark,
-/// label, original tuple) in `key`.
+/// label, original tuple) in `key`; `hint` is the connection the thread's
+/// last `ct()` matched, and becomes this one's.
 fn track(
     ct: &conntrack::Conntrack,
     params: &conntrack::CtAction,
     frame: &mut [u8],
     key: &mut FlowKey,
+    hint: &mut Option<conntrack::Tracked>,
     now_ms: u64,
 ) -> conntrack::CtResult {
     // What an earlier ct() in this zone made of the packet (across a
     // recirculation its key keeps it).
     let prev = if key.ct_zone() == params.zone { key.ct_state() } else { 0 };
-    let r = ct.execute_tracked(frame, params, now_ms, None, prev);
+    let r = ct.execute_tracked(frame, params, now_ms, hint.as_ref(), prev);
+    if r.tracked.is_some() {
+        hint.clone_from(&r.tracked);
+    }
     key.set_ct_state(r.state);
     key.set_ct_zone(r.zone);
     key.set_ct_mark(r.mark);

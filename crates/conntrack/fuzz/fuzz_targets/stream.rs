@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = t.execute(&mut f, &act, now, None);
         assert!(t.n_conns() <= 64);
         if flags & 0x40 != 0 {
-            t.sweep(now, 8);
+            t.sweep(now, conntrack::SWEEP_SHARDS);
         }
     }
 });
