@@ -48,8 +48,10 @@ use std::time::{Duration, Instant};
 /// polling must not stop the control plane).
 pub const YIELD_MAX: Duration = Duration::from_millis(20);
 
-/// Rules freed per write section when a large delete is purged.
-pub const PURGE_CHUNK: usize = 2048;
+/// Rules freed per write section when a large delete is purged (as a
+/// commit frees at most `ofproto::bridge::COMMIT_PURGE`: 2,048 made
+/// sections of 2-4 ms).
+pub const PURGE_CHUNK: usize = 512;
 
 /// After freeing this many rules, the freed heap goes back to the kernel.
 pub const RELEASE_AFTER: usize = 10_000;
