@@ -124,6 +124,7 @@ impl<T> Chunked<T> {
     }
     /// The first chunk grows as a `Vec` does (most tries stay small); once
     /// it is full, each next one is allocated at its full size.
+    #[allow(clippy::manual_is_multiple_of)] // reason: is_multiple_of needs Rust 1.87; the workspace supports 1.85
     fn push(&mut self, v: T) {
         if self.len == 0 {
             self.chunks.push(Vec::new());
