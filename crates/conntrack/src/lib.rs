@@ -18,14 +18,13 @@
 //! connections never share a tuple (NAT ports never collide).
 //!
 //! ## Structure and threads
-//! The table is split into shards, each a `Mutex` around a hash table of
-//! 16-byte slots (the key's hash, with the direction in its low bit, and an
-//! `Arc<Conn>`), chosen by a keyed hash of the zone and tuple (so a flood
-//! of crafted tuples cannot pile into one shard). The key is hashed once
-//! per operation; a probe compares the stored hash before it touches the
-//! connection, and a shard grows by moving slots without rehashing or
-//! dereferencing a connection, so a million connections cost 32 MB of
-//! table and growing one shard (a 1/1024th) is short. A lookup locks one
+//! The table is split into 1,024 shards, each a `Mutex` around a
+//! [`table`] whose buckets are one cache line of five tags and five
+//! `Arc<Conn>` (a probe reads one line before it touches a connection),
+//! chosen by a keyed hash of the zone and tuple (so a flood of crafted
+//! tuples cannot pile into one shard). The key is hashed once per
+//! operation, and a shard grows without dereferencing a connection, so
+//! growing one (a 1/1024th of the table) is short. A lookup locks one
 //! shard for one probe and clones an `Arc`; the per-connection state (TCP windows,
 //! mark, label, counters) sits behind the connection's own mutex. Poll
 //! threads therefore only contend when they touch the same shard at the
@@ -51,6 +50,7 @@ pub mod format;
 pub mod frag;
 pub mod nat;
 pub mod packet;
+mod table;
 pub mod tcp;
 
 pub use nat::{NatFlags, NatRange};
@@ -211,26 +211,6 @@ impl Conn {
     }
 }
 
-/// One direction of a connection in the table: `tag` is the hash of the
-/// zone and that direction's tuple (always even) with bit 0 set for the
-/// reply direction.
-struct Slot {
-    tag: u64,
-    conn: Arc<Conn>,
-}
-
-impl Slot {
-    fn reply(&self) -> bool {
-        self.tag & 1 != 0
-    }
-    fn hash(&self) -> u64 {
-        self.tag & !1
-    }
-    fn is(&self, h: u64, zone: u16, t: &Tuple) -> bool {
-        self.hash() == h && self.conn.zone == zone && self.conn.tuple(self.reply()) == t
-    }
-}
-
 /// What an attempt to insert a new connection's keys met.
 enum Insert {
     Done,
@@ -361,7 +341,7 @@ pub struct ZoneLimit {
 /// 6,000 slots.
 pub const SWEEP_SHARDS: usize = 128;
 
-type Shard = hashbrown::HashTable<Slot>;
+type Shard = table::Table<Arc<Conn>>;
 
 /// The connection tracker of one datapath, shared by all poll threads.
 pub struct Conntrack {
@@ -392,7 +372,7 @@ impl Conntrack {
         let n = cfg.shards.max(1).next_power_of_two();
         Conntrack {
             id: TRACKER_IDS.fetch_add(1, Relaxed),
-            shards: (0..n).map(|_| Mutex::new(Shard::new())).collect(),
+            shards: (0..n).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: ahash::RandomState::new(),
             max_conns: AtomicUsize::new(cfg.max_conns),
             n_conns: AtomicUsize::new(0),
@@ -414,11 +394,10 @@ impl Conntrack {
         self.hasher.hash_one(Key { zone, tuple: *t }) & !1
     }
 
-    /// The shard a hash belongs to. Bits 32 and up pick it: the shard's
-    /// table places slots by the low bits and filters by the top seven, so
-    /// the three uses of the hash do not overlap.
+    /// The shard a hash belongs to: its top bits pick it (the shard's table
+    /// uses bits 0-30, see [`table`]).
     fn shard_of(&self, h: u64) -> usize {
-        (h >> 32) as usize & (self.shards.len() - 1)
+        (h >> 54) as usize & (self.shards.len() - 1)
     }
 
     /// Finds the live connection a tuple belongs to, and whether the tuple
@@ -427,8 +406,8 @@ impl Conntrack {
         let h = self.hash(zone, t);
         let (c, reply) = {
             let sh = self.shards[self.shard_of(h)].lock().expect("ct shard");
-            let s = sh.find(h, |s| s.is(h, zone, t))?;
-            (Arc::clone(&s.conn), s.reply())
+            let (c, reply) = sh.find(h, |c, reply| c.zone == zone && c.tuple(reply) == t)?;
+            (Arc::clone(c), reply)
         };
         if c.expires.load(Relaxed) <= now_ms {
             self.remove(&c, true);
@@ -451,8 +430,7 @@ impl Conntrack {
         for reply in [false, true] {
             let h = self.hash(c.zone, c.tuple(reply));
             let mut sh = self.shards[self.shard_of(h)].lock().expect("ct shard");
-            if let Ok(e) = sh.find_entry(h, |s| s.reply() == reply && Arc::ptr_eq(&s.conn, c)) {
-                e.remove();
+            if sh.remove(h, |x, r| r == reply && Arc::ptr_eq(x, c)).is_some() {
                 removed = true;
             }
         }
@@ -867,11 +845,9 @@ impl Conntrack {
         let (ho, hr) = (self.hash(c.zone, to), self.hash(c.zone, tr));
         let (so, sr) = (self.shard_of(ho), self.shard_of(hr));
         let holder = |sh: &Shard, h: u64, t: &Tuple| {
-            let s = sh.find(h, |s| s.is(h, c.zone, t))?;
-            Some(if s.conn.expires.load(Relaxed) <= now { Insert::Stale(Arc::clone(&s.conn)) } else { Insert::Taken })
+            let (x, _) = sh.find(h, |x, reply| x.zone == c.zone && x.tuple(reply) == t)?;
+            Some(if x.expires.load(Relaxed) <= now { Insert::Stale(Arc::clone(x)) } else { Insert::Taken })
         };
-        let rehash = |s: &Slot| s.hash();
-        let orig_slot = Slot { tag: ho, conn: Arc::clone(c) };
         if so == sr {
             let mut m = self.shards[so].lock().expect("ct shard");
             // A tuple that is its own reverse has one key.
@@ -879,9 +855,9 @@ impl Conntrack {
             if let Some(r) = holder(&m, ho, to).or_else(|| if both { holder(&m, hr, tr) } else { None }) {
                 return r;
             }
-            m.insert_unique(ho, orig_slot, rehash);
+            m.insert(ho, false, Arc::clone(c));
             if both {
-                m.insert_unique(hr, Slot { tag: hr | 1, conn: Arc::clone(c) }, rehash);
+                m.insert(hr, true, Arc::clone(c));
             }
             return Insert::Done;
         }
@@ -891,8 +867,8 @@ impl Conntrack {
         if let Some(r) = holder(mo, ho, to).or_else(|| holder(mr, hr, tr)) {
             return r;
         }
-        mo.insert_unique(ho, orig_slot, rehash);
-        mr.insert_unique(hr, Slot { tag: hr | 1, conn: Arc::clone(c) }, rehash);
+        mo.insert(ho, false, Arc::clone(c));
+        mr.insert(hr, true, Arc::clone(c));
         Insert::Done
     }
 
@@ -909,7 +885,7 @@ impl Conntrack {
         for _ in 0..shards.min(self.shards.len()) {
             let i = self.sweep_cursor.fetch_add(1, Relaxed) & (self.shards.len() - 1);
             let sh = self.shards[i].lock().expect("ct shard");
-            dead.extend(sh.iter().filter(|s| s.conn.expires.load(Relaxed) <= now_ms).map(|s| Arc::clone(&s.conn)));
+            dead.extend(sh.iter().filter(|(c, _)| c.expires.load(Relaxed) <= now_ms).map(|(c, _)| Arc::clone(c)));
         }
         dead.sort_by_key(|c| Arc::as_ptr(c) as usize);
         dead.dedup_by(|a, b| Arc::ptr_eq(a, b));
@@ -925,9 +901,9 @@ impl Conntrack {
         let mut out = Vec::new();
         for sh in self.shards.iter() {
             let sh = sh.lock().expect("ct shard");
-            for s in sh.iter() {
-                if !s.reply() && zone.is_none_or(|z| z == s.conn.zone) {
-                    out.push(s.conn.info());
+            for (c, reply) in sh.iter() {
+                if !reply && zone.is_none_or(|z| z == c.zone) {
+                    out.push(c.info());
                 }
             }
         }
@@ -940,9 +916,9 @@ impl Conntrack {
         let mut victims = Vec::new();
         for sh in self.shards.iter() {
             let sh = sh.lock().expect("ct shard");
-            for s in sh.iter() {
-                if !s.reply() && pred(&s.conn.info()) {
-                    victims.push(Arc::clone(&s.conn));
+            for (c, reply) in sh.iter() {
+                if !reply && pred(&c.info()) {
+                    victims.push(Arc::clone(c));
                 }
             }
         }
