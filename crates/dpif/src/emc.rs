@@ -4,6 +4,12 @@
 //! hash and one key compare. Entries point at megaflows by slot index plus
 //! the slot's version, so an entry whose megaflow was removed (or whose
 //! slot was reused) is recognized as stale and ignored.
+//!
+//! An entry is six cache lines (the key is 312 bytes). Each entry's hash is
+//! also kept in a compact array (64 KB, which stays in the L2 cache), and a
+//! way is read only if its hash matches: with many short flows (a new
+//! connection per packet) almost every lookup misses, and a miss then costs
+//! two L2 reads instead of two reads from memory.
 
 use flow::FlowKey;
 
@@ -20,11 +26,13 @@ struct Entry {
 
 pub struct Emc {
     entries: Box<[Option<Entry>]>,
+    /// `hash | 1` of each occupied entry, 0 where empty.
+    tags: Box<[u64]>,
 }
 
 impl Default for Emc {
     fn default() -> Self {
-        Emc { entries: vec![None; EMC_ENTRIES].into_boxed_slice() }
+        Emc { entries: vec![None; EMC_ENTRIES].into_boxed_slice(), tags: vec![0; EMC_ENTRIES].into_boxed_slice() }
     }
 }
 
@@ -38,6 +46,9 @@ impl Emc {
     #[inline]
     pub fn lookup(&self, key: &FlowKey, hash: u64) -> Option<(u32, u32)> {
         for i in Self::ways(hash) {
+            if self.tags[i] != hash | 1 {
+                continue;
+            }
             if let Some(e) = &self.entries[i] {
                 if e.hash == hash && e.key == *key {
                     return Some((e.flow, e.version));
@@ -64,10 +75,12 @@ impl Emc {
             }
         };
         self.entries[slot] = Some(Entry { key: *key, hash, flow, version });
+        self.tags[slot] = hash | 1;
     }
 
     pub fn clear(&mut self) {
         self.entries.iter_mut().for_each(|e| *e = None);
+        self.tags.iter_mut().for_each(|t| *t = 0);
     }
 
     pub fn len(&self) -> usize {
