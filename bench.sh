@@ -3,6 +3,7 @@
 # veth topology, in one run. Installs what it needs, builds, runs.
 #   ./bench.sh            full matrix (about 20 minutes)
 #   ./bench.sh --only tunnel   Geneve encap/decap, xvs and OVS (about 4 minutes)
+#   ./bench.sh --only ovn      forwarding through the OVN pipeline, xvs and OVS (about 3 minutes)
 #   ./bench.sh --quick    a 2-minute subset
 # Output: a table, bench-out/results.json and bench-out/chart.png.
 set -euo pipefail

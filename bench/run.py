@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XVS = os.environ.get("XVS_BIN") or os.path.join(ROOT, "target/release/xvs")
 TX_FLUSH_US = 0
 WIRE = os.path.join(ROOT, "target/release/examples/wire")
+OVN_BENCH = os.environ.get("XVS_OVN_BENCH") or os.path.join(os.path.dirname(XVS), "examples/ovn_bench")
 G, S, GP, SP = "xbgen", "xbsink", "xbg0", "xbs0"
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -418,7 +419,7 @@ def main():
     ap.add_argument("--tx-flush-us", type=int, default=0,
                     help="transmit flush interval for xvs and OVS (OVS: other_config:tx-flush-interval)")
     ap.add_argument("--only", action="append", default=[],
-                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd); --only tunnel: Geneve encap and decap through br-int and br-phy, xvs against OVS")
+                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd); --only tunnel: Geneve encap and decap through br-int and br-phy, xvs against OVS; --only ovn: forwarding through OVN's pipeline (ovn-northd and ovn-controller program each switch), xvs against OVS")
     a = ap.parse_args()
     global TX_FLUSH_US
     TX_FLUSH_US = a.tx_flush_us
@@ -579,13 +580,31 @@ def main():
         import tunnels
         tunnel_results = tunnels.run(XVS, secs=5.0, reps=a.reps, log=progress, with_ovs=have_ovs)
         sys.stderr.write("\n")
+    # OVN: forwarding through the pipeline ovn-controller installs
+    # (crates/xvs/examples/ovn_bench.rs), xvs against OVS, 100 and 1000 flows.
+    ovn_results, ovn_tables = None, []
+    if (not a.only and not a.quick) or any("ovn" == o for o in a.only):
+        ovn_results = []
+        for flows in (100, 1000):
+            progress(f"OVN pipeline, {flows} flows: xvs, then OVS")
+            out_json = tempfile.mktemp(prefix="xb-ovn-", suffix=".json")
+            cmd = [OVN_BENCH, "--seconds", str(a.seconds), "--reps", str(a.reps), "--flows", str(flows),
+                   "--json", out_json] + ([] if have_ovs else ["--no-ovs"])
+            p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, XVS_BIN=XVS))
+            if p.returncode != 0:
+                sys.stderr.write(f"\novn_bench failed:\n{p.stderr[-3000:]}\n")
+                continue
+            ovn_tables.append(p.stdout.strip())
+            ovn_results += json.load(open(out_json))
+            os.unlink(out_json)
+        sys.stderr.write("\n")
     os.makedirs(a.out, exist_ok=True)
     meta = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].split(":", 1)[1].strip(),
             "ncpu": os.cpu_count(), "kernel": os.uname().release, "seconds": a.seconds, "reps": a.reps,
             "generator": "xvs util pktgen (AF_PACKET) on CPU 0", "sink": "XDP count+drop (native) in the sink ns",
             "switch_cpu": "CPU 1 (xvs and the AF_XDP wire pinned; OVS pmd-cpu-mask=0x2)"}
     json.dump({"meta": meta, "results": results, "churn": churn_results, "vm": vm_results,
-               "tunnel": tunnel_results}, open(os.path.join(a.out, "results.json"), "w"),
+               "tunnel": tunnel_results, "ovn": ovn_results}, open(os.path.join(a.out, "results.json"), "w"),
               indent=1)
     if results:
         hdr = f"{'switch':<26}{'size':>6}{'flows':>7}{'offered':>11}{'forwarded':>11}{'loss':>7}{'cpu':>7}{'sirq':>7}{'cyc/pkt':>9}{'upc/s':>9}{'mflows':>9}  ns/pkt usr/sys/sirq  all-cpu ns/pkt"
@@ -618,6 +637,8 @@ def main():
         vmports.report(vm_results)
     if tunnel_results:
         tunnels.report(tunnel_results)
+    for t in ovn_tables:
+        print(t)
     try:
         import matplotlib
         matplotlib.use("Agg")

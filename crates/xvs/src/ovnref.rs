@@ -62,6 +62,12 @@ impl Ovn {
     /// (`xvs_bin switch --db`, or ovs-vswitchd when `ovs`) with br-int, and
     /// ovn-controller.
     pub fn start(xvs_bin: &str, ovs: bool) -> Ovn {
+        Ovn::start_with(xvs_bin, ovs, None)
+    }
+
+    /// As [`Ovn::start`], with `other_config:pmd-cpu-mask` set before the
+    /// switch starts (benchmarks pin the poll threads as OVS users do).
+    pub fn start_with(xvs_bin: &str, ovs: bool, pmd_cpu_mask: Option<&str>) -> Ovn {
         let dir = format!("/tmp/xvs-ovn-{}", std::process::id());
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(format!("{dir}/run")).unwrap();
@@ -95,6 +101,17 @@ impl Ovn {
         o.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let db = format!("--db=unix:{d}/db.sock");
         o.run(&["ovs-vsctl", &db, "--no-wait", "init"]);
+        if let Some(m) = pmd_cpu_mask {
+            o.run(&[
+                "ovs-vsctl",
+                &db,
+                "--no-wait",
+                "set",
+                "Open_vSwitch",
+                ".",
+                &format!("other_config:pmd-cpu-mask={m}"),
+            ]);
+        }
         if ovs {
             o.run(&[
                 "ovs-vswitchd",
@@ -163,6 +180,14 @@ impl Ovn {
             .output()
             .unwrap();
         assert!(o.status.success(), "ovn-nbctl --wait=hv sync: {}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    /// The switch's process id (xvs, or ovs-vswitchd).
+    pub fn switch_pid(&self) -> Option<u32> {
+        match &self.xvs {
+            Some(c) => Some(c.id()),
+            None => std::fs::read_to_string(format!("{}/vswitchd.pid", self.dir)).ok()?.trim().parse().ok(),
+        }
     }
 
     pub fn host(&self, i: usize) -> &Host {
