@@ -71,6 +71,25 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use trie::{Trie, Walk};
 
+/// A stored rule's match: its masked key and its subtable's mask.
+#[derive(Clone, Copy, Debug)]
+pub struct RuleMatch<'a> {
+    pub key: &'a FlowKey,
+    pub mask: &'a FlowKey,
+}
+
+impl RuleMatch<'_> {
+    pub fn to_match(&self) -> Match {
+        Match { key: *self.key, mask: *self.mask }
+    }
+}
+
+impl std::fmt::Display for RuleMatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_match().fmt(f)
+    }
+}
+
 /// Handle of a rule. Increasing in insertion order and never reused, so a
 /// stale handle never names another rule.
 pub type RuleId = u64;
@@ -221,9 +240,12 @@ impl<V, H: Hasher + Default + ShardOf> Sharded<V, H> {
     }
 }
 
-/// One stored rule.
+/// One stored rule. Its mask is its subtable's (every rule of a subtable
+/// has the same one), so it is not stored again: a mask is 320 bytes, a
+/// third of what a rule costs.
 struct Rule<T> {
-    m: Match,
+    /// The masked key.
+    key: FlowKey,
     priority: u32,
     data: T,
     added: u64,
@@ -497,7 +519,7 @@ type RuleMap<T> = Sharded<Box<Rule<T>>, Mix>;
 /// The stored (masked) key of rule `id`, which must be stored.
 #[inline]
 fn key_of<T>(rules: &RuleMap<T>, id: RuleId) -> &FlowKey {
-    &rules.get(&id).expect("a group's head rule is stored").m.key
+    &rules.get(&id).expect("a group's head rule is stored").key
 }
 
 /// An OpenFlow flow table: prioritized wildcarded rules carrying a `T`.
@@ -626,7 +648,7 @@ impl<T> Classifier<T> {
         }
         self.rules.insert(
             id,
-            Box::new(Rule { m, priority, data, added: version, removed: LIVE, subtable: si, hash: hs[last] }),
+            Box::new(Rule { key: m.key, priority, data, added: version, removed: LIVE, subtable: si, hash: hs[last] }),
         );
         if old_max.is_none_or(|p| priority > p) {
             self.update_order(si);
@@ -679,12 +701,12 @@ impl<T> Classifier<T> {
                 let rules = &self.rules;
                 let r = rules.get(&id).expect("checked above");
                 let st = self.subtables[r.subtable].as_mut().expect("live subtable");
-                Self::unlink(st, r.hash, &r.m.key, id, &|x| key_of(rules, x));
+                Self::unlink(st, r.hash, &r.key, id, &|x| key_of(rules, x));
             }
             let r = self.rules.remove(&id).expect("checked above");
             let si = r.subtable;
             let st = self.subtables[si].as_mut().expect("live subtable");
-            let hs = st.stage_hashes(&r.m.key);
+            let hs = st.stage_hashes(&r.key);
             let last = st.n_stages.max(1) as usize - 1;
             for (s, &h) in hs.iter().enumerate().take(last) {
                 let c = st.stage_sets[s].get_mut(&h).expect("stage hash counted");
@@ -704,14 +726,14 @@ impl<T> Classifier<T> {
             st.n_rules -= 1;
             if st.has_trie {
                 for (i, f) in TRIE_FIELDS.iter().enumerate() {
-                    if st.plen[i] > 0 && trie_eth_ok(i, r.m.key.dl_type()) {
-                        self.tries[i].remove(f.get(&r.m.key), st.plen[i] as u32);
+                    if st.plen[i] > 0 && trie_eth_ok(i, r.key.dl_type()) {
+                        self.tries[i].remove(f.get(&r.key), st.plen[i] as u32);
                     }
                 }
             }
             for (t, f) in st.masked_ports.iter_mut().zip([loc::TP_SRC, loc::TP_DST]) {
                 if let Some(t) = t {
-                    t.trie.remove(f.get(&r.m.key) & t.mask as u128, t.p);
+                    t.trie.remove(f.get(&r.key) & t.mask as u128, t.p);
                 }
             }
             let empty = st.n_rules == 0;
@@ -776,12 +798,17 @@ impl<T> Classifier<T> {
     }
 
     /// The rule's match, priority and data (while not purged).
-    pub fn get(&self, id: RuleId) -> Option<(&Match, u32, &T)> {
-        self.rules.get(&id).map(|r| (&r.m, r.priority, &r.data))
+    pub fn get(&self, id: RuleId) -> Option<(RuleMatch<'_>, u32, &T)> {
+        let r = self.rules.get(&id)?;
+        let mask = &self.subtables[r.subtable].as_ref().expect("a stored rule's subtable is live").mask;
+        Some((RuleMatch { key: &r.key, mask }, r.priority, &r.data))
     }
 
-    pub fn get_mut(&mut self, id: RuleId) -> Option<(&Match, u32, &mut T)> {
-        self.rules.get_mut(&id).map(|r| (&r.m, r.priority, &mut r.data))
+    pub fn get_mut(&mut self, id: RuleId) -> Option<(RuleMatch<'_>, u32, &mut T)> {
+        let r = self.rules.get_mut(&id)?;
+        let mask = &self.subtables[r.subtable].as_ref().expect("a stored rule's subtable is live").mask;
+        let Rule { key, priority, data, .. } = &mut **r;
+        Some((RuleMatch { key, mask }, *priority, data))
     }
 
     /// The versions `[added, removed)` in which the rule is visible

@@ -374,7 +374,7 @@ impl Ofproto {
             return Err(FlowModError::BadTable(spec.table));
         }
         for i in 0..crate::tlv::MAX_FIELDS {
-            if uses_tun_metadata(&spec.matched, &spec.instructions, i) && !self.tlv.is_mapped(i) {
+            if uses_tun_metadata(&spec.matched.mask, &spec.instructions, i) && !self.tlv.is_mapped(i) {
                 return Err(FlowModError::UnmappedTlvField(i));
             }
         }
@@ -490,7 +490,7 @@ impl Ofproto {
     /// Whether any rule matches or writes `tun_metadata{index}` (its TLV
     /// mapping cannot go while one does, as in Open vSwitch).
     pub fn tlv_field_in_use(&self, index: u16) -> bool {
-        self.rules().iter().any(|(_, m, _, r)| uses_tun_metadata(m, &r.instructions, index))
+        self.rules().iter().any(|(_, m, _, r)| uses_tun_metadata(m.mask, &r.instructions, index))
     }
 
     /// Applies one flow modification as its own committed version.
@@ -627,7 +627,7 @@ impl Ofproto {
         }
         let rr = RemovedRule {
             table: table as u8,
-            matched: *m,
+            matched: m.to_match(),
             priority: p,
             cookie: r.cookie,
             flags: r.flags,
@@ -684,10 +684,10 @@ impl Ofproto {
             FlowModCmd::Add => {
                 if spec.flags & crate::parse::flags::CHECK_OVERLAP != 0 {
                     let t = &self.tables[spec.table as usize];
-                    let overlaps = t
-                        .iter(next)
-                        .filter_map(|id| t.get(id))
-                        .any(|(m, p, _)| p == spec.priority && *m != spec.matched && m.overlaps(&spec.matched));
+                    let overlaps = t.iter(next).filter_map(|id| t.get(id)).any(|(m, p, _)| {
+                        let m = m.to_match();
+                        p == spec.priority && m != spec.matched && m.overlaps(&spec.matched)
+                    });
                     if overlaps {
                         return Err(FlowModError::Overlap);
                     }
@@ -725,7 +725,7 @@ impl Ofproto {
                         }
                         // Replace with a new rule carrying the counters over,
                         // so the change is versioned like any other.
-                        let (m, prio) = (*m, prio);
+                        let (m, prio) = (m.to_match(), prio);
                         let reset = spec.flags & crate::parse::flags::RESET_COUNTS != 0;
                         let nr = Rule {
                             cookie: r.cookie,
@@ -938,7 +938,7 @@ impl Ofproto {
 
     /// Every visible rule: (table, match, priority, rule), ordered by
     /// table, then priority (highest first).
-    pub fn rules(&self) -> Vec<(u8, &Match, u32, &Rule)> {
+    pub fn rules(&self) -> Vec<(u8, classifier::RuleMatch<'_>, u32, &Rule)> {
         let mut out = Vec::new();
         for (ti, t) in self.tables.iter().enumerate() {
             let mut v: Vec<_> =
@@ -997,7 +997,7 @@ impl Ofproto {
                 let idle = r.idle_timeout != 0 && now_ms.saturating_sub(r.used_ms()) >= r.idle_timeout as u64 * 1000;
                 let hard = r.hard_timeout != 0 && now_ms.saturating_sub(r.created_ms) >= r.hard_timeout as u64 * 1000;
                 if idle || hard {
-                    expired.push((ti as u8, id, *m, p, r.cookie, if hard { 1 } else { 0 }));
+                    expired.push((ti as u8, id, m.to_match(), p, r.cookie, if hard { 1 } else { 0 }));
                 }
             }
         }
@@ -1040,10 +1040,10 @@ impl Ofproto {
     }
 }
 
-/// Whether a rule's match or actions use `tun_metadata{index}`.
-fn uses_tun_metadata(m: &Match, instructions: &[Instruction], index: u16) -> bool {
+/// Whether a rule's match (`mask`) or actions use `tun_metadata{index}`.
+fn uses_tun_metadata(mask: &flow::FlowKey, instructions: &[Instruction], index: u16) -> bool {
     let Some(loc) = flow::key::loc::TUN_METADATA.get(index as usize) else { return false };
-    if loc.get(&m.mask) != 0 {
+    if loc.get(mask) != 0 {
         return true;
     }
     instructions.iter().any(|ins| match ins {

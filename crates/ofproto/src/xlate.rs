@@ -285,7 +285,7 @@ impl Ctx<'_> {
                 self.credit(&rule.counters);
                 let cookie = rule.cookie;
                 self.say(|| {
-                    let ms = m.to_string();
+                    let ms = m.to_match().to_string();
                     let desc =
                         if ms.is_empty() { format!("priority {prio}") } else { format!("{ms}, priority {prio}") };
                     let cookie_s = if cookie != 0 { format!(", cookie {cookie:#x}") } else { String::new() };

@@ -1205,7 +1205,7 @@ impl Bridge for OfManager {
         let now = self.sh.now_ms();
         of.rules()
             .into_iter()
-            .filter(|(ti, rm, _, r)| keep(*ti, rm, r.cookie, &r.instructions))
+            .filter(|(ti, rm, _, r)| keep(*ti, &rm.to_match(), r.cookie, &r.instructions))
             .map(|(ti, rm, prio, r)| FlowStats {
                 table: ti,
                 priority: prio as u16,
@@ -1219,7 +1219,7 @@ impl Bridge for OfManager {
                 duration_ms: now.saturating_sub(r.created_ms),
                 idle_age_s: (now.saturating_sub(r.used_ms()) / 1000).min(65534) as u16,
                 hard_age_s: (now.saturating_sub(r.created_ms) / 1000).min(65534) as u16,
-                matched: *rm,
+                matched: rm.to_match(),
                 instructions: r.instructions.clone(),
             })
             .collect()
