@@ -14,7 +14,7 @@
 //! bridge, and the transport (streams, listeners, backoff, bounded
 //! queues) knows nothing of OpenFlow beyond framing.
 
-use flow::Match;
+use flow::{FlowKey, Match};
 use ofp_types::actions::ofpp;
 use ofp_types::{Action, FlowModCmd, FlowSpec, Instruction};
 use openflow::msg::{self, t, Ctx, FlowStats, Msg, PortDesc, StatsReq};
@@ -122,7 +122,9 @@ pub struct MeterStats {
 }
 
 /// Selects rules by (table, match, cookie, instructions).
-pub type RuleFilter<'a> = dyn FnMut(u8, &Match, u64, &[Instruction]) -> bool + 'a;
+/// Which rules a flow stats request selects: (table, the rule's masked key,
+/// its mask, cookie, instructions).
+pub type RuleFilter<'a> = dyn FnMut(u8, &FlowKey, &FlowKey, u64, &[Instruction]) -> bool + 'a;
 
 /// One table's counters: active rules, lookups, matches.
 pub type TableCounts = (u32, u64, u64);
@@ -773,11 +775,11 @@ impl Service {
                 ),
             ),
             StatsReq::Flow { aggregate, nx, table, out_port, out_group, cookie, cookie_mask, matched } => {
-                let mut keep = |ti: u8, rm: &Match, rc: u64, ins: &[Instruction]| {
+                let mut keep = |ti: u8, rkey: &FlowKey, rmask: &FlowKey, rc: u64, ins: &[Instruction]| {
                     (table == 0xff || ti == table)
                         // Loose match: the rule is at least as specific as the request.
-                        && matched.mask.is_subset_of(&rm.mask)
-                        && rm.key.and(&matched.mask) == matched.key
+                        && matched.mask.is_subset_of(rmask)
+                        && rkey.and(&matched.mask) == matched.key
                         && (rc ^ cookie) & cookie_mask == 0
                         && outputs_to(ins, out_port, out_group)
                 };

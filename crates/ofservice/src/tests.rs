@@ -98,7 +98,7 @@ impl Bridge for Fake {
         self.rules
             .borrow()
             .iter()
-            .filter(|r| keep(r.0, &Match::CATCHALL, r.2, &[]))
+            .filter(|r| keep(r.0, &Match::CATCHALL.key, &Match::CATCHALL.mask, r.2, &[]))
             .map(|r| stats(r.0, r.1, r.2, r.3))
             .collect()
     }

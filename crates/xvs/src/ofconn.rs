@@ -1205,7 +1205,7 @@ impl Bridge for OfManager {
         let now = self.sh.now_ms();
         of.rules()
             .into_iter()
-            .filter(|(ti, rm, _, r)| keep(*ti, &rm.to_match(), r.cookie, &r.instructions))
+            .filter(|(ti, rm, _, r)| keep(*ti, rm.key, rm.mask, r.cookie, &r.instructions))
             .map(|(ti, rm, prio, r)| FlowStats {
                 table: ti,
                 priority: prio as u16,
