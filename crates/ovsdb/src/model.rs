@@ -20,6 +20,11 @@ pub struct Desired {
     pub bridges: Vec<BridgeCfg>,
     /// Open_vSwitch other_config:pmd-cpu-mask (hex, "0x" optional).
     pub pmd_cpu_mask: Option<u64>,
+    /// Open_vSwitch other_config:pmd-maxsleep (OVS 3.1's name) or
+    /// pmd-sleep-max (later releases), in microseconds: 0 makes the poll
+    /// threads spin without ever sleeping (Open vSwitch's default); absent,
+    /// xvs's adaptive polling applies.
+    pub pmd_maxsleep_us: Option<u64>,
     /// Open_vSwitch other_config:flow-restore-wait: while true, keep the
     /// datapath flows and do not revalidate them away.
     pub flow_restore_wait: bool,
@@ -309,6 +314,16 @@ impl Desired {
             match parse_hex("other_config:pmd-cpu-mask", v, 16) {
                 Ok(m) => d.pmd_cpu_mask = Some(m),
                 Err(e) => ovs.note(format!("Open_vSwitch {e}; ignored")),
+            }
+        }
+        for key in ["pmd-maxsleep", "pmd-sleep-max"] {
+            if let Some(v) = oc.get(key) {
+                match v.parse::<u64>() {
+                    Ok(us) if us <= 10_000 => d.pmd_maxsleep_us = Some(us),
+                    _ => ovs.note(format!(
+                        "Open_vSwitch other_config:{key}: {v:?} is not a number of microseconds from 0 to 10000; ignored"
+                    )),
+                }
             }
         }
         if let Some(v) = oc.get("flow-restore-wait") {
@@ -714,6 +729,24 @@ mod tests {
         assert_eq!(b.ports[0].tag, None);
         assert!(b.ports[0].trunks.is_empty());
         assert_eq!(b.ports[0].interfaces.len(), 1);
+    }
+
+    #[test]
+    fn pmd_maxsleep_under_both_names() {
+        let set = |kv: &[(&str, &str)]| {
+            let mut r = replica();
+            let m: Vec<_> = kv.iter().map(|(k, v)| json!([k, v])).collect();
+            r.apply_update(&json!({"Open_vSwitch": {"o": {"new": {"bridges": ["uuid", "b"], "next_cfg": 7,
+                "other_config": ["map", m]}}}}))
+                .unwrap();
+            Desired::from_replica_with_notes(&r)
+        };
+        assert_eq!(set(&[]).0.pmd_maxsleep_us, None);
+        assert_eq!(set(&[("pmd-maxsleep", "0")]).0.pmd_maxsleep_us, Some(0));
+        assert_eq!(set(&[("pmd-sleep-max", "50")]).0.pmd_maxsleep_us, Some(50));
+        let (d, notes) = set(&[("pmd-maxsleep", "soon")]);
+        assert_eq!(d.pmd_maxsleep_us, None);
+        assert!(notes.iter().any(|n| n.contains("other_config:pmd-maxsleep: \"soon\"")), "{notes:?}");
     }
 
     #[test]

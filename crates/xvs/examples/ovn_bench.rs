@@ -18,16 +18,15 @@
 //! The generator (`xvs util pktgen --frames-file`, pinned to CPU 0) sends
 //! from vm1's namespace; the destination VM's eth0 runs the XDP
 //! count-and-drop sink (`xvs util xdp-sink`). Printed: a table of delivered
-//! packets/s (median of `--reps` runs), the xvs/OVS ratio, and the poll
-//! threads' user CPU time per delivered packet (from /proc: the switch's own
-//! work, without the kernel's veth and AF_XDP work in its system time),
-//! which says what each switch spends while the generator, not the switch,
-//! limits the rate (a busy-polling thread is busy either way); `--json
-//! FILE` writes the figures. Everything is removed afterwards (the set-up's Drop),
+//! packets/s (median of `--reps` runs), the xvs/OVS ratio, and each
+//! switch's processing time per delivered packet (see `busy_ns`); `--json
+//! FILE` writes the figures. xvs runs with `other_config:pmd-maxsleep=0`
+//! (spin, never sleep), which is Open vSwitch's default, so both poll the
+//! same way; `--xvs-adaptive` leaves xvs's own default (adaptive polling). Everything is removed afterwards (the set-up's Drop),
 //! also on failure.
 //!
 //! Run through `./bench.sh --only ovn`, or as root after a release build:
-//! `XVS_BIN=target/release/xvs target/release/examples/ovn_bench [--seconds 3] [--flows 100] [--reps 3] [--no-ovs]`.
+//! `XVS_BIN=target/release/xvs target/release/examples/ovn_bench [--seconds 3] [--flows 100] [--reps 3] [--no-ovs] [--xvs-adaptive]`.
 
 use std::process::Command;
 use xvs::netns::{number_after, wait_file, xvs_exe, Host};
@@ -39,10 +38,13 @@ struct Args {
     reps: usize,
     json: Option<String>,
     with_ovs: bool,
+    /// xvs spins as OVS does (`other_config:pmd-maxsleep=0`); false with
+    /// `--xvs-adaptive`.
+    xvs_busy: bool,
 }
 
 fn args() -> Args {
-    let mut a = Args { seconds: 3.0, flows: 100, reps: 3, json: None, with_ovs: true };
+    let mut a = Args { seconds: 3.0, flows: 100, reps: 3, json: None, with_ovs: true, xvs_busy: true };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < v.len() {
@@ -54,6 +56,11 @@ fn args() -> Args {
             "--json" => a.json = Some(next(i)),
             "--no-ovs" => {
                 a.with_ovs = false;
+                i += 1;
+                continue;
+            }
+            "--xvs-adaptive" => {
+                a.xvs_busy = false;
                 i += 1;
                 continue;
             }
@@ -94,27 +101,28 @@ fn frames(dst_mac: &str, dst_ip: &str, flows: u16) -> String {
     path
 }
 
-/// User CPU time so far of the switch's poll threads (their names start
-/// with "pmd" in both switches), in ns: the switch's own work per packet,
-/// without the kernel's transmit and receive work that runs in its
-/// system time.
-fn pmd_user_ns(o: &Ovn) -> f64 {
-    let pid = o.switch_pid().expect("the switch's pid");
-    let hz = 100.0; // USER_HZ
-    let mut ticks = 0u64;
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task").flatten() {
-        let p = t.path();
-        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        if !comm.starts_with("pmd") {
-            continue;
-        }
-        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
-        // Fields after the command's closing parenthesis: utime is the 12th.
-        if let Some(u) = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(11)) {
-            ticks += u.parse::<u64>().unwrap_or(0);
-        }
+/// The poll threads' processing time so far, in ns: the time of the
+/// iterations that moved packets (xvs: `busy_ns` of `xvs pmd-stats`; OVS:
+/// the processing cycles of `dpif-netdev/pmd-stats-show`, at the CPU's
+/// clock). Idle polling is left out, so with both switches spinning this is
+/// what packets cost, the kernel's transmit work inside those iterations
+/// included.
+fn busy_ns(o: &Ovn, ovs: bool) -> f64 {
+    if ovs {
+        let pid = o.switch_pid().expect("ovs-vswitchd's pid");
+        let ctl = format!("{}/ovs-vswitchd.{pid}.ctl", o.dir);
+        let out = o.run(&["ovs-appctl", "-t", &ctl, "dpif-netdev/pmd-stats-show"]);
+        let cycles: f64 = out
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("processing cycles: "))
+            .filter_map(|l| l.split_whitespace().next()?.parse::<f64>().ok())
+            .sum();
+        cycles * 1000.0 / xvs::cpu_mhz()
+    } else {
+        let out = o.run(&[&xvs_exe().to_string_lossy(), "pmd-stats", "--run-dir", &o.run_dir(), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("pmd-stats --json");
+        v["pmds"].as_array().into_iter().flatten().filter_map(|p| p["busy_ns"].as_f64()).sum()
     }
-    ticks as f64 * 1e9 / hz
 }
 
 /// One run: packets/s sent from `src` and delivered to `dst`.
@@ -144,10 +152,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// The three cases on one switch: (case, offered pps, delivered pps, poll
-/// threads' user ns per delivered packet).
+/// The three cases on one switch: (case, offered pps, delivered pps,
+/// processing ns per delivered packet).
 fn cases(ovs: bool, a: &Args) -> Vec<(&'static str, f64, f64, f64)> {
-    let mut o = Ovn::start_with(&xvs_exe().to_string_lossy(), ovs, Some("0x2"));
+    let busy = !ovs && a.xvs_busy;
+    let conf: &[&str] = if busy { &["pmd-cpu-mask=0x2", "pmd-maxsleep=0"] } else { &["pmd-cpu-mask=0x2"] };
+    let mut o = Ovn::start_with(&xvs_exe().to_string_lossy(), ovs, conf);
     o.two_switches_and_a_router();
     let (vm1, vm2, vm3) = (o.host(0), o.host(1), o.host(2));
     assert!(eventually(20, || vm1.ping(&vm2.ip, 1).unwrap_or(0) == 1), "vm1 reaches vm2");
@@ -162,9 +172,9 @@ fn cases(ovs: bool, a: &Args) -> Vec<(&'static str, f64, f64, f64)> {
     let to_vm3 = frames("00:00:00:00:ff:01", "10.0.2.1", a.flows);
     let mut out = Vec::new();
     let mut run = |o: &Ovn, name: &'static str, dst: &Host, f: &str| {
-        let b0 = pmd_user_ns(o);
+        let b0 = busy_ns(o, ovs);
         let r: Vec<(f64, f64)> = (0..a.reps).map(|_| once(vm1, dst, f, a.seconds)).collect();
-        let busy = pmd_user_ns(o) - b0;
+        let busy = busy_ns(o, ovs) - b0;
         let delivered: f64 = r.iter().map(|x| x.1 * a.seconds).sum();
         let (off, got) = (median(r.iter().map(|x| x.0).collect()), median(r.iter().map(|x| x.1).collect()));
         let per = busy / delivered.max(1.0);
@@ -197,10 +207,16 @@ fn main() {
     }
     let xvs = cases(false, &a);
     let ovs = if a.with_ovs { cases(true, &a) } else { Vec::new() };
-    println!("\nOVN pipeline, 64-byte UDP, {} flows, {} s x {} runs (median)", a.flows, a.seconds, a.reps);
+    println!(
+        "\nOVN pipeline, 64-byte UDP, {} flows, {} s x {} runs (median); xvs {}",
+        a.flows,
+        a.seconds,
+        a.reps,
+        if a.xvs_busy { "spinning (pmd-maxsleep=0, as OVS)" } else { "with adaptive polling (its default)" }
+    );
     println!(
         "{:<8}{:>13}{:>11}{:>13}{:>11}{:>9}{:>14}{:>14}",
-        "case", "xvs offered", "xvs pps", "ovs offered", "ovs pps", "xvs/ovs", "xvs usr ns", "ovs usr ns"
+        "case", "xvs offered", "xvs pps", "ovs offered", "ovs pps", "xvs/ovs", "xvs busy ns", "ovs busy ns"
     );
     let mut json = Vec::new();
     for (i, (name, off, got, per)) in xvs.iter().enumerate() {
@@ -208,8 +224,8 @@ fn main() {
         let ratio = if o_got > 0.0 { format!("{:.2}", got / o_got) } else { "-".into() };
         println!("{name:<8}{off:>13.0}{got:>11.0}{o_off:>13.0}{o_got:>11.0}{ratio:>9}{per:>14.0}{o_per:>14.0}");
         json.push(serde_json::json!({"case": name, "flows": a.flows, "seconds": a.seconds, "reps": a.reps,
-            "xvs_offered_pps": off.round(), "xvs_pps": got.round(), "xvs_pmd_user_ns_per_packet": per.round(),
-            "ovs_offered_pps": o_off.round(), "ovs_pps": o_got.round(), "ovs_pmd_user_ns_per_packet": o_per.round()}));
+            "xvs_offered_pps": off.round(), "xvs_pps": got.round(), "xvs_busy_ns_per_packet": per.round(),
+            "ovs_offered_pps": o_off.round(), "ovs_pps": o_got.round(), "ovs_busy_ns_per_packet": o_per.round()}));
     }
     if let Some(p) = a.json {
         std::fs::write(&p, serde_json::to_string_pretty(&json).expect("json")).expect("writing --json");

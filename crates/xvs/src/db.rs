@@ -235,7 +235,9 @@ fn start_bridge(
         // The local port comes from the database (ovs-vsctl add-br creates it).
         local_port: false,
         mirror: None,
-        poll_mode: PollMode::Adaptive,
+        // other_config:pmd-maxsleep=0 asks for Open vSwitch's polling: spin,
+        // never sleep. Read when the bridge starts.
+        poll_mode: if d.pmd_maxsleep_us == Some(0) { PollMode::Busy } else { PollMode::Adaptive },
         pmd: dpif::PmdConfig::default(),
         patches: Arc::clone(patches),
     })?;

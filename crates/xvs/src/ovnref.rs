@@ -62,12 +62,13 @@ impl Ovn {
     /// (`xvs_bin switch --db`, or ovs-vswitchd when `ovs`) with br-int, and
     /// ovn-controller.
     pub fn start(xvs_bin: &str, ovs: bool) -> Ovn {
-        Ovn::start_with(xvs_bin, ovs, None)
+        Ovn::start_with(xvs_bin, ovs, &[])
     }
 
-    /// As [`Ovn::start`], with `other_config:pmd-cpu-mask` set before the
-    /// switch starts (benchmarks pin the poll threads as OVS users do).
-    pub fn start_with(xvs_bin: &str, ovs: bool, pmd_cpu_mask: Option<&str>) -> Ovn {
+    /// As [`Ovn::start`], with `Open_vSwitch` `other_config` entries
+    /// (`key=value`) set before the switch starts (benchmarks pin the poll
+    /// threads with `pmd-cpu-mask`, as OVS users do).
+    pub fn start_with(xvs_bin: &str, ovs: bool, other_config: &[&str]) -> Ovn {
         let dir = format!("/tmp/xvs-ovn-{}", std::process::id());
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(format!("{dir}/run")).unwrap();
@@ -101,16 +102,8 @@ impl Ovn {
         o.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let db = format!("--db=unix:{d}/db.sock");
         o.run(&["ovs-vsctl", &db, "--no-wait", "init"]);
-        if let Some(m) = pmd_cpu_mask {
-            o.run(&[
-                "ovs-vsctl",
-                &db,
-                "--no-wait",
-                "set",
-                "Open_vSwitch",
-                ".",
-                &format!("other_config:pmd-cpu-mask={m}"),
-            ]);
+        for kv in other_config {
+            o.run(&["ovs-vsctl", &db, "--no-wait", "set", "Open_vSwitch", ".", &format!("other_config:{kv}")]);
         }
         if ovs {
             o.run(&[

@@ -442,3 +442,32 @@ fn mtu_request_9000_on_afxdp_ports_carries_jumbo_frames() {
     assert_eq!(env.vsctl(&["get", "interface", &hs[0].port, "mtu"]), "9000", "the Interface mtu column");
     assert_eq!(env.vsctl(&["get", "interface", &hs[0].port, "error"]), "[]");
 }
+
+/// `other_config:pmd-maxsleep=0` (Open vSwitch's default, 3.1's name) makes
+/// a bridge's poll thread spin: it never sleeps, while xvs's adaptive
+/// polling (the key absent) sleeps as soon as the ports are idle. The key
+/// is read when a bridge starts.
+#[test]
+fn pmd_maxsleep_zero_makes_the_poll_thread_spin() {
+    let hs = hosts("s", 2);
+    let mut env = Env::new("s");
+    env.start_xvs();
+    let id = std::process::id() % 1000;
+    let (spin, nap) = (format!("brs{id}"), format!("brn{id}"));
+    env.vsctl(&["set", "open_vswitch", ".", "other_config:pmd-maxsleep=0"]);
+    env.vsctl(&["add-br", &spin, "--", "set", "bridge", &spin, "datapath_type=netdev"]);
+    env.vsctl(&["add-port", &spin, &hs[0].port, "--", "set", "interface", &hs[0].port, "type=afxdp"]);
+    env.vsctl(&["remove", "open_vswitch", ".", "other_config", "pmd-maxsleep"]);
+    env.vsctl(&["add-br", &nap, "--", "set", "bridge", &nap, "datapath_type=netdev"]);
+    env.vsctl(&["add-port", &nap, &hs[1].port, "--", "set", "interface", &hs[1].port, "type=afxdp"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let show = env.appctl(&["dpif-netdev/pmd-perf-show"]);
+    // Each thread's section starts "pmd thread numa_id 0 core_id N (BRIDGE):".
+    let sleeps = |br: &str| -> Option<u64> {
+        let section = show.split("pmd thread numa_id").find(|s| s.contains(&format!("({br}):")))?;
+        let line = section.lines().find(|l| l.contains("sleep iterations:"))?;
+        line.split(':').nth(1)?.split_whitespace().next()?.parse().ok()
+    };
+    assert_eq!(sleeps(&spin), Some(0), "the spinning bridge's thread slept:\n{show}");
+    assert!(sleeps(&nap).is_some_and(|n| n > 0), "the adaptive bridge's thread never slept:\n{show}");
+}
