@@ -177,7 +177,15 @@ pub struct Pmd {
     samples: Vec<FlowKey>,
     sample_next: usize,
     sample_tick: u32,
+    /// Where [`Pmd::sweep_some`] goes on.
+    sweep_cursor: usize,
+    /// Slots of megaflows with packets not yet pushed to the rules'
+    /// counters (a slot freed and reused meanwhile costs a no-op push).
+    dirty: Vec<u32>,
 }
+
+/// Idle time after which a megaflow gives way to a new one at the limit.
+const EVICT_IDLE_MS: u64 = 100;
 
 /// Capacity of the recent-key ring, and how often a packet is sampled.
 const SAMPLES: usize = 256;
@@ -229,6 +237,8 @@ impl Pmd {
             samples: Vec::with_capacity(SAMPLES),
             sample_next: 0,
             sample_tick: 0,
+            sweep_cursor: 0,
+            dirty: Vec::new(),
         }
     }
 
@@ -391,6 +401,9 @@ impl Pmd {
         let res = match &found {
             Found::Flow(slot) => {
                 let f = self.flows[*slot as usize].as_mut().expect("found flows exist");
+                if f.packets == f.pushed_packets {
+                    self.dirty.push(*slot);
+                }
                 f.packets += 1;
                 f.bytes += len;
                 f.used_ms = now_ms;
@@ -527,7 +540,7 @@ impl Pmd {
             return Found::Busy;
         };
         self.stats.upcalls += 1;
-        if self.n_flows >= self.cfg.megaflow_limit {
+        if self.n_flows >= self.cfg.megaflow_limit && !self.evict_idle_one(now_ms) {
             self.stats.upcall_lost_limit += 1;
             self.count_upcall(t0);
             return Found::Uncached(t);
@@ -665,8 +678,12 @@ impl Pmd {
     /// Credits every megaflow's new packets to the slow-path counters of
     /// the rules behind it (done by [`Pmd::sweep`] too).
     pub fn push_stats(&mut self) {
-        for f in self.flows.iter_mut().flatten() {
-            f.push();
+        // Only the megaflows that had packets since the last push: a pass
+        // over 200,000 cold megaflows every second stalled forwarding.
+        for slot in self.dirty.drain(..) {
+            if let Some(f) = self.flows[slot as usize].as_mut() {
+                f.push();
+            }
         }
     }
 
@@ -674,15 +691,57 @@ impl Pmd {
     /// the others' counters.
     pub fn sweep(&mut self, now_ms: u64) {
         self.push_stats();
+        self.sweep_cursor = 0;
+        self.sweep_some(now_ms, usize::MAX);
+    }
+
+    /// At the megaflow limit, a new megaflow may take the place of one idle
+    /// for over 100 ms among the next 16 slots of the sweep (as Open
+    /// vSwitch's revalidators expire flows idle for 100 ms once over the
+    /// limit): otherwise a burst of short flows would fill the table for the
+    /// 10 s idle timeout, and every packet of a new flow would be translated
+    /// in the meantime. Counted in `expired`. Returns whether it made room.
+    fn evict_idle_one(&mut self, now_ms: u64) -> bool {
+        let n = self.flows.len();
+        for _ in 0..16.min(n) {
+            if self.sweep_cursor >= n {
+                self.sweep_cursor = 0;
+            }
+            let slot = self.sweep_cursor as u32;
+            self.sweep_cursor += 1;
+            if self.flows[slot as usize].as_ref().is_some_and(|f| now_ms.saturating_sub(f.used_ms) > EVICT_IDLE_MS) {
+                self.remove(slot);
+                self.stats.expired += 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Expires idle megaflows among the next `max` slots, going on where
+    /// the previous call stopped and wrapping around; returns how many it
+    /// removed. A poll thread calls this often with a small `max`: a pass
+    /// over 200,000 megaflows at once reads 200,000 cold entries and stalls
+    /// forwarding for tens of milliseconds.
+    pub fn sweep_some(&mut self, now_ms: u64, max: usize) -> usize {
         let idle = self.cfg.max_idle_ms;
-        for slot in 0..self.flows.len() as u32 {
+        let n = self.flows.len();
+        let mut removed = 0;
+        for _ in 0..max.min(n) {
+            if self.sweep_cursor >= n {
+                self.sweep_cursor = 0;
+            }
+            let slot = self.sweep_cursor as u32;
+            self.sweep_cursor += 1;
             if let Some(f) = &self.flows[slot as usize] {
                 if now_ms.saturating_sub(f.used_ms) > idle {
                     self.remove(slot);
                     self.stats.expired += 1;
+                    removed += 1;
                 }
             }
         }
+        removed
     }
 
     /// Removes every megaflow and EMC entry.

@@ -133,6 +133,35 @@ fn megaflow_limit_still_executes() {
     assert_eq!(PmdConfig::default().megaflow_limit, 200_000);
 }
 
+/// At the limit, a new flow takes the slot of a megaflow idle for over
+/// 100 ms (as OVS's revalidators expire flows idle for 100 ms once over
+/// the limit), never that of one in use; before that it is executed
+/// uncached.
+#[test]
+fn at_the_megaflow_limit_a_new_flow_takes_an_idle_ones_place() {
+    let mut m = Model::new();
+    m.add(1, "ip", out(9));
+    let mut p = Pmd::new(PmdConfig { megaflow_limit: 3, ..PmdConfig::default() });
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    let mut send = |p: &mut Pmd, port: u32, now: u64| {
+        p.process_batch(&mut vec![pkt(&udp_frame(1, 2, 3), port)], &m, now, &mut rec);
+    };
+    for port in 1..=3 {
+        send(&mut p, port, 0);
+    }
+    send(&mut p, 4, 50);
+    assert_eq!((p.n_megaflows(), p.stats().upcall_lost_limit), (3, 1), "none idle for 100 ms yet");
+    send(&mut p, 1, 150); // port 1's flow stays in use
+    send(&mut p, 5, 200);
+    let st = p.stats();
+    assert_eq!((p.n_megaflows(), st.upcall_lost_limit, st.expired), (3, 1, 1), "an idle one gave way");
+    let upcalls = st.upcalls;
+    send(&mut p, 1, 210);
+    send(&mut p, 5, 210);
+    assert_eq!(p.stats().upcalls, upcalls, "the flow in use and the new one are both cached");
+}
+
 #[test]
 fn idle_megaflows_expire_and_their_emc_entries_die_with_them() {
     let mut m = Model::new();

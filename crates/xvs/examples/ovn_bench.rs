@@ -13,7 +13,12 @@
 //!   rewrite, ls2);
 //! * `acl`: vm1 -> vm2 again after `allow-related` ACLs on ls1 in both
 //!   directions, so every packet goes through conntrack (`ct(commit)`, zones
-//!   from registers) twice.
+//!   from registers) twice;
+//! * flow setup (before the ACLs): 400,000 frames from vm1, each to a new
+//!   unknown MAC on ls1, sent for one second; every one is a new megaflow
+//!   (OVN's L2 lookup matches the destination MAC exactly), so the switch
+//!   translates through OVN's tables once per frame. Reported: upcalls per
+//!   second, the "upcall rate on the same flows".
 //!
 //! The generator (`xvs util pktgen --frames-file`, pinned to CPU 0) sends
 //! from vm1's namespace; the destination VM's eth0 runs the XDP
@@ -101,6 +106,61 @@ fn frames(dst_mac: &str, dst_ip: &str, flows: u16) -> String {
     path
 }
 
+/// Upcalls (datapath misses sent to the slow path) so far: xvs's
+/// `pmd-stats`, OVS's "miss with success/failed upcall".
+fn upcalls(o: &Ovn, ovs: bool) -> f64 {
+    if ovs {
+        let pid = o.switch_pid().expect("ovs-vswitchd's pid");
+        let out =
+            o.run(&["ovs-appctl", "-t", &format!("{}/ovs-vswitchd.{pid}.ctl", o.dir), "dpif-netdev/pmd-stats-show"]);
+        out.lines()
+            .filter_map(|l| {
+                let l = l.trim();
+                l.strip_prefix("miss with success upcall: ").or_else(|| l.strip_prefix("miss with failed upcall: "))
+            })
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum()
+    } else {
+        let out = o.run(&[&xvs_exe().to_string_lossy(), "pmd-stats", "--run-dir", &o.run_dir(), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("pmd-stats --json");
+        v["pmds"].as_array().into_iter().flatten().filter_map(|p| p["upcalls"].as_f64()).sum()
+    }
+}
+
+/// Flow setup through the pipeline: `n` frames from vm1, each to a
+/// different unknown MAC (`base` + i) on ls1. ovn-controller's L2 lookup
+/// matches the destination MAC exactly and the miss drops, so every frame
+/// is a new megaflow in both switches: one upcall each. Returns upcalls per
+/// second over one second of sending (more frames than either switch sets
+/// up in a second).
+fn setup_rate(o: &Ovn, ovs: bool, src: &Host, base: u64, n: u64) -> f64 {
+    let path = format!("/tmp/xvs-ovnbench-{}-setup.hex", std::process::id());
+    let mut text = String::with_capacity(n as usize * 121);
+    for i in 0..n {
+        let m = (0x02_00_0000_0000 | (base + i)).to_be_bytes();
+        let b = wire::build::Frame::new(mac("00:00:00:00:01:01"), [m[2], m[3], m[4], m[5], m[6], m[7]])
+            .ipv4(ip("10.0.1.1"), ip("10.0.1.2"))
+            .udp(10_000, 5001)
+            .payload(&[0u8; 18])
+            .build();
+        text.extend(b.iter().map(|x| format!("{x:02x}")));
+        text.push('\n');
+    }
+    std::fs::write(&path, text).expect("writing the frames file");
+    let u0 = upcalls(o, ovs);
+    let gen = Command::new("ip")
+        .args(["netns", "exec", &src.ns, "taskset", "-c", "0"])
+        .arg(xvs_exe())
+        .args(["util", "pktgen", "--dev", "eth0", "--frames-file", &path, "--seconds", "1"])
+        .output()
+        .expect("running pktgen");
+    let _ = std::fs::remove_file(&path);
+    assert!(gen.status.success(), "pktgen: {}", String::from_utf8_lossy(&gen.stderr));
+    // Upcalls still queued when the generator stops are counted too.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    upcalls(o, ovs) - u0
+}
+
 /// The poll threads' processing time so far, in ns: the time of the
 /// iterations that moved packets (xvs: `busy_ns` of `xvs pmd-stats`; OVS:
 /// the processing cycles of `dpif-netdev/pmd-stats-show`, at the CPU's
@@ -153,8 +213,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The three cases on one switch: (case, offered pps, delivered pps,
-/// processing ns per delivered packet).
-fn cases(ovs: bool, a: &Args) -> Vec<(&'static str, f64, f64, f64)> {
+/// processing ns per delivered packet), and the flow setup rate.
+fn cases(ovs: bool, a: &Args) -> (Vec<(&'static str, f64, f64, f64)>, f64) {
     let busy = !ovs && a.xvs_busy;
     let conf: &[&str] = if busy { &["pmd-cpu-mask=0x2", "pmd-maxsleep=0"] } else { &["pmd-cpu-mask=0x2"] };
     let mut o = Ovn::start_with(&xvs_exe().to_string_lossy(), ovs, conf);
@@ -178,13 +238,14 @@ fn cases(ovs: bool, a: &Args) -> Vec<(&'static str, f64, f64, f64)> {
         let delivered: f64 = r.iter().map(|x| x.1 * a.seconds).sum();
         let (off, got) = (median(r.iter().map(|x| x.0).collect()), median(r.iter().map(|x| x.1).collect()));
         let per = busy / delivered.max(1.0);
-        eprintln!(
-            "  {name}: offered {off:.0} pps, delivered {got:.0} pps, poll threads' user time {per:.0} ns per packet"
-        );
+        eprintln!("  {name}: offered {off:.0} pps, delivered {got:.0} pps, {per:.0} ns of processing per packet");
         out.push((name, off, got, per));
     };
     run(&o, "switch", vm2, &to_vm2);
     run(&o, "router", vm3, &to_vm3);
+    let setups: Vec<f64> = (0..a.reps as u64).map(|r| setup_rate(&o, ovs, vm1, (r + 1) << 24, 400_000)).collect();
+    let setup = median(setups);
+    eprintln!("  flow setup: {setup:.0} upcalls/s");
     for dir in ["from-lport", "to-lport"] {
         o.nbctl(&["acl-add", "ls1", dir, "1000", "ip4", "allow-related"]);
     }
@@ -196,7 +257,7 @@ fn cases(ovs: bool, a: &Args) -> Vec<(&'static str, f64, f64, f64)> {
     for f in [to_vm2, to_vm3] {
         let _ = std::fs::remove_file(f);
     }
-    out
+    (out, setup)
 }
 
 fn main() {
@@ -205,8 +266,8 @@ fn main() {
         eprintln!("ovn_bench: needs ovn-central and ovn-host (scripts/setup.sh installs them)");
         std::process::exit(2);
     }
-    let xvs = cases(false, &a);
-    let ovs = if a.with_ovs { cases(true, &a) } else { Vec::new() };
+    let (xvs, xvs_setup) = cases(false, &a);
+    let (ovs, ovs_setup) = if a.with_ovs { cases(true, &a) } else { (Vec::new(), 0.0) };
     println!(
         "\nOVN pipeline, 64-byte UDP, {} flows, {} s x {} runs (median); xvs {}",
         a.flows,
@@ -227,6 +288,12 @@ fn main() {
             "xvs_offered_pps": off.round(), "xvs_pps": got.round(), "xvs_busy_ns_per_packet": per.round(),
             "ovs_offered_pps": o_off.round(), "ovs_pps": o_got.round(), "ovs_busy_ns_per_packet": o_per.round()}));
     }
+    let ratio = if ovs_setup > 0.0 { format!("{:.2}", xvs_setup / ovs_setup) } else { "-".into() };
+    println!(
+        "flow setup (a new destination MAC per frame, one upcall each): xvs {xvs_setup:.0}/s, ovs {ovs_setup:.0}/s, xvs/ovs {ratio}"
+    );
+    json.push(serde_json::json!({"case": "flow setup", "xvs_upcalls_per_s": xvs_setup.round(),
+        "ovs_upcalls_per_s": ovs_setup.round(), "reps": a.reps}));
     if let Some(p) = a.json {
         std::fs::write(&p, serde_json::to_string_pretty(&json).expect("json")).expect("writing --json");
     }
