@@ -654,9 +654,15 @@ impl Conntrack {
             nat::rewrite(frame, p.l3, p.l4, p.end, &p.tuple, &to, false);
             state |= c.nat;
         }
+        self.verdict(c, reply, state, act.zone, (mark, label))
+    }
+
+    /// The verdict for a packet matched to connection `c` (in its reply
+    /// direction if `reply`), which also becomes the hint for the next `ct()`.
+    fn verdict(&self, c: Arc<Conn>, reply: bool, state: u8, zone: u16, (mark, label): (u32, u128)) -> CtResult {
         CtResult {
             state,
-            zone: act.zone,
+            zone,
             mark,
             label,
             orig: Some(c.orig),
@@ -697,14 +703,7 @@ impl Conntrack {
         let st = c.st.lock().expect("ct conn");
         let (mark, label) = (st.mark, st.label);
         drop(st);
-        CtResult {
-            state,
-            zone: act.zone,
-            mark,
-            label,
-            orig: Some(c.orig),
-            tracked: Some(Tracked { conn: c, reply, tracker: self.id }),
-        }
+        self.verdict(c, reply, state, act.zone, (mark, label))
     }
 
     fn create(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, now: u64) -> CtResult {
@@ -802,14 +801,7 @@ impl Conntrack {
                 let s = conn.st.lock().expect("ct conn");
                 let (mark, label) = (s.mark, s.label);
                 drop(s);
-                return CtResult {
-                    state,
-                    zone: act.zone,
-                    mark,
-                    label,
-                    orig: Some(orig),
-                    tracked: Some(Tracked { conn, reply: false, tracker: self.id }),
-                };
+                return self.verdict(conn, false, state, act.zone, (mark, label));
             }
             // Taken: keep the state for the next candidate.
             let c = Arc::try_unwrap(conn).expect("a connection that was not inserted is not shared");
