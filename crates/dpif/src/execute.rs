@@ -296,9 +296,11 @@ fn track(
     // What an earlier ct() in this zone made of the packet (across a
     // recirculation its key keeps it).
     let prev = if key.ct_zone() == params.zone { key.ct_state() } else { 0 };
-    let r = ct.execute_tracked(frame, params, now_ms, hint.as_ref(), prev);
+    let mut r = ct.execute_tracked(frame, params, now_ms, hint.as_ref(), prev);
+    // The matched connection moves into the hint (the callers read only the
+    // verdict's other fields).
     if r.tracked.is_some() {
-        hint.clone_from(&r.tracked);
+        *hint = r.tracked.take();
     }
     key.set_ct_state(r.state);
     key.set_ct_zone(r.zone);

@@ -702,20 +702,7 @@ impl Pmd {
     /// 10 s idle timeout, and every packet of a new flow would be translated
     /// in the meantime. Counted in `expired`. Returns whether it made room.
     fn evict_idle_one(&mut self, now_ms: u64) -> bool {
-        let n = self.flows.len();
-        for _ in 0..16.min(n) {
-            if self.sweep_cursor >= n {
-                self.sweep_cursor = 0;
-            }
-            let slot = self.sweep_cursor as u32;
-            self.sweep_cursor += 1;
-            if self.flows[slot as usize].as_ref().is_some_and(|f| now_ms.saturating_sub(f.used_ms) > EVICT_IDLE_MS) {
-                self.remove(slot);
-                self.stats.expired += 1;
-                return true;
-            }
-        }
-        false
+        self.expire_from_cursor(now_ms, 16, EVICT_IDLE_MS, 1) > 0
     }
 
     /// Expires idle megaflows among the next `max` slots, going on where
@@ -724,7 +711,13 @@ impl Pmd {
     /// over 200,000 megaflows at once reads 200,000 cold entries and stalls
     /// forwarding for tens of milliseconds.
     pub fn sweep_some(&mut self, now_ms: u64, max: usize) -> usize {
-        let idle = self.cfg.max_idle_ms;
+        self.expire_from_cursor(now_ms, max, self.cfg.max_idle_ms, usize::MAX)
+    }
+
+    /// Looks at up to `max` slots from the sweep cursor on (wrapping) and
+    /// removes megaflows idle for longer than `idle_ms`, stopping after
+    /// `enough` removals; returns how many it removed.
+    fn expire_from_cursor(&mut self, now_ms: u64, max: usize, idle_ms: u64, enough: usize) -> usize {
         let n = self.flows.len();
         let mut removed = 0;
         for _ in 0..max.min(n) {
@@ -733,11 +726,12 @@ impl Pmd {
             }
             let slot = self.sweep_cursor as u32;
             self.sweep_cursor += 1;
-            if let Some(f) = &self.flows[slot as usize] {
-                if now_ms.saturating_sub(f.used_ms) > idle {
-                    self.remove(slot);
-                    self.stats.expired += 1;
-                    removed += 1;
+            if self.flows[slot as usize].as_ref().is_some_and(|f| now_ms.saturating_sub(f.used_ms) > idle_ms) {
+                self.remove(slot);
+                self.stats.expired += 1;
+                removed += 1;
+                if removed >= enough {
+                    break;
                 }
             }
         }
