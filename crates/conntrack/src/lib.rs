@@ -230,7 +230,6 @@ enum Insert {
 #[derive(Clone, Debug)]
 pub struct Tracked {
     pub conn: Arc<Conn>,
-    pub reply: bool,
     tracker: u64,
 }
 
@@ -654,20 +653,13 @@ impl Conntrack {
             nat::rewrite(frame, p.l3, p.l4, p.end, &p.tuple, &to, false);
             state |= c.nat;
         }
-        self.verdict(c, reply, state, act.zone, (mark, label))
+        self.verdict(c, state, act.zone, (mark, label))
     }
 
-    /// The verdict for a packet matched to connection `c` (in its reply
-    /// direction if `reply`), which also becomes the hint for the next `ct()`.
-    fn verdict(&self, c: Arc<Conn>, reply: bool, state: u8, zone: u16, (mark, label): (u32, u128)) -> CtResult {
-        CtResult {
-            state,
-            zone,
-            mark,
-            label,
-            orig: Some(c.orig),
-            tracked: Some(Tracked { conn: c, reply, tracker: self.id }),
-        }
+    /// The verdict for a packet matched to connection `c`, which also
+    /// becomes the hint for the next `ct()`.
+    fn verdict(&self, c: Arc<Conn>, state: u8, zone: u16, (mark, label): (u32, u128)) -> CtResult {
+        CtResult { state, zone, mark, label, orig: Some(c.orig), tracked: Some(Tracked { conn: c, tracker: self.id }) }
     }
 
     /// An ICMP error: related to the connection of the packet it quotes.
@@ -675,9 +667,8 @@ impl Conntrack {
         // The quoted packet went the other way; it may be quoted as it left
         // its sender (untranslated) or as translated.
         let mut hit = None;
-        if let Some((c, _)) = self.lookup(act.zone, inner, now) {
-            // Quoted as sent: it belongs to direction `quoted_reply`.
-            let quoted_reply = c.reply == *inner && c.orig != *inner;
+        if let Some((c, quoted_reply)) = self.lookup(act.zone, inner, now) {
+            // Quoted as sent: the key it was found under gives its direction.
             hit = Some((c, quoted_reply));
         } else if let Some((c, _)) = self.lookup(act.zone, &inner.reverse(), now) {
             // Quoted as translated: `inner` is the reverse of the other
@@ -703,7 +694,7 @@ impl Conntrack {
         let st = c.st.lock().expect("ct conn");
         let (mark, label) = (st.mark, st.label);
         drop(st);
-        self.verdict(c, reply, state, act.zone, (mark, label))
+        self.verdict(c, state, act.zone, (mark, label))
     }
 
     fn create(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, now: u64) -> CtResult {
@@ -801,7 +792,7 @@ impl Conntrack {
                 let s = conn.st.lock().expect("ct conn");
                 let (mark, label) = (s.mark, s.label);
                 drop(s);
-                return self.verdict(conn, false, state, act.zone, (mark, label));
+                return self.verdict(conn, state, act.zone, (mark, label));
             }
             // Taken: keep the state for the next candidate.
             let c = Arc::try_unwrap(conn).expect("a connection that was not inserted is not shared");
