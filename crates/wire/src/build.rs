@@ -45,6 +45,16 @@
 
 use crate::checksum::{checksum, crc32c, l4_checksum_v4, l4_checksum_v6};
 
+/// A UDP checksum that computes to 0 is sent as 0xffff (RFC 768): 0 in the
+/// field means "no checksum".
+fn udp_zero(proto: u8, c: u16) -> u16 {
+    if proto == 17 && c == 0 {
+        0xffff
+    } else {
+        c
+    }
+}
+
 /// The network layer of a frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum L3 {
@@ -407,7 +417,7 @@ impl Frame {
                 let later = frag.1 != 0;
                 if !later && matches!(self.l4, Some(L4::Udp { .. }) | Some(L4::Tcp { .. })) {
                     let off = if proto == 17 { 6 } else { 16 };
-                    let c = l4_checksum_v4(*src, *dst, proto, &l4);
+                    let c = udp_zero(proto, l4_checksum_v4(*src, *dst, proto, &l4));
                     l4[off..off + 2].copy_from_slice(&c.to_be_bytes());
                 } else if !later && matches!(self.l4, Some(L4::IcmpEcho { .. })) {
                     let c = checksum(&l4);
@@ -442,7 +452,7 @@ impl Frame {
                     _ => None,
                 };
                 if let (Some(o), false) = (c_off, matches!(frag, Some((_, off)) if *off != 0)) {
-                    let c = l4_checksum_v6(*src, *dst, proto, &l4);
+                    let c = udp_zero(proto, l4_checksum_v6(*src, *dst, proto, &l4));
                     l4[o..o + 2].copy_from_slice(&c.to_be_bytes());
                 }
                 // Chain: ext headers, then the fragment header, then L4.
