@@ -36,6 +36,7 @@ pub const SHORTHANDS: &[(&str, u16, Option<u8>)] = &[
     ("ipv4", et::IPV4, None),
     ("ipv6", et::IPV6, None),
     ("arp", et::ARP, None),
+    ("rarp", et::RARP, None),
     ("tcp", et::IPV4, Some(ipproto::TCP)),
     ("udp", et::IPV4, Some(ipproto::UDP)),
     ("sctp", et::IPV4, Some(ipproto::SCTP)),
@@ -300,6 +301,21 @@ pub fn parse_ipv6(s: &str) -> Option<u128> {
     s.parse::<std::net::Ipv6Addr>().ok().map(u128::from)
 }
 
+/// The reserved OpenFlow ports by the names ovs-ofctl gives them in
+/// `in_port` values (`in_port=LOCAL`, `set_field:ANY->in_port`), in the
+/// OpenFlow 1.0 numbering the flow key holds. `ANY` is OFPP_NONE.
+const PORT_NAMES: &[(&str, u32)] = &[
+    ("IN_PORT", 0xfff8),
+    ("TABLE", 0xfff9),
+    ("NORMAL", 0xfffa),
+    ("FLOOD", 0xfffb),
+    ("ALL", 0xfffc),
+    ("CONTROLLER", 0xfffd),
+    ("LOCAL", 0xfffe),
+    ("ANY", 0xffff),
+    ("NONE", 0xffff),
+];
+
 /// Parses a field value with an optional `/mask` (or `/prefixlen` for
 /// addresses). Returns (value, mask) in the field's width.
 pub fn parse_value(f: &FieldDef, s: &str) -> Result<(u128, u128), String> {
@@ -308,6 +324,11 @@ pub fn parse_value(f: &FieldDef, s: &str) -> Result<(u128, u128), String> {
         Some((v, m)) => (v, Some(m)),
         None => (s, None),
     };
+    if f.name == "in_port" && ms.is_none() {
+        if let Some(&(_, n)) = PORT_NAMES.iter().find(|p| p.0.eq_ignore_ascii_case(vs)) {
+            return Ok((n as u128, max));
+        }
+    }
     let prefix_mask = |bits: u32, plen: &str| -> Result<u128, String> {
         let n: u32 = plen.parse().map_err(|_| format!("bad prefix length '{plen}'"))?;
         if n > bits {
@@ -425,6 +446,11 @@ fn parse_tcp_flags(s: &str) -> Result<(u128, u128), String> {
 pub fn format_value(f: &FieldDef, v: u128, m: u128) -> String {
     let max = f.loc.max();
     let exact = m == max;
+    if f.name == "in_port" && exact {
+        if let Some(&(name, _)) = PORT_NAMES.iter().find(|p| p.1 as u128 == v) {
+            return name.to_string();
+        }
+    }
     match f.kind {
         Kind::Mac => {
             if exact {
@@ -551,6 +577,22 @@ mod tests {
         assert_eq!(m.mask.nw_src(), 0xff00_0000);
         assert_eq!(m.key.tp_dst(), 80);
         assert_eq!(m.to_string(), "tcp,in_port=1,nw_src=10.0.0.0/8,tcp_dst=80");
+    }
+
+    /// What ovs-ofctl prints for OVN's flows parses back: `rarp` with ARP's
+    /// fields, and reserved ports by name in `in_port` values.
+    #[test]
+    fn rarp_and_port_names_as_ovs_ofctl_prints_them() {
+        let m = Match::parse("rarp,dl_src=00:00:00:00:ff:01,arp_op=3").unwrap();
+        assert_eq!((m.key.dl_type(), m.key.nw_proto()), (0x8035, 3));
+        assert_eq!(m.to_string(), "rarp,dl_src=00:00:00:00:ff:01,arp_op=3");
+        let m = Match::parse("in_port=LOCAL").unwrap();
+        assert_eq!(m.key.in_port(), 0xfffe);
+        assert_eq!(m.to_string(), "in_port=LOCAL");
+        let f = by_name("in_port").unwrap();
+        assert_eq!(parse_value(f, "ANY"), Ok((0xffff, f.loc.max())));
+        assert_eq!(format_value(f, 0xffff, f.loc.max()), "ANY");
+        assert_eq!(format_value(f, 7, f.loc.max()), "7");
     }
 
     #[test]
