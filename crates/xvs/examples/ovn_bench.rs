@@ -46,10 +46,14 @@ struct Args {
     /// xvs spins as OVS does (`other_config:pmd-maxsleep=0`); false with
     /// `--xvs-adaptive`.
     xvs_busy: bool,
+    /// `--capture DIR`: only write the fixture of the translation benchmark
+    /// (see [`capture`]) and exit.
+    capture: Option<String>,
 }
 
 fn args() -> Args {
-    let mut a = Args { seconds: 3.0, flows: 100, reps: 3, json: None, with_ovs: true, xvs_busy: true };
+    let mut a =
+        Args { seconds: 3.0, flows: 100, reps: 3, json: None, with_ovs: true, xvs_busy: true, capture: None };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < v.len() {
@@ -59,6 +63,7 @@ fn args() -> Args {
             "--flows" => a.flows = next(i).parse().expect("--flows: 1-65535"),
             "--reps" => a.reps = next(i).parse().expect("--reps: a count"),
             "--json" => a.json = Some(next(i)),
+            "--capture" => a.capture = Some(next(i)),
             "--no-ovs" => {
                 a.with_ovs = false;
                 i += 1;
@@ -260,11 +265,50 @@ fn cases(ovs: bool, a: &Args) -> (Vec<(&'static str, f64, f64, f64)>, f64) {
     (out, setup)
 }
 
+/// Writes the fixture of the translation benchmark
+/// (`crates/ofproto/benches/ovn.rs`) into `dir`: what ovn-controller
+/// installed on br-int of Open vSwitch 3.1 for the benchmark's logical
+/// network, as `ovs-ofctl` prints it (`flows.txt`, `groups.txt`,
+/// `tlv.txt`, `ports.txt`), once as set up and once with the `acl` case's
+/// ACLs (`acl-flows.txt`, `acl-groups.txt`), and the logical flows they came
+/// from (`lflows.txt`, for reading). OVS is the source, so the benchmark
+/// translates exactly the flows OVS's upcall rate was measured on.
+fn capture(dir: &str) {
+    std::fs::create_dir_all(dir).expect("creating the capture directory");
+    let mut o = Ovn::start_with(&xvs_exe().to_string_lossy(), true, &["pmd-cpu-mask=0x2"]);
+    o.two_switches_and_a_router();
+    let (vm1, vm2) = (o.host(0), o.host(1));
+    assert!(eventually(20, || vm1.ping(&vm2.ip, 1).unwrap_or(0) == 1), "vm1 reaches vm2");
+    let mgmt = format!("unix:{}/br-int.mgmt", o.run_dir());
+    let ofctl = |o: &Ovn, cmd: &str| o.run(&["ovs-ofctl", "-OOpenFlow15", cmd, &mgmt, "--no-stats"][..]);
+    let write = |name: &str, text: String| {
+        std::fs::write(format!("{dir}/{name}"), text).unwrap_or_else(|e| panic!("writing {name}: {e}"))
+    };
+    write("flows.txt", ofctl(&o, "dump-flows"));
+    write("groups.txt", o.run(&["ovs-ofctl", "-OOpenFlow15", "dump-groups", &mgmt]));
+    write("tlv.txt", o.run(&["ovs-ofctl", "-OOpenFlow15", "dump-tlv-map", &mgmt]));
+    write("ports.txt", o.run(&["ovs-ofctl", "-OOpenFlow15", "show", &mgmt]));
+    let sb = format!("--db=unix:{}/sb.sock", o.dir);
+    write("lflows.txt", o.run(&["ovn-sbctl", &sb, "lflow-list"]));
+    for d in ["from-lport", "to-lport"] {
+        o.nbctl(&["acl-add", "ls1", d, "1000", "ip4", "allow-related"]);
+    }
+    o.sync();
+    assert!(eventually(20, || vm1.ping(&vm2.ip, 1).unwrap_or(0) == 1), "vm1 reaches vm2 through the ACLs");
+    write("acl-flows.txt", ofctl(&o, "dump-flows"));
+    write("acl-groups.txt", o.run(&["ovs-ofctl", "-OOpenFlow15", "dump-groups", &mgmt]));
+    eprintln!("ovn_bench: fixture written to {dir}");
+}
+
 fn main() {
     let a = args();
     if !Ovn::available() {
         eprintln!("ovn_bench: needs ovn-central and ovn-host (scripts/setup.sh installs them)");
         std::process::exit(2);
+    }
+    if let Some(dir) = &a.capture {
+        capture(dir);
+        return;
     }
     let (xvs, xvs_setup) = cases(false, &a);
     let (ovs, ovs_setup) = if a.with_ovs { cases(true, &a) } else { (Vec::new(), 0.0) };
