@@ -211,21 +211,45 @@ pub struct Translation {
 /// group bucket), credited by the datapath. Written by poll threads
 /// (Relaxed adds, batched: each megaflow pushes its deltas about once a
 /// second and when asked), read by the control plane.
+///
+/// A megaflow of OVN's pipeline credits some 100 of these per push (its
+/// rules, and each table it looked up and matched in), so a push does as
+/// few atomic read-modify-writes as it can: `used_ms` is only written when
+/// it moves, and packet-only counters (table statistics) skip the rest.
 #[derive(Debug, Default)]
 pub struct FlowCounters {
     pub packets: std::sync::atomic::AtomicU64,
     pub bytes: std::sync::atomic::AtomicU64,
     /// Last time (ms, the switch's clock) a packet was credited.
     pub used_ms: std::sync::atomic::AtomicU64,
+    /// Counts packets only: `bytes` and `used_ms` stay 0.
+    packets_only: bool,
 }
 
 impl FlowCounters {
+    /// Counters that count packets and nothing else (an OpenFlow table's
+    /// lookups or matches).
+    pub fn packets_only() -> FlowCounters {
+        FlowCounters { packets_only: true, ..FlowCounters::default() }
+    }
+
     pub fn credit(&self, packets: u64, bytes: u64, used_ms: u64) {
         use std::sync::atomic::Ordering::Relaxed;
         if packets > 0 {
             self.packets.fetch_add(packets, Relaxed);
-            self.bytes.fetch_add(bytes, Relaxed);
-            self.used_ms.fetch_max(used_ms, Relaxed);
+            if !self.packets_only {
+                self.bytes.fetch_add(bytes, Relaxed);
+                self.touch(used_ms);
+            }
+        }
+    }
+
+    /// Moves `used_ms` forward to `now_ms` (never back).
+    #[inline]
+    pub fn touch(&self, now_ms: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.used_ms.load(Relaxed) < now_ms {
+            self.used_ms.fetch_max(now_ms, Relaxed);
         }
     }
 }

@@ -236,7 +236,9 @@ impl Ofproto {
             now_ms: AtomicU64::new(0),
             maybe_timed: std::sync::atomic::AtomicBool::new(false),
             table_miss: TableMiss::Drop,
-            table_stats: (0..N_TABLES).map(|_| Default::default()).collect(),
+            table_stats: (0..N_TABLES)
+                .map(|_| (Arc::new(FlowCounters::packets_only()), Arc::new(FlowCounters::packets_only())))
+                .collect(),
             removed: Vec::new(),
             groups: BTreeMap::new(),
             meters: BTreeMap::new(),

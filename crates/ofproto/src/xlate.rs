@@ -16,7 +16,6 @@ use crate::bridge::{Ofproto, TableMiss};
 use crate::normal::{is_multicast, Learned, VlanMode};
 use dpif::{DpAction, Translation, UserspaceReason};
 use flow::key::{ethertype, loc, FlowKey, STAGE_L3, STAGE_L4, VLAN_PRESENT, WORDS};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Resubmit/goto depth limit (OVS uses 64 for resubmits).
@@ -69,6 +68,13 @@ struct Ctx<'a> {
     too_deep: bool,
     /// Counters of every rule the walk matched.
     counters: Vec<dpif::CounterRef>,
+    /// A filter over `counters` (one bit per pointer hash): a counter whose
+    /// bit is clear is not listed yet, so most credits skip the scan.
+    /// OVN's walks credit 100-400 counters, and a scan per credit made the
+    /// dedup quadratic: half of a translation's time.
+    counted: [u64; 8],
+    /// Tables whose lookup (`[0]`) and match (`[1]`) counters are listed.
+    table_counted: [[u64; 4]; 2],
     /// Every key bit a committed set action wrote (group buckets undo theirs).
     written: FlowKey,
     /// The push/pop stack (values of the pushed sub-fields).
@@ -193,6 +199,8 @@ impl<'a> Ctx<'a> {
             stop: false,
             too_deep: false,
             counters: Vec::new(),
+            counted: [0; 8],
+            table_counted: [[0; 4]; 2],
             written: FlowKey::ZERO,
             stack: Vec::new(),
             tail: false,
@@ -220,7 +228,23 @@ impl Ctx<'_> {
     /// Lists `c` among the counters every packet of this translation's
     /// megaflow is credited to (once, however often the walk meets it).
     fn credit(&mut self, c: &Arc<dpif::FlowCounters>) {
-        if !self.counters.iter().any(|x| Arc::ptr_eq(&x.0, c)) {
+        let h = ((Arc::as_ptr(c) as usize as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize;
+        let (w, bit) = (h >> 6, 1u64 << (h & 63));
+        if self.counted[w] & bit != 0 && self.counters.iter().any(|x| Arc::ptr_eq(&x.0, c)) {
+            return;
+        }
+        self.counted[w] |= bit;
+        self.counters.push(dpif::CounterRef(Arc::clone(c)));
+    }
+
+    /// Lists table `table`'s lookup (`matched` false) or match counter.
+    fn credit_table(&mut self, table: u8, matched: bool) {
+        let (w, bit) = (table as usize >> 6, 1u64 << (table & 63));
+        let seen = &mut self.table_counted[matched as usize][w];
+        if *seen & bit == 0 {
+            *seen |= bit;
+            let stats = &self.of.table_stats[table as usize];
+            let c = if matched { &stats.1 } else { &stats.0 };
             self.counters.push(dpif::CounterRef(Arc::clone(c)));
         }
     }
@@ -251,8 +275,7 @@ impl Ctx<'_> {
         let saved_table = self.table;
         self.table = table;
         let cls = &self.of.tables[table as usize];
-        let stats = &self.of.table_stats[table as usize];
-        self.credit(&stats.0);
+        self.credit_table(table, false);
         let hit = cls.lookup(&self.key, self.version, &mut self.wc);
         let hit = self.resolve_conjunction(table, hit);
         match hit.and_then(|id| cls.get(id)) {
@@ -278,10 +301,10 @@ impl Ctx<'_> {
                 }
             }
             Some((m, prio, rule)) => {
-                self.credit(&stats.1);
+                self.credit_table(table, true);
                 // The datapath credits packets through `counters`; the
                 // translation itself only marks the rule used.
-                rule.counters.used_ms.fetch_max(self.of.now(), Ordering::Relaxed);
+                rule.counters.touch(self.of.now());
                 self.credit(&rule.counters);
                 let cookie = rule.cookie;
                 self.say(|| {
