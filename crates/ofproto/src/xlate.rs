@@ -165,6 +165,7 @@ impl Ofproto {
             cx.wc.set_nw_frag(flow::key::FRAG_ANY | flow::key::FRAG_LATER);
         }
         cx.finish_freeze();
+        drop_dead_actions(&mut cx.actions);
         let final_key = cx.key;
         let mask = cx.wc;
         Trace {
@@ -173,6 +174,42 @@ impl Ofproto {
             final_key,
         }
     }
+}
+
+/// Removes datapath actions that cannot change what the packet does:
+/// header changes after the last action that looks at the packet (OVN's
+/// `clone`s restore the fields they changed, after the clone's output),
+/// and a `ct_clear` when no `ct` ran since the last one. A megaflow runs
+/// its actions on every packet it serves, so each one left is paid per
+/// packet.
+fn drop_dead_actions(actions: &mut Vec<DpAction>) {
+    while matches!(
+        actions.last(),
+        Some(
+            DpAction::SetMasked { .. }
+                | DpAction::PushVlan { .. }
+                | DpAction::PopVlan
+                | DpAction::CtClear
+                | DpAction::PushMpls { .. }
+                | DpAction::PopMpls { .. }
+        )
+    ) {
+        actions.pop();
+    }
+    // Tracking state is set only by `ct`; a recirculation carries it on.
+    let mut cleared = false;
+    actions.retain(|a| match a {
+        DpAction::CtClear if cleared => false,
+        DpAction::CtClear => {
+            cleared = true;
+            true
+        }
+        DpAction::Ct(..) | DpAction::Recirc(_) => {
+            cleared = false;
+            true
+        }
+        _ => true,
+    });
 }
 
 impl dpif::Upcall for Ofproto {

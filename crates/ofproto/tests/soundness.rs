@@ -110,6 +110,26 @@ fn goto_set_field_and_write_actions() {
     assert_eq!(acts, "set(ipv4(tos=0x20/0xfc,ttl=63)),4");
 }
 
+/// Header changes after the last output, and a `ct_clear` with no `ct`
+/// since the one before, are left out of the megaflow's actions (OVN's
+/// clones restore their fields after the clone's output); a change before
+/// an output, and a `ct_clear` after a `ct`, stay.
+#[test]
+fn dead_actions_are_left_out() {
+    let (_, acts) = trace_one(
+        &["priority=5,ip,actions=ct_clear,ct_clear,mod_dl_src:00:00:00:00:00:09,ct_clear,output:2,mod_nw_tos:32,ct_clear"],
+        "in_port=1,udp,nw_src=1.1.1.1,nw_dst=2.2.2.2,nw_ttl=64",
+    );
+    assert_eq!(acts, "ct_clear,set(eth(src=00:00:00:00:00:09)),2");
+    let (_, acts) = trace_one(
+        &["priority=5,ip,actions=clone(mod_dl_dst:00:00:00:00:00:07,output:3),output:2"],
+        "in_port=1,udp,nw_src=1.1.1.1,nw_dst=2.2.2.2,nw_ttl=64",
+    );
+    assert!(acts.ends_with(",2"), "the clone's restore runs before output:2: {acts}");
+    let (_, acts) = trace_one(&["priority=5,ip,actions=mod_nw_tos:32"], "in_port=1,ip,nw_src=1.1.1.1,nw_dst=2.2.2.2");
+    assert_eq!(acts, "drop");
+}
+
 #[test]
 fn rule_changes_bump_generation_and_are_versioned() {
     let mut of = Ofproto::new("br0");
