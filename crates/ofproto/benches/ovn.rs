@@ -101,7 +101,9 @@ fn bench(c: &mut Criterion) {
             "setup" => assert!(outputs(&t.actions).is_empty(), "an unknown MAC is dropped: {acts}"),
             "switch" => assert_eq!(outputs(&t.actions), vec![2], "vm1 -> vm2: {acts}"),
             "router" => assert_eq!(outputs(&t.actions), vec![3], "vm1 -> vm3: {acts}"),
-            _ => assert!(acts.contains("ct(") && acts.contains("recirc("), "the ACLs send it through conntrack: {acts}"),
+            _ => {
+                assert!(acts.contains("ct(") && acts.contains("recirc("), "the ACLs send it through conntrack: {acts}")
+            }
         }
         // The varied field is in the megaflow, so each key is a new one.
         if name == "setup" {

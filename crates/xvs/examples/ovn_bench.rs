@@ -52,8 +52,7 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a =
-        Args { seconds: 3.0, flows: 100, reps: 3, json: None, with_ovs: true, xvs_busy: true, capture: None };
+    let mut a = Args { seconds: 3.0, flows: 100, reps: 3, json: None, with_ovs: true, xvs_busy: true, capture: None };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < v.len() {
