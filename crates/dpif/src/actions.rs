@@ -200,7 +200,7 @@ pub struct Translation {
     /// The slow-path objects (OpenFlow rules, group buckets) this
     /// translation went through: every packet the resulting megaflow
     /// forwards is credited to each of them (see [`FlowCounters`]).
-    pub counters: Vec<CounterRef>,
+    pub counters: CounterSet,
     /// The walk through the tables was cut short by the resubmit/goto
     /// depth limit (a loop): the datapath counts the packets this
     /// translation serves (`drop_resubmit_depth` in pmd-stats).
@@ -253,6 +253,12 @@ impl FlowCounters {
         }
     }
 }
+
+/// The counters a translation's packets are credited to, shared by every
+/// megaflow whose translation went through the same objects (`ofproto`
+/// interns them), so that a push can credit each counter once for all of
+/// them.
+pub type CounterSet = std::sync::Arc<[CounterRef]>;
 
 /// A shared handle on [`FlowCounters`]; equal when it is the same object.
 #[derive(Clone, Debug, Default)]

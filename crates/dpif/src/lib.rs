@@ -46,7 +46,8 @@ pub mod pmd;
 
 pub mod meter;
 pub use actions::{
-    format_actions, CounterRef, DpAction, FlowCounters, Translation, Upcall, UserspaceExtra, UserspaceReason,
+    format_actions, CounterRef, CounterSet, DpAction, FlowCounters, Translation, Upcall, UserspaceExtra,
+    UserspaceReason,
 };
 pub use execute::{OutQueues, Sink};
 pub use meter::{Meter, MeterRef};

@@ -440,7 +440,7 @@ impl Upcall for Counted {
         Translation {
             actions: vec![DpAction::Output(2)],
             mask,
-            counters: vec![dpif::CounterRef(std::sync::Arc::clone(&self.0))],
+            counters: vec![dpif::CounterRef(std::sync::Arc::clone(&self.0))].into(),
             too_deep: false,
         }
     }
@@ -475,6 +475,51 @@ fn megaflow_hits_are_credited_to_the_slow_path_counters() {
         pmd.flush();
         assert_eq!(c.packets.load(Relaxed) - before, 51);
         assert_eq!(c.bytes.load(Relaxed) % f.len() as u64, 0);
+    }
+}
+
+/// Megaflows whose translations went through the same objects share one
+/// counter list; a push sums their packets and credits each counter once,
+/// and the last packets of megaflows that expire are credited too.
+#[test]
+fn megaflows_sharing_a_counter_list_are_credited_together() {
+    use std::sync::atomic::Ordering::Relaxed;
+    struct Shared(dpif::CounterSet);
+    impl Upcall for Shared {
+        fn translate(&self, _key: &FlowKey) -> Translation {
+            let mut mask = FlowKey::ZERO;
+            mask.set_in_port(u32::MAX);
+            Translation { actions: vec![DpAction::Output(9)], mask, counters: self.0.clone(), too_deep: false }
+        }
+    }
+    let cs: Vec<_> = (0..3).map(|_| std::sync::Arc::new(dpif::FlowCounters::default())).collect();
+    let list: dpif::CounterSet = cs.iter().map(|c| dpif::CounterRef(std::sync::Arc::clone(c))).collect();
+    let up = Shared(list);
+    let mut pmd = Pmd::new(PmdConfig::default());
+    let mut rec = Rec::default();
+    let f = Frame::new(A, B).l3(L3::ipv4(1, 2)).l4(L4::Udp { src: 1, dst: 2 }).build();
+    // Four megaflows (one per input port), 3 packets each.
+    for round in 0..3u64 {
+        let mut pkts: Vec<Packet> = (1..=4).map(|_| Packet::from_slice(&f)).collect();
+        pkts.iter_mut().enumerate().for_each(|(i, p)| p.in_port = i as u32 + 1);
+        pmd.process_batch(&mut pkts, &up, round, &mut rec);
+    }
+    assert_eq!(pmd.n_megaflows(), 4);
+    pmd.push_stats();
+    for c in &cs {
+        assert_eq!(c.packets.load(Relaxed), 12);
+        assert_eq!(c.bytes.load(Relaxed), 12 * f.len() as u64);
+        assert_eq!(c.used_ms.load(Relaxed), 2);
+    }
+    // One more packet, then the megaflows expire.
+    let mut pkts = vec![Packet::from_slice(&f)];
+    pkts[0].in_port = 3;
+    pmd.process_batch(&mut pkts, &up, 7, &mut rec);
+    pmd.sweep(20_000);
+    assert_eq!(pmd.n_megaflows(), 0, "idle megaflows expired");
+    pmd.push_stats();
+    for c in &cs {
+        assert_eq!((c.packets.load(Relaxed), c.used_ms.load(Relaxed)), (13, 7));
     }
 }
 

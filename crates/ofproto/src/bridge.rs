@@ -208,6 +208,8 @@ pub struct Ofproto {
     learned_by: Mutex<std::collections::HashMap<(u8, RuleId), Vec<(u8, Match, u32)>>>,
     /// Learned flows whose learner went, for housekeeping to delete.
     unlearn: Mutex<Vec<(u8, Match, u32)>>,
+    /// Translations' counter lists, shared between equal ones.
+    pub(crate) counter_sets: crate::counters::CounterSets,
 }
 
 impl Ofproto {
@@ -250,6 +252,7 @@ impl Ofproto {
             learned: Mutex::new(Vec::new()),
             learned_by: Mutex::new(std::collections::HashMap::new()),
             unlearn: Mutex::new(Vec::new()),
+            counter_sets: Default::default(),
         }
     }
 

@@ -24,6 +24,7 @@
 
 pub use ofp_types::actions;
 pub mod bridge;
+mod counters;
 pub mod ct;
 pub mod group;
 pub mod normal;

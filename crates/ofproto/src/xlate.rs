@@ -66,8 +66,9 @@ struct Ctx<'a> {
     stop: bool,
     /// Set when the resubmit/goto depth limit stopped the walk.
     too_deep: bool,
-    /// Counters of every rule the walk matched.
-    counters: Vec<dpif::CounterRef>,
+    /// Counters of every rule the walk matched (interned into the
+    /// translation's [`dpif::CounterSet`] at the end).
+    counters: Vec<&'a Arc<dpif::FlowCounters>>,
     /// A filter over `counters` (one bit per pointer hash): a counter whose
     /// bit is clear is not listed yet, so most credits skip the scan.
     /// OVN's walks credit 100-400 counters, and a scan per credit made the
@@ -127,7 +128,8 @@ impl Ofproto {
         cx.finish_freeze();
         // The rules the actions resubmitted through count the packet, as
         // in OVS (the caller credits them: no megaflow will).
-        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters: cx.counters, too_deep: cx.too_deep }
+        let counters = self.counter_sets.get(&cx.counters);
+        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters, too_deep: cx.too_deep }
     }
 
     /// Like [`Ofproto::translate_key`], with the walk through the tables.
@@ -169,7 +171,12 @@ impl Ofproto {
         let final_key = cx.key;
         let mask = cx.wc;
         Trace {
-            translation: Translation { actions: cx.actions, mask, counters: cx.counters, too_deep: cx.too_deep },
+            translation: Translation {
+                actions: cx.actions,
+                mask,
+                counters: self.counter_sets.get(&cx.counters),
+                too_deep: cx.too_deep,
+            },
             lines: cx.trace.unwrap_or_default(),
             final_key,
         }
@@ -253,7 +260,7 @@ impl<'a> Ctx<'a> {
     }
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
     /// Adds a trace line. The text is built only when tracing, so
     /// translation on the packet path formats nothing.
     fn say<S: Into<String>>(&mut self, s: impl FnOnce() -> S) {
@@ -264,14 +271,14 @@ impl Ctx<'_> {
 
     /// Lists `c` among the counters every packet of this translation's
     /// megaflow is credited to (once, however often the walk meets it).
-    fn credit(&mut self, c: &Arc<dpif::FlowCounters>) {
+    fn credit(&mut self, c: &'a Arc<dpif::FlowCounters>) {
         let h = ((Arc::as_ptr(c) as usize as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize;
         let (w, bit) = (h >> 6, 1u64 << (h & 63));
-        if self.counted[w] & bit != 0 && self.counters.iter().any(|x| Arc::ptr_eq(&x.0, c)) {
+        if self.counted[w] & bit != 0 && self.counters.iter().any(|x| Arc::ptr_eq(x, c)) {
             return;
         }
         self.counted[w] |= bit;
-        self.counters.push(dpif::CounterRef(Arc::clone(c)));
+        self.counters.push(c);
     }
 
     /// Lists table `table`'s lookup (`matched` false) or match counter.
@@ -280,9 +287,9 @@ impl Ctx<'_> {
         let seen = &mut self.table_counted[matched as usize][w];
         if *seen & bit == 0 {
             *seen |= bit;
-            let stats = &self.of.table_stats[table as usize];
-            let c = if matched { &stats.1 } else { &stats.0 };
-            self.counters.push(dpif::CounterRef(Arc::clone(c)));
+            let of = self.of;
+            let stats = &of.table_stats[table as usize];
+            self.counters.push(if matched { &stats.1 } else { &stats.0 });
         }
     }
 

@@ -248,7 +248,7 @@ struct Entry {
     /// only while that is the current one).
     gen: u64,
     orig: FlowKey,
-    counters: Vec<dpif::CounterRef>,
+    counters: dpif::CounterSet,
     /// Kernel counts already credited to `counters`.
     credited: (u64, u64),
     /// Packets served in the last tick (for eviction).
@@ -416,7 +416,7 @@ impl Offloader {
                 if let Ok((p, b)) = fp.lock().expect("fp").counts(v.slot) {
                     let (dp, db) = (p.saturating_sub(v.credited.0), b.saturating_sub(v.credited.1));
                     if dp > 0 {
-                        for c in &v.counters {
+                        for c in v.counters.iter() {
                             c.0.credit(dp, db, now_ms);
                         }
                         self.stats.packets.fetch_add(dp, Relaxed);

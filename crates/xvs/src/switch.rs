@@ -257,7 +257,7 @@ impl Shared {
         let mut sink = self.sink(&ports);
         let mut pkt = Packet::from_slice(data);
         pkt.in_port = key.in_port();
-        for c in &t.counters {
+        for c in t.counters.iter() {
             c.0.credit(1, data.len() as u64, self.now_ms());
         }
         let tnl = flow::key::TNL_WORDS.map(|w| key.w[w]);
