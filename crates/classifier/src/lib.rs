@@ -365,6 +365,9 @@ struct Subtable {
     /// their own, over the masked port, as Open vSwitch's ports trie does.
     masked_ports: [Option<Box<MaskedTrie>>; 2],
     has_trie: bool,
+    /// The mask matches all of `metadata`: the subtable takes part in
+    /// metadata partitioning (see [`Classifier::lookup`]).
+    partitioned: bool,
     n_rules: usize,
 }
 
@@ -430,6 +433,7 @@ impl Subtable {
             plen,
             masked_ports,
             has_trie,
+            partitioned: mask.metadata() == u64::MAX,
             n_rules: 0,
         }
     }
@@ -539,6 +543,16 @@ pub struct Classifier<T> {
     tries: [Trie; N_TRIES],
     /// Ids of removed rules not purged yet.
     removed: Vec<RuleId>,
+    /// Metadata partitioning, as in Open vSwitch's classifier: for each
+    /// `metadata` value, a bitmap of the subtables (by index) that match
+    /// all of `metadata` and hold a rule with that value. Pipelines that
+    /// keep one logical datapath per metadata value (OVN, NSX) have many
+    /// such subtables per table, most of them for other datapaths; a
+    /// lookup skips those on one bit test instead of hashing their first
+    /// stage.
+    partitions: HashMap<u64, Vec<u64>, BuildHasherDefault<Mix>>,
+    /// Rules per (metadata value, partitioned subtable).
+    partition_rules: HashMap<(u64, usize), u32>,
 }
 
 impl<T> Default for Classifier<T> {
@@ -558,6 +572,8 @@ impl<T> Classifier<T> {
             order: Vec::new(),
             tries: [Trie::new(32), Trie::new(32), Trie::new(128), Trie::new(128), Trie::new(16), Trie::new(16)],
             removed: Vec::new(),
+            partitions: HashMap::default(),
+            partition_rules: HashMap::new(),
         }
     }
 
@@ -644,6 +660,18 @@ impl<T> Classifier<T> {
         for (t, f) in st.masked_ports.iter_mut().zip([loc::TP_SRC, loc::TP_DST]) {
             if let Some(t) = t {
                 t.trie.insert(f.get(&m.key) & t.mask as u128, t.p);
+            }
+        }
+        if st.partitioned {
+            let md = m.key.metadata();
+            let n = self.partition_rules.entry((md, si)).or_insert(0);
+            *n += 1;
+            if *n == 1 {
+                let bits = self.partitions.entry(md).or_default();
+                if bits.len() <= si / 64 {
+                    bits.resize(si / 64 + 1, 0);
+                }
+                bits[si / 64] |= 1 << (si % 64);
             }
         }
         self.rules.insert(
@@ -736,6 +764,19 @@ impl<T> Classifier<T> {
                     t.trie.remove(f.get(&r.key) & t.mask as u128, t.p);
                 }
             }
+            if st.partitioned {
+                let md = r.key.metadata();
+                let n = self.partition_rules.get_mut(&(md, si)).expect("partition counted");
+                *n -= 1;
+                if *n == 0 {
+                    self.partition_rules.remove(&(md, si));
+                    let bits = self.partitions.get_mut(&md).expect("partition exists");
+                    bits[si / 64] &= !(1 << (si % 64));
+                    if bits.iter().all(|&w| w == 0) {
+                        self.partitions.remove(&md);
+                    }
+                }
+            }
             let empty = st.n_rules == 0;
             if max_changed {
                 self.update_order(si);
@@ -824,6 +865,16 @@ impl<T> Classifier<T> {
         let mut best: Option<Ref> = None;
         // Trie walks, done at most once per field and only when needed.
         let mut walks: [Option<Walk>; N_TRIES] = [None; N_TRIES];
+        // The partitioned subtables with a rule for this metadata value.
+        // Skipping the others depends on all of the key's metadata, so the
+        // first skip adds it to `wc` (their first stage would have added
+        // it, and more).
+        let partition = if self.partition_rules.is_empty() {
+            &[][..]
+        } else {
+            self.partitions.get(&key.metadata()).map_or(&[][..], Vec::as_slice)
+        };
+        let mut metadata_read = false;
         'subtables: for &(maxp, si) in &self.order {
             if let Some(b) = &best {
                 // Equal priority could still win with a lower id.
@@ -832,6 +883,13 @@ impl<T> Classifier<T> {
                 }
             }
             let st = self.st(si);
+            if st.partitioned && partition.get(si / 64).is_none_or(|w| w & (1 << (si % 64)) == 0) {
+                if !metadata_read {
+                    wc.set_metadata(u64::MAX);
+                    metadata_read = true;
+                }
+                continue;
+            }
             let mut h = BASIS;
             let mut from = 0;
             let n = st.n_stages as usize;

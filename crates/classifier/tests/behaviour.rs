@@ -140,6 +140,38 @@ fn masked_port_rules_get_a_subtable_trie() {
     assert_ne!(c.lookup(&key("udp,tp_src=0xab07"), 2, &mut wc), Some(low));
 }
 
+/// Subtables that match all of `metadata` and hold no rule for the
+/// packet's value are skipped on the partition bitmap: `wc` gets metadata
+/// and nothing of theirs (their first stage would have added in_port and
+/// reg14). Rules removed and purged leave the partition.
+#[test]
+fn metadata_partitions_skip_other_datapaths() {
+    let mut c: Classifier<&str> = Classifier::new();
+    c.insert(m("metadata=1,in_port=1,reg14=3"), 100, "dp1 port", 1);
+    let l2 = c.insert(m("metadata=1,dl_dst=00:00:00:00:00:02"), 50, "dp1 l2", 1);
+    c.insert(m("metadata=2,ip,nw_dst=10.0.0.0/8"), 90, "dp2 route", 1);
+    c.insert(m("metadata=2"), 0, "dp2 next", 1);
+    c.insert(m(""), 0, "anything", 1);
+    let pkt = "metadata=2,in_port=1,reg14=3,dl_dst=00:00:00:00:00:02,ip,nw_dst=10.1.1.1";
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(*c.get(c.lookup(&key(pkt), 1, &mut wc).unwrap()).unwrap().2, "dp2 route");
+    assert_eq!(wc.metadata(), u64::MAX);
+    let regs = loc::REGS[14].get(&wc);
+    assert_eq!((wc.in_port(), wc.dl_dst(), regs), (0, 0, 0), "dp1's subtables were not looked into");
+    // A datapath with no rules at all still matches the catch-all.
+    let mut wc = FlowKey::ZERO;
+    let id = c.lookup(&key("metadata=7,in_port=1,reg14=3"), 1, &mut wc).unwrap();
+    assert_eq!(*c.get(id).unwrap().2, "anything");
+    assert_eq!((wc.metadata(), wc.in_port()), (u64::MAX, 0));
+    // dp1's L2 rule goes: its subtable leaves dp1's partition.
+    c.remove(l2, 2);
+    c.purge(2);
+    let mut wc = FlowKey::ZERO;
+    let id = c.lookup(&key("metadata=1,dl_dst=00:00:00:00:00:02"), 2, &mut wc).unwrap();
+    assert_eq!(*c.get(id).unwrap().2, "anything");
+    assert_eq!(wc.dl_dst(), 0);
+}
+
 #[test]
 fn staged_lookup_stops_at_metadata() {
     let mut c: Classifier<()> = Classifier::new();

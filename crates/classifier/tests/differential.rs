@@ -5,7 +5,9 @@
 //! of every length on source and destination (alone and together),
 //! arbitrary bit masks on an address, ARP target prefixes (which share
 //! nw_dst's bits), address prefixes without a `dl_type` match, exact L4
-//! ports and 5-tuples, MACs, in_port, metadata bits, the catch-all.
+//! ports and 5-tuples, MACs, in_port, metadata bits, all of metadata
+//! (partitioned subtables) alone or with in_port, a prefix or a MAC, the
+//! catch-all.
 //! Addresses come from a few overlapping bases so prefixes nest and
 //! collide; priorities come from a tiny range so ties are common. Each
 //! rule is inserted at a random version and some are removed at a later
@@ -61,7 +63,7 @@ fn exact(k: &mut FlowKey, m: &mut FlowKey, f: Loc, v: u128) {
 
 /// A random rule match built from one of several shapes.
 fn arb_match() -> impl Strategy<Value = Match> {
-    (0u8..19, any::<u64>(), any::<u64>(), 0u32..=33, 0u32..=129).prop_map(|(shape, a, b, p4, p6)| {
+    (0u8..21, any::<u64>(), any::<u64>(), 0u32..=33, 0u32..=129).prop_map(|(shape, a, b, p4, p6)| {
         let (mut key, mut mask) = (FlowKey::ZERO, FlowKey::ZERO);
         let (k_, m_) = (&mut key, &mut mask);
         let ipv4 = |k: &mut FlowKey, m: &mut FlowKey| exact(k, m, loc::DL_TYPE, ethertype::IPV4 as u128);
@@ -148,6 +150,20 @@ fn arb_match() -> impl Strategy<Value = Match> {
                 let f = if b & 1 == 0 { loc::TP_SRC } else { loc::TP_DST };
                 let masks = [0x00ff, 0x0f0f, 0x00f0, 0x8001, 0x7ffe];
                 set(k_, m_, f, (a % 5) as u128, masks[(b >> 1) as usize % masks.len()]);
+            }
+            18 | 19 => {
+                // All of metadata (partitioned subtables, as OVN's logical
+                // datapaths), with another field or not.
+                exact(k_, m_, loc::METADATA, (a % 3) as u128);
+                match (shape, b % 3) {
+                    (18, 0) => exact(k_, m_, loc::IN_PORT, (b >> 8) as u128 % 3 + 1),
+                    (18, 1) => {
+                        ipv4(k_, m_);
+                        set(k_, m_, loc::NW_DST, v4(b >> 2) as u128, prefix(32, p4));
+                    }
+                    (19, 0) => exact(k_, m_, loc::DL_DST, (b >> 8) as u128 % 3),
+                    _ => {}
+                }
             }
             _ => {} // Catch-all.
         }
