@@ -69,11 +69,11 @@ struct Ctx<'a> {
     /// Counters of every rule the walk matched (interned into the
     /// translation's [`dpif::CounterSet`] at the end).
     counters: Vec<&'a Arc<dpif::FlowCounters>>,
-    /// A filter over `counters` (one bit per pointer hash): a counter whose
+    /// A filter over `counters` (4,096 bits, one per pointer hash): a counter whose
     /// bit is clear is not listed yet, so most credits skip the scan.
     /// OVN's walks credit 100-400 counters, and a scan per credit made the
     /// dedup quadratic: half of a translation's time.
-    counted: [u64; 8],
+    counted: [u64; 64],
     /// Tables whose lookup (`[0]`) and match (`[1]`) counters are listed.
     table_counted: [[u64; 4]; 2],
     /// Every key bit a committed set action wrote (group buckets undo theirs).
@@ -243,7 +243,7 @@ impl<'a> Ctx<'a> {
             stop: false,
             too_deep: false,
             counters: Vec::new(),
-            counted: [0; 8],
+            counted: [0; 64],
             table_counted: [[0; 4]; 2],
             written: FlowKey::ZERO,
             stack: Vec::new(),
@@ -272,7 +272,7 @@ impl<'a> Ctx<'a> {
     /// Lists `c` among the counters every packet of this translation's
     /// megaflow is credited to (once, however often the walk meets it).
     fn credit(&mut self, c: &'a Arc<dpif::FlowCounters>) {
-        let h = ((Arc::as_ptr(c) as usize as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize;
+        let h = ((Arc::as_ptr(c) as usize as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize;
         let (w, bit) = (h >> 6, 1u64 << (h & 63));
         if self.counted[w] & bit != 0 && self.counters.iter().any(|x| Arc::ptr_eq(x, c)) {
             return;
