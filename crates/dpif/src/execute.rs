@@ -20,6 +20,12 @@ pub trait Sink {
     /// the action's `max_len`; `full_len` is its length before (a
     /// packet-in's total_len).
     fn userspace(&mut self, pkt: Packet, full_len: usize, action: &DpAction);
+    /// Port `port` fills a checksum left to offload
+    /// ([`Packet::csum_partial`]) itself; packets for ports that do not are
+    /// completed before [`Sink::output`].
+    fn csum_offload(&self, _port: u32) -> bool {
+        false
+    }
 }
 
 /// Per-port output queues of one batch, flushed to the sink at its end.
@@ -47,6 +53,11 @@ impl OutQueues {
     pub fn flush(&mut self, sink: &mut dyn Sink) {
         for (port, q) in &mut self.queues {
             if !q.is_empty() {
+                if !sink.csum_offload(*port) {
+                    q.iter_mut().for_each(|p| {
+                        p.complete_checksum();
+                    });
+                }
                 sink.output(*port, q);
                 q.clear();
             }
@@ -90,6 +101,12 @@ pub fn execute(
     sink: &mut dyn Sink,
     now_ms: u64,
 ) -> Exec {
+    // A checksum left to offload stays so only through plain outputs:
+    // anything else may read or rewrite the segment (NAT, conntrack,
+    // tunnels, the controller) or move its offset (VLAN, MPLS).
+    if pkt.csum_partial.is_some() && actions.iter().any(|a| !matches!(a, DpAction::Output(_))) {
+        pkt.complete_checksum();
+    }
     // The last action that consumes the packet gets it by move; earlier
     // consumers get a copy. Actions after the last consumer could only
     // change a packet nobody sees, so execution stops there.
@@ -482,29 +499,30 @@ fn nd_lla(d: &[u8], l4: usize, ns: bool) -> Option<usize> {
     None
 }
 
-/// Completes the TCP or UDP checksum of a frame whose sender left it to
-/// offload (Linux CHECKSUM_PARTIAL: a local stack behind a veth or tap
-/// with tx checksumming on, which is the default). XDP and AF_XDP hand
-/// such frames over as they are, with only the pseudo-header sum in the
-/// field, and whatever receives them from the switch would drop them.
-/// The field is recognised by that value; recomputing is harmless when a
-/// complete checksum happens to equal it. Returns whether it completed one.
+/// Finds a TCP or UDP checksum its sender left to offload (Linux
+/// CHECKSUM_PARTIAL: a local stack behind a veth or tap with tx
+/// checksumming on, which is the default). XDP and AF_XDP hand such frames
+/// over as they are, with only the pseudo-header sum in the field, and
+/// whatever receives them from the switch would drop them unless the
+/// checksum is completed (in software, [`Packet::complete_checksum`], or by
+/// the output port). The field is recognised by that value; completing is
+/// harmless when a complete checksum happens to equal it.
 #[inline]
-pub fn complete_partial_checksum(pkt: &mut Packet, key: &FlowKey, layout: &Layout) -> bool {
+pub fn partial_checksum(pkt: &Packet, key: &FlowKey, layout: &Layout) -> Option<netdev::CsumPartial> {
     let (proto, at) = match key.nw_proto() {
         6 => (6u8, 16usize),
         17 => (17u8, 6usize),
-        _ => return false,
+        _ => return None,
     };
     let v4 = key.dl_type() == 0x0800;
     if (!v4 && !key.is_ipv6()) || key.nw_frag() != 0 || layout.l4 == 0 {
-        return false;
+        return None;
     }
     let d = pkt.data();
     let (l3, l4) = (layout.l3 as usize, layout.l4 as usize);
     let end = ip_end(key, l3, d);
-    if end < l4 + at + 2 {
-        return false;
+    if end < l4 + at + 2 || end > u16::MAX as usize {
+        return None;
     }
     let len = end - l4;
     let field = rd16(d, l4 + at);
@@ -513,22 +531,7 @@ pub fn complete_partial_checksum(pkt: &mut Packet, key: &FlowKey, layout: &Layou
     } else {
         wire::checksum::partial_v6(key.ipv6_src(), key.ipv6_dst(), proto, len)
     };
-    if field != partial {
-        return false;
-    }
-    let d = pkt.data_mut();
-    wr16(d, l4 + at, 0);
-    let seg = &d[l4..end];
-    let mut c = if v4 {
-        wire::checksum::l4_checksum_v4(key.nw_src(), key.nw_dst(), proto, seg)
-    } else {
-        wire::checksum::l4_checksum_v6(key.ipv6_src(), key.ipv6_dst(), proto, seg)
-    };
-    if proto == 17 && c == 0 {
-        c = 0xffff;
-    }
-    wr16(d, l4 + at, c);
-    true
+    (field == partial).then_some(netdev::CsumPartial { start: l4 as u16, offset: at as u16, len: len as u16 })
 }
 
 /// End of the IP datagram (Ethernet padding excluded), for SCTP's CRC.

@@ -24,11 +24,23 @@ pub struct PmdConfig {
     /// [`Pmd::poll_deferred`]); beyond it a packet that needs the slow
     /// path is dropped and counted in `upcall_busy`.
     pub deferred_limit: usize,
+    /// A TCP/UDP checksum that arrives partial (left to offload by a local
+    /// sender) stays so while the packet is only forwarded, for the output
+    /// port to fill (AF_XDP TX metadata: the paper's O5); it is completed
+    /// in software before any other action, and for ports that cannot
+    /// ([`crate::Sink::csum_offload`]). Off: completed on arrival.
+    pub csum_offload: bool,
 }
 
 impl Default for PmdConfig {
     fn default() -> Self {
-        PmdConfig { emc_insert_inv_prob: 100, megaflow_limit: 200_000, max_idle_ms: 10_000, deferred_limit: 2048 }
+        PmdConfig {
+            emc_insert_inv_prob: 100,
+            megaflow_limit: 200_000,
+            max_idle_ms: 10_000,
+            deferred_limit: 2048,
+            csum_offload: true,
+        }
     }
 }
 
@@ -73,8 +85,9 @@ pub struct PmdStats {
     pub upcall_ns: u64,
     pub upcall_hist: [u64; UPCALL_BUCKETS_US.len() + 1],
     /// TCP/UDP checksums that arrived partial (left to offload by a local
-    /// sender) and were completed in software.
-    pub csum_completed: u64,
+    /// sender): completed in software, or by the output port (see
+    /// [`PmdConfig::csum_offload`]).
+    pub csum_partial: u64,
 }
 
 /// Upper bounds (microseconds) of the upcall latency histogram's buckets;
@@ -380,8 +393,12 @@ impl Pmd {
             }
             self.stats.packets += 1;
             let mut pkt = pkt;
-            if crate::execute::complete_partial_checksum(&mut pkt, &key, &layout) {
-                self.stats.csum_completed += 1;
+            if let Some(c) = crate::execute::partial_checksum(&pkt, &key, &layout) {
+                self.stats.csum_partial += 1;
+                pkt.csum_partial = Some(c);
+                if !self.cfg.csum_offload {
+                    pkt.complete_checksum();
+                }
             }
             self.handle(pkt, &mut key, layout, upcall, now_ms, sink, 0);
         }

@@ -739,5 +739,61 @@ fn partial_checksums_from_local_stacks_are_completed() {
     let mut p = Packet::from_slice(&f);
     p.in_port = 1;
     pmd.process_batch(&mut vec![p], &Fixed(vec![DpAction::Output(2)]), 0, &mut rec);
-    assert_eq!(pmd.stats().csum_completed, 1);
+    assert_eq!(pmd.stats().csum_partial, 1);
+}
+
+/// A sink whose port 2 fills offloaded checksums itself (as an AF_XDP port
+/// with TX metadata does) and whose port 3 does not.
+#[derive(Default)]
+struct OffloadSink(Vec<(u32, Vec<u8>, Option<netdev::CsumPartial>)>);
+impl Sink for OffloadSink {
+    fn output(&mut self, port: u32, pkts: &mut Vec<Packet>) {
+        for p in pkts.drain(..) {
+            self.0.push((port, p.data().to_vec(), p.csum_partial));
+        }
+    }
+    fn userspace(&mut self, _pkt: Packet, _full_len: usize, _a: &DpAction) {}
+    fn csum_offload(&self, port: u32) -> bool {
+        port == 2
+    }
+}
+
+/// With `csum_offload`, a partial checksum stays partial through plain
+/// outputs to a port that fills it, and is completed for a port that does
+/// not, before any other action, and on arrival when the option is off.
+#[test]
+fn partial_checksums_are_left_to_ports_that_fill_them() {
+    let good = Frame::new(A, B)
+        .l3(L3::ipv4(0x0a00_0001, 0x0a00_0002))
+        .l4(L4::Tcp { src: 40000, dst: 80, flags: 0x18 })
+        .payload(b"left to the port")
+        .build();
+    let partial = !l4_checksum_v4(0x0a00_0001, 0x0a00_0002, 6, &vec![0u8; good.len() - 34]);
+    let mut f = good.clone();
+    f[50..52].copy_from_slice(&partial.to_be_bytes());
+    let go = |offload: bool, actions: Vec<DpAction>| {
+        let mut pmd = Pmd::new(PmdConfig { csum_offload: offload, ..PmdConfig::default() });
+        let mut sink = OffloadSink::default();
+        let mut p = Packet::from_slice(&f);
+        p.in_port = 1;
+        pmd.process_batch(&mut vec![p], &Fixed(actions), 0, &mut sink);
+        assert_eq!(pmd.stats().csum_partial, 1);
+        sink.0
+    };
+    let owed = Some(netdev::CsumPartial { start: 34, offset: 16, len: (good.len() - 34) as u16 });
+    // To port 2 as it came, with the checksum still owed; to port 3 completed.
+    let out = go(true, vec![DpAction::Output(2), DpAction::Output(3)]);
+    assert_eq!(out[0], (2, f.clone(), owed));
+    assert_eq!(out[1], (3, good.clone(), None));
+    // Completing what the port would have filled gives the full checksum.
+    let mut p = Packet::from_slice(&out[0].1);
+    p.csum_partial = out[0].2;
+    assert!(p.complete_checksum());
+    assert_eq!(p.data(), &good[..]);
+    // Another action first: completed before it, even for port 2.
+    let out = go(true, vec![set(|k, m| m.set_dl_src(k.dl_src() | 0xffff_ffff_ffff)), DpAction::Output(2)]);
+    assert_eq!(out[0].2, None);
+    assert_eq!(out[0].1[50..52], good[50..52]);
+    // Option off: completed on arrival.
+    assert_eq!(go(false, vec![DpAction::Output(2)])[0], (2, good.clone(), None));
 }

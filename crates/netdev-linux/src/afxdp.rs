@@ -104,6 +104,9 @@ struct Counters {
     tx_oversize: u64,
     /// Received chains that were malformed (a bad frame in the middle).
     rx_bad_chain: u64,
+    /// Packets sent with their TCP/UDP checksum left to the kernel (TX
+    /// metadata).
+    tx_csum_offloaded: u64,
     path: TxPathCounters,
 }
 
@@ -300,13 +303,6 @@ impl AfxdpPort {
         }
         Ok(())
     }
-
-    fn is_ours(&self, p: &Packet) -> bool {
-        match p.frame_owner() {
-            Some(o) => std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(&self.umem)),
-            None => false,
-        }
-    }
 }
 
 /// The largest MTU a single-buffer XDP program takes on veth (a frame,
@@ -341,6 +337,12 @@ impl Netdev for AfxdpPort {
         Some(self)
     }
 
+    /// Offloaded checksums are filled by the kernel when the UMEM has TX
+    /// metadata.
+    fn tx_csum_offload(&self) -> bool {
+        self.umem.tx_meta()
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -357,7 +359,10 @@ impl Netdev for AfxdpPort {
         if self.xsks.first().is_some_and(|x| x.sg) {
             detail.push("multi-buffer".into());
         }
-        detail.push(format!("tx_oversize={} rx_bad_chain={}", self.c.tx_oversize, self.c.rx_bad_chain));
+        detail.push(format!(
+            "tx_oversize={} rx_bad_chain={} tx_csum_offloaded={}",
+            self.c.tx_oversize, self.c.rx_bad_chain, self.c.tx_csum_offloaded
+        ));
         PortInfo {
             kind: "afxdp".into(),
             xdp_mode: self.mode.as_str().into(),
@@ -436,9 +441,20 @@ impl Netdev for AfxdpPort {
         self.reap_completions();
         let fsize = self.umem.config().frame_size as usize;
         let sg = self.xsks[0].sg;
+        // With TX metadata the kernel reads `struct xsk_tx_metadata` right
+        // in front of every descriptor's data, and refuses a descriptor
+        // without that room in its frame: every packet starts at least
+        // META bytes into its frame.
+        let meta = if self.umem.tx_meta() { crate::sys::XSK_TX_METADATA_LEN as usize } else { 0 };
+        let room_per_frame = fsize - meta;
         // Descriptors each packet takes: one, or a chain of copied frames
         // for a packet larger than a frame (multi-buffer).
-        let descs = |p: &Packet| if p.len() <= fsize { 1 } else { p.len().div_ceil(fsize) };
+        let descs = |p: &Packet| if p.len() <= room_per_frame { 1 } else { p.len().div_ceil(room_per_frame) };
+        // Sent from its own frame: one of this UMEM's, with room in front.
+        let ours = Arc::as_ptr(&self.umem);
+        let zero_copy = |p: &Packet| {
+            p.frame_owner().is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), ours)) && p.headroom() >= meta
+        };
         // The device's MTU plus Ethernet and one VLAN tag, as the kernel
         // forwards them.
         let max_len = self.mtu as usize + 18;
@@ -454,7 +470,7 @@ impl Netdev for AfxdpPort {
                 break;
             }
             slots += n;
-            if !self.is_ours(p) {
+            if !zero_copy(p) {
                 need_copy += n;
             }
         }
@@ -463,14 +479,31 @@ impl Netdev for AfxdpPort {
         let tag = self.xsks[0].tag;
         let mut queued = 0u32;
         let mut sent = 0u64;
-        for p in pkts.drain(..) {
+        for mut p in pkts.drain(..) {
             let len = p.len();
             if len > max_len {
                 self.c.tx_dropped += 1;
                 self.c.tx_oversize += 1;
                 continue;
             }
-            if self.is_ours(&p) {
+            // A checksum left to offload: the kernel fills it from the
+            // metadata (one-descriptor packets), or it is done here.
+            let csum = match p.csum_partial {
+                // The kernel sums from csum_start to the end of the frame:
+                // only when nothing (Ethernet padding) follows the segment.
+                Some(c) if meta > 0 && descs(&p) == 1 && c.start as usize + c.len as usize == len => {
+                    p.csum_partial = None;
+                    self.c.tx_csum_offloaded += 1;
+                    Some(c)
+                }
+                Some(_) => {
+                    p.complete_checksum();
+                    None
+                }
+                None => None,
+            };
+            let options = if csum.is_some() { crate::sys::XDP_TX_METADATA } else { 0 };
+            if zero_copy(&p) {
                 if room == 0 {
                     self.c.tx_dropped += 1;
                     continue;
@@ -479,7 +512,10 @@ impl Netdev for AfxdpPort {
                 let (frame, _owner) = fb.into_raw();
                 self.umem.set_tag(frame, tag);
                 self.c.path.zero_copy += 1;
-                let desc = XdpDesc { addr: frame + parts.offset as u64, len: parts.len as u32, options: 0 };
+                if let Some(c) = csum {
+                    self.umem.write_frame(frame, parts.offset - meta, &tx_metadata(c));
+                }
+                let desc = XdpDesc { addr: frame + parts.offset as u64, len: parts.len as u32, options };
                 self.xsks[0].tx.set(queued, desc);
                 queued += 1;
                 room -= 1;
@@ -495,13 +531,16 @@ impl Netdev for AfxdpPort {
                     continue;
                 }
                 // One frame (with headroom for later pushes) or a chain of
-                // whole frames.
-                let off = if n == 1 { TX_COPY_OFFSET.min(fsize - len) } else { 0 };
-                for (i, chunk) in p.data().chunks(fsize).enumerate() {
+                // whole frames (each after the metadata room).
+                let off = if n == 1 { TX_COPY_OFFSET.min(fsize - len) } else { meta };
+                for (i, chunk) in p.data().chunks(room_per_frame).enumerate() {
                     let frame = self.scratch.pop().expect("counted above");
                     self.umem.write_frame(frame, off, chunk);
+                    if let Some(c) = csum {
+                        self.umem.write_frame(frame, off - meta, &tx_metadata(c));
+                    }
                     self.umem.set_tag(frame, tag);
-                    let options = if i + 1 < n { crate::sys::XDP_PKT_CONTD } else { 0 };
+                    let options = if i + 1 < n { crate::sys::XDP_PKT_CONTD } else { options };
                     let desc = XdpDesc { addr: frame + off as u64, len: chunk.len() as u32, options };
                     self.xsks[0].tx.set(queued, desc);
                     queued += 1;
@@ -607,4 +646,15 @@ impl Drop for AfxdpPort {
         self.xdp.take();
         self.xsks.clear();
     }
+}
+
+/// `struct xsk_tx_metadata` asking the kernel to fill the checksum `c`
+/// describes (offsets from the descriptor's address), little-endian as
+/// the kernel reads it on this host.
+fn tx_metadata(c: netdev::CsumPartial) -> [u8; crate::sys::XSK_TX_METADATA_LEN as usize] {
+    let mut m = [0u8; crate::sys::XSK_TX_METADATA_LEN as usize];
+    m[0..8].copy_from_slice(&crate::sys::XDP_TXMD_FLAGS_CHECKSUM.to_ne_bytes());
+    m[8..10].copy_from_slice(&c.start.to_ne_bytes());
+    m[10..12].copy_from_slice(&c.offset.to_ne_bytes());
+    m
 }

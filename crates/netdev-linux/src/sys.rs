@@ -22,6 +22,16 @@ pub const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 pub const XDP_USE_SG: u16 = 1 << 4;
 /// Descriptor `options`: the packet continues in the next descriptor.
 pub const XDP_PKT_CONTD: u32 = 1 << 0;
+/// Descriptor `options`: `struct xsk_tx_metadata` precedes the packet in
+/// its frame (Linux 6.8+).
+pub const XDP_TX_METADATA: u32 = 1 << 1;
+/// `xdp_umem_reg.flags`: `tx_metadata_len` is set.
+pub const XDP_UMEM_TX_METADATA_LEN: u32 = 1 << 2;
+/// `xsk_tx_metadata.flags`: fill the L4 checksum from `csum_start`.
+pub const XDP_TXMD_FLAGS_CHECKSUM: u64 = 1 << 1;
+/// `sizeof(struct xsk_tx_metadata)`: flags, then csum_start and
+/// csum_offset (u16 each) and, since Linux 6.14, a u64 launch time.
+pub const XSK_TX_METADATA_LEN: u32 = 24;
 
 pub const XDP_RING_NEED_WAKEUP: u32 = 1 << 0;
 

@@ -62,6 +62,9 @@ pub(crate) struct Umem {
     need_wakeup: AtomicBool,
     /// Multi-buffer packets, as the UMEM's first socket was bound.
     sg: AtomicBool,
+    /// Registered with room for TX metadata in front of each packet, so
+    /// sockets can ask the kernel to fill checksums (see [`Umem::reg`]).
+    tx_meta: AtomicBool,
     /// Process-unique id, for logs.
     pub(crate) id: u64,
 }
@@ -90,6 +93,7 @@ impl Umem {
             next_tag: AtomicU32::new(1),
             need_wakeup: AtomicBool::new(false),
             sg: AtomicBool::new(false),
+            tx_meta: AtomicBool::new(false),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
     }
@@ -98,15 +102,27 @@ impl Umem {
         self.cfg
     }
 
-    pub(crate) fn reg(&self) -> UmemReg {
+    /// The registration; with `tx_meta`, room for `struct xsk_tx_metadata`
+    /// in front of every transmitted packet (a kernel without TX metadata
+    /// refuses it, and the caller registers without).
+    pub(crate) fn reg(&self, tx_meta: bool) -> UmemReg {
         UmemReg {
             addr: self.area.as_ptr() as u64,
             len: self.area.size() as u64,
             chunk_size: self.cfg.frame_size,
             headroom: self.cfg.headroom,
-            flags: 0,
-            tx_metadata_len: 0,
+            flags: if tx_meta { crate::sys::XDP_UMEM_TX_METADATA_LEN } else { 0 },
+            tx_metadata_len: if tx_meta { crate::sys::XSK_TX_METADATA_LEN } else { 0 },
         }
+    }
+
+    pub(crate) fn set_tx_meta(&self, on: bool) {
+        self.tx_meta.store(on, Ordering::Relaxed);
+    }
+
+    /// Sockets of this UMEM may put TX metadata in front of a packet.
+    pub(crate) fn tx_meta(&self) -> bool {
+        self.tx_meta.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_need_wakeup(&self, on: bool) {

@@ -87,7 +87,17 @@ impl Xsk {
         let mut bound = umem.sockets();
         let share_with = bound.first().map(|&(_, fd)| fd);
         if share_with.is_none() {
-            sys::setsockopt(raw, sys::SOL_XDP, sys::XDP_UMEM_REG, &umem.reg())?;
+            // With room for TX metadata (checksum offload) where the kernel
+            // has it (6.8+); without, where it refuses the field.
+            let with_meta = sys::setsockopt(raw, sys::SOL_XDP, sys::XDP_UMEM_REG, &umem.reg(true));
+            match with_meta {
+                Ok(()) => umem.set_tx_meta(true),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    sys::setsockopt(raw, sys::SOL_XDP, sys::XDP_UMEM_REG, &umem.reg(false))?;
+                    umem.set_tx_meta(false);
+                }
+                Err(e) => return Err(e),
+            }
         }
         sys::setsockopt(raw, sys::SOL_XDP, sys::XDP_UMEM_FILL_RING, &cfg.fill_size)?;
         sys::setsockopt(raw, sys::SOL_XDP, sys::XDP_UMEM_COMPLETION_RING, &cfg.comp_size)?;

@@ -14,7 +14,7 @@ pub mod dummy;
 pub mod packet;
 pub mod patch;
 
-pub use packet::Packet;
+pub use packet::{CsumPartial, Packet};
 
 /// Moves up to `max` queued frames into `out` as packets, counting them
 /// as received (the receive path of the in-memory ports).
@@ -125,6 +125,13 @@ pub trait Netdev: Send {
     /// whose carrier, address and speed the kernel reports.
     fn own_link(&self) -> Option<Link> {
         None
+    }
+
+    /// The port fills a TCP/UDP checksum left to offload
+    /// ([`Packet::csum_partial`]) itself on transmit. Packets for ports
+    /// that do not are completed in software before `tx_batch`.
+    fn tx_csum_offload(&self) -> bool {
+        false
     }
 
     /// Per-queue kernel counters (AF_XDP ports); empty for others.

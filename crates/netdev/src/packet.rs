@@ -118,6 +118,24 @@ pub struct Packet {
     /// tunnel port on receive, and by the datapath on output when the
     /// pipeline set tunnel fields; boxed so packets without it stay small.
     pub tnl: Option<Box<[u64; 8]>>,
+    /// The TCP or UDP checksum still owed: the field holds only the
+    /// pseudo-header sum, as a local stack with checksum offload leaves it
+    /// (Linux CHECKSUM_PARTIAL). The datapath sets it on receive when the
+    /// ports can finish the job on transmit (AF_XDP TX metadata, the
+    /// paper's O5); [`Packet::complete_checksum`] does it in software
+    /// wherever they cannot.
+    pub csum_partial: Option<CsumPartial>,
+}
+
+/// Where a checksum left to offload is (see [`Packet::csum_partial`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CsumPartial {
+    /// Start of the L4 segment, from the first byte of the frame.
+    pub start: u16,
+    /// The checksum field, from `start` (16 for TCP, 6 for UDP).
+    pub offset: u16,
+    /// Length of the L4 segment (Ethernet padding excluded).
+    pub len: u16,
 }
 
 impl Packet {
@@ -125,7 +143,15 @@ impl Packet {
     pub fn from_slice(data: &[u8]) -> Packet {
         let mut buf = vec![0u8; HEADROOM + data.len()].into_boxed_slice();
         buf[HEADROOM..].copy_from_slice(data);
-        Packet { buf: Buf::Heap(buf), start: HEADROOM, len: data.len(), in_port: 0, rx_hash: None, tnl: None }
+        Packet {
+            buf: Buf::Heap(buf),
+            start: HEADROOM,
+            len: data.len(),
+            in_port: 0,
+            rx_hash: None,
+            tnl: None,
+            csum_partial: None,
+        }
     }
 
     /// A packet stored in `frame`: `len` bytes at `offset` within it. The
@@ -135,7 +161,7 @@ impl Packet {
     /// If `offset + len` exceeds the frame.
     pub fn from_frame(frame: FrameBuf, offset: usize, len: usize) -> Packet {
         assert!(offset + len <= frame.bytes.len(), "packet beyond its frame");
-        Packet { buf: Buf::Frame(frame), start: offset, len, in_port: 0, rx_hash: None, tnl: None }
+        Packet { buf: Buf::Frame(frame), start: offset, len, in_port: 0, rx_hash: None, tnl: None, csum_partial: None }
     }
 
     /// The owner of the frame holding this packet, if it is frame-backed.
@@ -177,6 +203,12 @@ impl Packet {
     }
 
     #[inline]
+    /// Bytes in front of the data (for a packet in a frame: its offset
+    /// within the frame).
+    pub fn headroom(&self) -> usize {
+        self.start
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -216,6 +248,27 @@ impl Packet {
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
     }
+
+    /// Computes the checksum [`Packet::csum_partial`] says is owed, in
+    /// software, and clears it. The field already holds the pseudo-header
+    /// sum, so the checksum is that of the segment as it stands. Returns
+    /// whether one was owed.
+    pub fn complete_checksum(&mut self) -> bool {
+        let Some(c) = self.csum_partial.take() else { return false };
+        let (start, field, end) =
+            (c.start as usize, c.start as usize + c.offset as usize, c.start as usize + c.len as usize);
+        let d = self.data_mut();
+        if field + 2 > end || end > d.len() {
+            return false;
+        }
+        let mut v = wire::checksum::checksum(&d[start..end]);
+        // UDP writes a computed 0 as 0xffff (0 means "no checksum").
+        if c.offset == 6 && v == 0 {
+            v = 0xffff;
+        }
+        d[field..field + 2].copy_from_slice(&v.to_be_bytes());
+        true
+    }
 }
 
 impl Clone for Packet {
@@ -225,6 +278,7 @@ impl Clone for Packet {
         p.in_port = self.in_port;
         p.rx_hash = self.rx_hash;
         p.tnl.clone_from(&self.tnl);
+        p.csum_partial = self.csum_partial;
         p
     }
 }

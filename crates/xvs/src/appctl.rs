@@ -333,7 +333,7 @@ pub fn coverage_show(ctx: &Ctx, args: &[String]) -> Reply {
                 ("datapath_removed_stale", s.removed_stale),
                 ("datapath_expired", s.expired),
                 ("datapath_userspace_dropped", r.userspace_dropped),
-                ("datapath_csum_completed", s.csum_completed),
+                ("datapath_csum_partial", s.csum_partial),
             ] {
                 let _ = writeln!(out, "{k:<32} total: {v}");
             }

@@ -455,7 +455,7 @@ fn pmd_stats(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
                 s.revalidated, s.removed_stale, s.expired
             )?;
             writeln!(out, "  megaflows: {}", r.n_megaflows)?;
-            writeln!(out, "  partial TCP/UDP checksums completed: {}", s.csum_completed)?;
+            writeln!(out, "  partial TCP/UDP checksums received: {}", s.csum_partial)?;
             let drops: Vec<String> =
                 s.drops_by_reason().into_iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k}={n}")).collect();
             writeln!(out, "  drops: {}", if drops.is_empty() { "none".into() } else { drops.join(" ") })?;

@@ -91,6 +91,12 @@ enum Cmd {
         /// Packets per second a flow needs before it is offloaded.
         #[arg(long, default_value_t = 1000)]
         xdp_offload_pps: u64,
+        /// TCP/UDP checksums that local senders left to offload stay so
+        /// through plain forwarding, for AF_XDP ports to have the kernel
+        /// fill (TX metadata) (on|off). Off: completed in software on
+        /// arrival (README, "Checksums").
+        #[arg(long, default_value = "on")]
+        tx_csum_offload: String,
         /// Serve Prometheus metrics at http://ADDR/metrics (e.g.
         /// 127.0.0.1:9477); off by default. With --db,
         /// Open_vSwitch other_config:metrics-addr overrides it.
@@ -307,6 +313,8 @@ struct OfArgs {
     /// Kernel fast path: packets per second a flow needs, or `None` (off).
     offload_pps: Option<u64>,
     metrics: Option<String>,
+    /// `--tx-csum-offload` ([`dpif::PmdConfig::csum_offload`]).
+    csum_offload: bool,
 }
 
 /// Removes a bridge's `.mgmt` and `.snoop` sockets when dropped.
@@ -383,7 +391,7 @@ fn run_switch(
         local_port,
         mirror,
         poll_mode,
-        pmd: dpif::PmdConfig::default(),
+        pmd: dpif::PmdConfig { csum_offload: of.csum_offload, ..dpif::PmdConfig::default() },
         patches: Default::default(),
     })?;
     if let Some(f) = flows {
@@ -454,6 +462,7 @@ fn main() -> ExitCode {
             db,
             xdp_offload,
             xdp_offload_pps,
+            tx_csum_offload,
             metrics,
             umem_frames,
         } => match umem_frames
@@ -480,6 +489,9 @@ fn main() -> ExitCode {
                 None if !matches!(xdp_offload.as_str(), "on" | "off") => {
                     Err(anyhow::anyhow!("--xdp-offload: '{xdp_offload}' is not on or off"))
                 }
+                None if !matches!(tx_csum_offload.as_str(), "on" | "off") => {
+                    Err(anyhow::anyhow!("--tx-csum-offload: '{tx_csum_offload}' is not on or off"))
+                }
                 None => run_switch(
                     run_dir,
                     group,
@@ -499,6 +511,7 @@ fn main() -> ExitCode {
                         tx_flush_us,
                         offload_pps: (xdp_offload == "on").then_some(xdp_offload_pps),
                         metrics,
+                        csum_offload: tx_csum_offload == "on",
                     },
                 ),
             },

@@ -95,11 +95,11 @@ pub fn render(bridges: &[Arc<Shared>]) -> String {
             fam("xvs_pmd_emc_hits_total", "counter", "Exact-match cache hits.", l.clone(), st.emc_hits as f64);
             fam("xvs_pmd_megaflow_hits_total", "counter", "Megaflow cache hits.", l.clone(), st.megaflow_hits as f64);
             fam(
-                "xvs_pmd_csum_completed_total",
+                "xvs_pmd_csum_partial_total",
                 "counter",
-                "Partial TCP/UDP checksums (left to offload by a local sender) completed in software.",
+                "TCP/UDP checksums that arrived partial (left to offload by a local sender), completed in software or by the output port.",
                 l.clone(),
-                st.csum_completed as f64,
+                st.csum_partial as f64,
             );
             fam(
                 "xvs_pmd_upcalls_total",

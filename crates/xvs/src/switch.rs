@@ -42,6 +42,8 @@ pub struct Port {
     pub ifindex: Option<u32>,
     /// The device was seen gone (deleted or moved to another namespace).
     pub gone: AtomicBool,
+    /// The device fills checksums left to offload ([`Netdev::tx_csum_offload`]).
+    pub csum_offload: bool,
 }
 
 /// A port's link as OpenFlow port status, `xvs show` and the database
@@ -68,6 +70,7 @@ impl Port {
             spec,
             info: dev.info(),
             pmd,
+            csum_offload: dev.tx_csum_offload(),
             dev: Mutex::new(dev),
             tx_no_port: AtomicU64::new(0),
             ifindex,
@@ -715,7 +718,14 @@ struct PortSink<'a> {
 impl Sink for PortSink<'_> {
     fn output(&mut self, port: u32, pkts: &mut Vec<Packet>) {
         if let Some(m) = self.mirror {
-            let mut copies: Vec<Packet> = pkts.iter().map(|p| p.clone()).collect();
+            let mut copies: Vec<Packet> = pkts
+                .iter()
+                .map(|p| {
+                    let mut c = p.clone();
+                    c.complete_checksum();
+                    c
+                })
+                .collect();
             let _ = m.lock().expect("mirror lock").tx_batch(&mut copies);
         }
         let late;
@@ -741,6 +751,13 @@ impl Sink for PortSink<'_> {
                 self.ports.values().next().map(|p| p.tx_no_port.fetch_add(pkts.len() as u64, Ordering::Relaxed));
                 pkts.clear();
             }
+        }
+    }
+
+    fn csum_offload(&self, port: u32) -> bool {
+        match self.ports.get(&port) {
+            Some(p) => p.csum_offload,
+            None => self.live.read().expect("ports lock").get(&port).is_some_and(|p| p.csum_offload),
         }
     }
 

@@ -40,8 +40,8 @@ fn eventually(cond: impl Fn() -> bool) -> bool {
     cond()
 }
 
-fn switch(poll: PollMode) -> Switch {
-    Switch::start(SwitchOptions {
+fn options(poll: PollMode) -> SwitchOptions {
+    SwitchOptions {
         bridge: "xvstest".into(),
         n_pmd: 1,
         pmd_cpus: vec![],
@@ -50,8 +50,11 @@ fn switch(poll: PollMode) -> Switch {
         poll_mode: poll,
         pmd: dpif::PmdConfig::default(),
         patches: Default::default(),
-    })
-    .unwrap()
+    }
+}
+
+fn switch(poll: PollMode) -> Switch {
+    Switch::start(options(poll)).unwrap()
 }
 
 fn add(sw: &Switch, h: &Host, opts: &str) -> u32 {
@@ -425,28 +428,57 @@ fn mtu_raised_and_lowered_on_running_ports() {
 
 /// Hosts with Linux's default offloads (tx checksumming on): their TCP and
 /// UDP frames reach the switch with partial checksums (only the
-/// pseudo-header sum), which the datapath completes. A TCP stream and a
-/// UDP burst get through without `ethtool -K eth0 tx off`.
+/// pseudo-header sum). A TCP stream and a UDP burst get through without
+/// `ethtool -K eth0 tx off`, both ways xvs can finish those checksums:
+/// left to the output AF_XDP port, which has the kernel fill them (TX
+/// metadata, O5), and completed in software on arrival
+/// (`--tx-csum-offload off`).
 #[test]
 fn hosts_with_checksum_offload_on() {
-    let hs = hosts("co", 2);
-    for h in &hs {
-        h.exec(&["ethtool", "-K", "eth0", "tx", "on"]).unwrap();
+    for offload in [true, false] {
+        let hs = hosts(if offload { "co" } else { "cs" }, 2);
+        for h in &hs {
+            h.exec(&["ethtool", "-K", "eth0", "tx", "on"]).unwrap();
+        }
+        let sw = Switch::start(SwitchOptions {
+            pmd: dpif::PmdConfig { csum_offload: offload, ..dpif::PmdConfig::default() },
+            ..options(PollMode::Adaptive)
+        })
+        .unwrap();
+        for h in &hs {
+            add(&sw, h, ",xdp-mode=native,umem=shared");
+        }
+        assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2, "ping");
+        let bytes = 8_000_000;
+        assert_eq!(hs[0].tcp_stream(&hs[1], 7031, bytes).unwrap(), bytes, "TCP stream h1 -> h2, offload {offload}");
+        assert_eq!(hs[1].udp_burst(&hs[0], 7032, 200, Some(2000)).unwrap(), 200, "UDP burst h2 -> h1");
+        let stats = xvs::commands::run(&sw, "pmd-stats", &[]).unwrap().0;
+        let n: u64 = stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("partial TCP/UDP checksums received: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(n >= 200, "partial checksums counted: {stats}");
+        // Which way they were finished: by the kernel from TX metadata, or
+        // not at all by it.
+        let by_kernel: u64 = sw
+            .port_stats()
+            .iter()
+            .flat_map(|(_, _, i)| {
+                let words: Vec<u64> = i
+                    .detail
+                    .split(|c: char| c.is_whitespace() || c == ',')
+                    .filter_map(|w| w.strip_prefix("tx_csum_offloaded=")?.parse().ok())
+                    .collect();
+                words
+            })
+            .sum();
+        if offload {
+            assert!(by_kernel >= 200, "filled by the kernel: {by_kernel}");
+        } else {
+            assert_eq!(by_kernel, 0, "completed in software on arrival");
+        }
+        eprintln!("offload {offload}: {n} partial checksums, {by_kernel} filled by the kernel");
+        sw.stop();
     }
-    let sw = switch(PollMode::Adaptive);
-    for h in &hs {
-        add(&sw, h, ",xdp-mode=native,umem=shared");
-    }
-    assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2, "ping");
-    let bytes = 8_000_000;
-    assert_eq!(hs[0].tcp_stream(&hs[1], 7031, bytes).unwrap(), bytes, "TCP stream h1 -> h2 with tx offload on");
-    assert_eq!(hs[1].udp_burst(&hs[0], 7032, 200, Some(2000)).unwrap(), 200, "UDP burst h2 -> h1 with tx offload on");
-    let stats = xvs::commands::run(&sw, "pmd-stats", &[]).unwrap().0;
-    let n: u64 = stats
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("partial TCP/UDP checksums completed: "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(n >= 200, "completed checksums counted: {stats}");
-    sw.stop();
 }
