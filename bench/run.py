@@ -120,7 +120,7 @@ def softirq():
 SETUP_FLOWS = 1_000_000
 
 
-def run_once(topo, size, flows, secs, pid, first=0, tid=None):
+def run_once(topo, size, flows, secs, pid, first=0, tid=None, partial=False):
     """One measurement: (offered pps, forwarded pps, switch cpu s, softirq s,
     poll thread (user s, system s), CPU 1 (user, system, softirq, idle) s)."""
     ready = tempfile.mktemp(prefix="xb-ready-")
@@ -134,7 +134,8 @@ def run_once(topo, size, flows, secs, pid, first=0, tid=None):
     t0, k0, a0 = thread_times(pid, tid), cpu_times(1), cpu_times("")
     gen = sh("ip", "netns", "exec", G, "taskset", "-c", "0", XVS, "util", "pktgen", "--dev", "eth0",
              "--src-mac", topo.gmac, "--dst-mac", topo.smac, "--size", str(size - 4),
-             "--flows", str(flows), "--first-flow", str(first), "--seconds", str(secs))
+             "--flows", str(flows), "--first-flow", str(first), "--seconds", str(secs),
+             *(["--partial-csum"] if partial else []))
     c1, s1 = cpu_of(pid) if pid else 0.0, softirq()
     t1, k1, a1 = thread_times(pid, tid), cpu_times(1), cpu_times("")
     out = sink.communicate(timeout=secs + 10)[0]
@@ -238,6 +239,13 @@ class Xvs:
         self.p.send_signal(signal.SIGTERM)
         self.p.wait(timeout=10)
         shutil.rmtree(self.run, ignore_errors=True)
+
+
+class XvsCsumSoftware(Xvs):
+    """xvs completing partial checksums in software on arrival
+    (`--tx-csum-offload off`), against the default, which leaves them to the
+    output AF_XDP port's TX metadata (the paper's O5)."""
+    extra = ["--tx-csum-offload", "off"]
 
 
 class XvsOffload(Xvs):
@@ -419,7 +427,7 @@ def main():
     ap.add_argument("--tx-flush-us", type=int, default=0,
                     help="transmit flush interval for xvs and OVS (OVS: other_config:tx-flush-interval)")
     ap.add_argument("--only", action="append", default=[],
-                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd); --only tunnel: Geneve encap and decap through br-int and br-phy, xvs against OVS; --only ovn: forwarding through OVN's pipeline (ovn-northd and ovn-controller program each switch), xvs against OVS")
+                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd); --only tunnel: Geneve encap and decap through br-int and br-phy, xvs against OVS; --only ovn: forwarding through OVN's pipeline (ovn-northd and ovn-controller program each switch), xvs against OVS; --only csum: partial UDP checksums (a local stack's tx offload) left to AF_XDP TX metadata (O5) or completed in software")
     a = ap.parse_args()
     global TX_FLUSH_US
     TX_FLUSH_US = a.tx_flush_us
@@ -459,6 +467,13 @@ def main():
     for label, rf, flows in [("conntrack", ct_rules, 10000), ("conntrack setup", ct_rules, SETUP_FLOWS),
                              ("conntrack snat", snat_rules, 10000)]:
         extra += [(f"xvs {label}", Xvs, rf, 64, flows)] + ([(f"ovs {label}", Ovs, rf, 64, flows)] if have_ovs else [])
+    # Checksum offload on transmit (O5, issue 18): the generator's UDP
+    # checksums are partial, as a local stack with tx offload on sends
+    # them; xvs leaves them to the output port's TX metadata (default) or
+    # completes them in software. OVS forwards them unfinished.
+    for size in (64, 1514):
+        extra += [("xvs O5 partial csum", Xvs, None, size, 1), ("xvs software partial csum", XvsCsumSoftware, None, size, 1)]
+        extra += [("ovs partial csum", Ovs, None, size, 1)] if have_ovs else []
     results = []
     total = len(switches) * len(cases) + len(extra)
     done = 0
@@ -478,7 +493,7 @@ def main():
                 progress(f"{label}: {size} B, {flows} flows, run {r + 1}/{a.reps}")
                 first = r * SETUP_FLOWS if "setup" in label else 0
                 reps.append(run_once(topo, size, flows, a.seconds, sw.pid if sw else None, first,
-                                     sw.tid if sw else None))
+                                     sw.tid if sw else None, partial="partial csum" in label))
                 if sw:
                     st = sw.stats()
                     if st.get("upcalls") is not None:
@@ -533,7 +548,8 @@ def main():
                 measure(label, cls, rf, size, flows)
                 done += 1
         for label, cls, rf, size, flows in extra:
-            measure(label if "setup" in label else label + " (many flows)", cls, rf, size, flows)
+            as_is = "setup" in label or "csum" in label
+            measure(label if as_is else label + " (many flows)", cls, rf, size, flows)
             done += 1
     finally:
         Topo.cleanup()

@@ -265,6 +265,10 @@ enum UtilCmd {
         first_flow: u32,
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        /// UDP checksums as a local stack with transmit checksum offload
+        /// leaves them: the pseudo-header sum only.
+        #[arg(long)]
+        partial_csum: bool,
     },
     XdpSink {
         #[arg(long)]
@@ -543,7 +547,7 @@ fn main() -> ExitCode {
             UtilCmd::TcpRecv { port, max_ms, ready_file } => xvs::util::tcp_recv(port, max_ms, ready_file.as_deref()),
             UtilCmd::TcpSend { dst, bytes, timeout_ms } => xvs::util::tcp_send(&dst, bytes, timeout_ms),
             UtilCmd::SendRaw { dev, frames } => xvs::util::send_raw(&dev, &frames),
-            UtilCmd::Pktgen { dev, src_mac, dst_mac, frames_file, size, flows, first_flow, seconds } => {
+            UtilCmd::Pktgen { dev, src_mac, dst_mac, frames_file, size, flows, first_flow, seconds, partial_csum } => {
                 match frames_file {
                     Some(f) => xvs::util::pktgen_frames(&dev, &f, seconds),
                     None => xvs::util::pktgen(
@@ -554,6 +558,7 @@ fn main() -> ExitCode {
                         first_flow,
                         flows,
                         seconds,
+                        partial_csum,
                     ),
                 }
             }

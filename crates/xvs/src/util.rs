@@ -157,7 +157,10 @@ pub fn flow_tuple(i: u32) -> (u32, u32, u16) {
 
 /// Sends UDP frames of `size` bytes round-robin over flows `first ..
 /// first + flows` (see [`flow_tuple`]) out of `dev` through an AF_PACKET
-/// socket for `seconds`. Prints what it sent.
+/// socket for `seconds`. Prints what it sent. With `partial_csum` the UDP
+/// checksum field holds only the pseudo-header sum, as a local stack with
+/// transmit checksum offload leaves it (Linux CHECKSUM_PARTIAL).
+#[allow(clippy::too_many_arguments)] // reason: one per command-line option of `xvs util pktgen`
 pub fn pktgen(
     dev: &str,
     src_mac: &str,
@@ -166,6 +169,7 @@ pub fn pktgen(
     first: u32,
     flows: u32,
     seconds: f64,
+    partial_csum: bool,
 ) -> Result<String> {
     let mac = |m: &str| -> Result<[u8; 6]> {
         let v = flow::matching::parse_mac(m).with_context(|| format!("bad MAC {m}"))?;
@@ -178,11 +182,15 @@ pub fn pktgen(
     let frames: Vec<netdev::Packet> = (first..first.saturating_add(flows.max(1)))
         .map(|i| {
             let (s, d, sp) = flow_tuple(i);
-            let f = wire::build::Frame::new(src, dst)
+            let mut f = wire::build::Frame::new(src, dst)
                 .l3(wire::build::L3::ipv4(s, d))
                 .l4(wire::build::L4::Udp { src: sp, dst: 5001 })
                 .pad_to(size)
                 .build();
+            if partial_csum {
+                let udp_len = f.len() - 34;
+                f[40..42].copy_from_slice(&wire::checksum::partial_v4(s, d, 17, udp_len).to_be_bytes());
+            }
             netdev::Packet::from_slice(&f)
         })
         .collect();
