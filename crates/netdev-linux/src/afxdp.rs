@@ -493,7 +493,6 @@ impl Netdev for AfxdpPort {
                 // only when nothing (Ethernet padding) follows the segment.
                 Some(c) if meta > 0 && descs(&p) == 1 && c.start as usize + c.len as usize == len => {
                     p.csum_partial = None;
-                    self.c.tx_csum_offloaded += 1;
                     Some(c)
                 }
                 Some(_) => {
@@ -549,6 +548,7 @@ impl Netdev for AfxdpPort {
                 self.c.path.copied += 1;
             }
             sent += 1;
+            self.c.tx_csum_offloaded += csum.is_some() as u64;
             self.c.tx_bytes += len as u64;
         }
         self.xsks[0].tx.submit(queued);

@@ -234,9 +234,10 @@ impl Umem {
 
     pub(crate) fn write_frame(&self, frame: u64, offset: usize, data: &[u8]) {
         assert!(self.valid_frame(frame) && offset + data.len() <= self.cfg.frame_size as usize);
-        // The range is inside the area (asserted). The caller took
-        // `frame` from the free list and has not handed it to the kernel or
-        // to a packet yet, so nothing else reads or writes it.
+        // The range is inside the area (asserted). The caller owns
+        // `frame`: it took it from the free list, or out of a packet
+        // (`FrameBuf::into_raw`), and has not handed it to the kernel or to
+        // a packet (again) yet, so nothing else reads or writes it.
         // SAFETY: the conditions above hold.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.area.as_ptr().add(frame as usize + offset), data.len())
