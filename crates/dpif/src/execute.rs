@@ -53,7 +53,8 @@ impl OutQueues {
     pub fn flush(&mut self, sink: &mut dyn Sink) {
         for (port, q) in &mut self.queues {
             if !q.is_empty() {
-                if !sink.csum_offload(*port) {
+                // Asked only when a packet owes one (the sink looks the port up).
+                if q.iter().any(|p| p.csum_partial.is_some()) && !sink.csum_offload(*port) {
                     q.iter_mut().for_each(|p| {
                         p.complete_checksum();
                     });
