@@ -71,7 +71,11 @@ pub fn udp_recv(port: u16, idle_ms: u64, max_ms: u64, ready_file: Option<&str>) 
 
 /// Accepts one TCP connection on `port` and counts the bytes until EOF.
 pub fn tcp_recv(port: u16, max_ms: u64, ready_file: Option<&str>) -> Result<String> {
-    let l = TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("binding TCP port {port}"))?;
+    // IPv6 and IPv4 (v4-mapped) on one socket, or IPv4 alone where the
+    // namespace has no IPv6.
+    let l = TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .with_context(|| format!("binding TCP port {port}"))?;
     if let Some(f) = ready_file {
         std::fs::write(f, "ready")?;
     }

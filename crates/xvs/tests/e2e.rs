@@ -428,10 +428,10 @@ fn mtu_raised_and_lowered_on_running_ports() {
 
 /// Hosts with Linux's default offloads (tx checksumming on): their TCP and
 /// UDP frames reach the switch with partial checksums (only the
-/// pseudo-header sum). A TCP stream and a UDP burst get through without
-/// `ethtool -K eth0 tx off`, both ways xvs can finish those checksums:
-/// left to the output AF_XDP port, which has the kernel fill them (TX
-/// metadata, O5), and completed in software on arrival
+/// pseudo-header sum). TCP streams over IPv4 and IPv6 and a UDP burst get
+/// through without `ethtool -K eth0 tx off`, both ways xvs can finish those
+/// checksums: left to the output AF_XDP port, which has the kernel fill them
+/// (TX metadata, O5), and completed in software on arrival
 /// (`--tx-csum-offload off`).
 #[test]
 fn hosts_with_checksum_offload_on() {
@@ -452,6 +452,15 @@ fn hosts_with_checksum_offload_on() {
         let bytes = 8_000_000;
         assert_eq!(hs[0].tcp_stream(&hs[1], 7031, bytes).unwrap(), bytes, "TCP stream h1 -> h2, offload {offload}");
         assert_eq!(hs[1].udp_burst(&hs[0], 7032, 200, Some(2000)).unwrap(), 200, "UDP burst h2 -> h1");
+        // The same over IPv6 (the checksum's offsets follow the IPv6 header).
+        for (i, h) in hs.iter().enumerate() {
+            h.exec(&["sysctl", "-qw", "net.ipv6.conf.eth0.disable_ipv6=0"]).unwrap();
+            h.exec(&["ip", "-6", "addr", "add", &format!("fd77::{}/64", i + 1), "dev", "eth0", "nodad"]).unwrap();
+        }
+        let got = hs[0].tcp_stream_via("[fd77::2]:7033", &hs[1], 7033, bytes).unwrap();
+        assert_eq!(got, bytes, "TCP stream h1 -> h2 over IPv6, offload {offload}");
+        // Poll threads publish their counters every 100 ms.
+        std::thread::sleep(Duration::from_millis(250));
         let stats = xvs::commands::run(&sw, "pmd-stats", &[]).unwrap().0;
         let n: u64 = stats
             .lines()
