@@ -866,15 +866,14 @@ impl<T> Classifier<T> {
         // Trie walks, done at most once per field and only when needed.
         let mut walks: [Option<Walk>; N_TRIES] = [None; N_TRIES];
         // The partitioned subtables with a rule for this metadata value.
-        // Skipping the others depends on all of the key's metadata, so the
-        // first skip adds it to `wc` (their first stage would have added
-        // it, and more).
+        // Skipping the others depends on all of the key's metadata, so a
+        // skip adds it to `wc` (their first stage would have added it, and
+        // more).
         let partition = if self.partition_rules.is_empty() {
             &[][..]
         } else {
             self.partitions.get(&key.metadata()).map_or(&[][..], Vec::as_slice)
         };
-        let mut metadata_read = false;
         'subtables: for &(maxp, si) in &self.order {
             if let Some(b) = &best {
                 // Equal priority could still win with a lower id.
@@ -884,10 +883,7 @@ impl<T> Classifier<T> {
             }
             let st = self.st(si);
             if st.partitioned && partition.get(si / 64).is_none_or(|w| w & (1 << (si % 64)) == 0) {
-                if !metadata_read {
-                    wc.set_metadata(u64::MAX);
-                    metadata_read = true;
-                }
+                wc.set_metadata(u64::MAX);
                 continue;
             }
             let mut h = BASIS;

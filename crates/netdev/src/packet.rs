@@ -202,13 +202,14 @@ impl Packet {
         self.len
     }
 
-    #[inline]
     /// Bytes in front of the data (for a packet in a frame: its offset
     /// within the frame).
+    #[inline]
     pub fn headroom(&self) -> usize {
         self.start
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
