@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 pub struct Testpmd {
     child: Child,
     stdin: ChildStdin,
+    /// testpmd's stdout (prompts and replies) and stderr, kept apart: a
+    /// line on stderr can land in the middle of the prompt.
     out: Arc<Mutex<String>>,
+    err: Arc<Mutex<String>>,
     prefix: String,
     sock: PathBuf,
     server: bool,
@@ -67,11 +70,11 @@ impl Testpmd {
             .spawn()
             .expect("spawn dpdk-testpmd");
         let out = Arc::new(Mutex::new(String::new()));
-        for r in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
+        let err = Arc::new(Mutex::new(String::new()));
+        for (r, o) in [
+            (Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, out.clone()),
+            (Box::new(child.stderr.take().unwrap()), err.clone()),
         ] {
-            let o = out.clone();
             std::thread::spawn(move || {
                 let mut r = r;
                 let mut buf = [0u8; 4096];
@@ -84,7 +87,7 @@ impl Testpmd {
             });
         }
         let stdin = child.stdin.take().unwrap();
-        Testpmd { child, stdin, out, prefix: prefix.to_string(), sock: sock.to_path_buf(), server }
+        Testpmd { child, stdin, out, err, prefix: prefix.to_string(), sock: sock.to_path_buf(), server }
     }
 
     pub fn cmd(&mut self, c: &str) {
@@ -92,15 +95,22 @@ impl Testpmd {
         self.stdin.flush().unwrap();
     }
 
+    /// What testpmd printed on stdout.
     pub fn output(&self) -> String {
         self.out.lock().unwrap().clone()
     }
 
-    /// Waits until the output contains `needle` after byte `from`.
+    /// Both streams, for a failure message.
+    pub fn diagnostics(&self) -> String {
+        format!("--- testpmd stdout\n{}\n--- testpmd stderr\n{}", self.output(), self.err.lock().unwrap())
+    }
+
+    /// Waits until stdout contains `needle` after byte `from`.
     pub fn wait_for(&self, needle: &str, from: usize, secs: u64) -> bool {
         let end = Instant::now() + Duration::from_secs(secs);
         while Instant::now() < end {
-            if self.output()[from.min(self.output().len())..].contains(needle) {
+            let out = self.output();
+            if out[from.min(out.len())..].contains(needle) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -112,7 +122,7 @@ impl Testpmd {
     pub fn port_stats(&mut self) -> (u64, u64) {
         let from = self.output().len();
         self.cmd("show port stats 0");
-        assert!(self.wait_for("Throughput (since last show)", from, 10), "no stats:\n{}", self.output());
+        assert!(self.wait_for("Throughput (since last show)", from, 10), "no stats:\n{}", self.diagnostics());
         let o = self.output()[from..].to_string();
         let num = |key: &str| -> u64 {
             let i = o.find(key).unwrap_or_else(|| panic!("{key} missing in {o}")) + key.len();

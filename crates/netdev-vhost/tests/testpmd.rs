@@ -16,7 +16,12 @@ use netdev_vhost::VhostUserClientPort;
 fn wait_connected(port: &VhostUserClientPort, pmd: &Testpmd, secs: u64) {
     let end = Instant::now() + Duration::from_secs(secs);
     while !port.is_connected() {
-        assert!(Instant::now() < end, "port never came up ({}); testpmd said:\n{}", port.last_error(), pmd.output());
+        assert!(
+            Instant::now() < end,
+            "port never came up ({}); testpmd said:\n{}",
+            port.last_error(),
+            pmd.diagnostics()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -76,7 +81,7 @@ fn exchange(port: &mut VhostUserClientPort, pmd: &mut Testpmd, label: &str) {
     let (_, pmd_tx) = pmd.port_stats();
     let st = port.stats();
     eprintln!("{label}: testpmd TX-packets {pmd_tx}, port rx_packets {} (this round {got})", st.rx_packets);
-    assert!(got > 0, "{label}: port received nothing; testpmd:\n{}", pmd.output());
+    assert!(got > 0, "{label}: port received nothing; testpmd:\n{}", pmd.diagnostics());
 
     pmd.cmd("clear port stats 0");
     pmd.cmd("set fwd rxonly");
@@ -123,7 +128,7 @@ fn vhost_testpmd_both_directions() {
     let sock = sock_path("both");
     let mut pmd = Testpmd::start(&sock, "xvsvh-both");
     let mut port = VhostUserClientPort::new("vh-both", &sock).unwrap();
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.output());
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.diagnostics());
     wait_connected(&port, &pmd, 10);
     exchange(&mut port, &mut pmd, "both");
     assert_eq!(port.offload_refused(), 0);
@@ -138,7 +143,7 @@ fn vhost_testpmd_reconnect() {
     let sock = sock_path("reconn");
     let mut pmd = Testpmd::start(&sock, "xvsvh-reconn");
     let mut port = VhostUserClientPort::new("vh-reconn", &sock).unwrap();
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.output());
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.diagnostics());
     wait_connected(&port, &pmd, 10);
     exchange(&mut port, &mut pmd, "first");
 
@@ -155,7 +160,7 @@ fn vhost_testpmd_reconnect() {
 
     let _ = std::fs::remove_file(&sock);
     let mut pmd = Testpmd::start(&sock, "xvsvh-reconn");
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not restart:\n{}", pmd.output());
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not restart:\n{}", pmd.diagnostics());
     wait_connected(&port, &pmd, 10);
     assert!(port.connects() >= 2);
     exchange(&mut port, &mut pmd, "after restart");

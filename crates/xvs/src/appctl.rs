@@ -315,12 +315,17 @@ pub fn pmd_rxq_show(ctx: &Ctx, args: &[String]) -> Reply {
     Ok((out, json!({})))
 }
 
+/// `coverage/show`: one line per event, summed over every bridge and poll
+/// thread, as OVS prints its (process-wide) coverage counters. Per-thread
+/// figures are in `dpif-netdev/pmd-stats-show`.
 pub fn coverage_show(ctx: &Ctx, args: &[String]) -> Reply {
     let _ = args;
-    let bridges = ctx.bridges;
-    let mut out = String::new();
-    out.push_str("Event coverage (totals since start):\n");
-    for b in bridges {
+    let mut totals: Vec<(&'static str, u64)> = Vec::new();
+    let mut add = |k: &'static str, v: u64| match totals.iter_mut().find(|(n, _)| *n == k) {
+        Some((_, t)) => *t += v,
+        None => totals.push((k, v)),
+    };
+    for b in ctx.bridges {
         for r in b.collect_reports(false) {
             let s = &r.stats;
             for (k, v) in [
@@ -335,11 +340,18 @@ pub fn coverage_show(ctx: &Ctx, args: &[String]) -> Reply {
                 ("datapath_userspace_dropped", r.userspace_dropped),
                 ("datapath_csum_partial", s.csum_partial),
             ] {
-                let _ = writeln!(out, "{k:<32} total: {v}");
+                add(k, v);
             }
-            for (k, v) in s.drops_by_reason().into_iter().filter(|(_, n)| *n > 0) {
-                let _ = writeln!(out, "{k:<32} total: {v}");
+            for (k, v) in s.drops_by_reason() {
+                add(k, v);
             }
+        }
+    }
+    let mut out = String::from("Event coverage (totals since start):\n");
+    for (k, v) in totals {
+        // Drop reasons that never happened stay out, as before.
+        if v > 0 || !k.starts_with("drop") {
+            let _ = writeln!(out, "{k:<32} total: {v}");
         }
     }
     Ok((out, json!({})))

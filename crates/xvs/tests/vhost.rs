@@ -87,7 +87,7 @@ fn vm_port_and_namespace_host_exchange_frames_through_xvs() {
     let run_dir = format!("/tmp/xvs-vm-{id}");
     let vport = format!("vhu{id},type=dpdkvhostuserclient,vhost-server-path={}", sock.display());
     let _xvs = start_switch(&run_dir, &format!("brvm{id}"), &vport, &h);
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.diagnostics());
     std::thread::sleep(Duration::from_millis(500));
 
     // VM -> host: testpmd floods frames (unknown destination), NORMAL
@@ -126,7 +126,7 @@ fn multiqueue_frontend_uses_both_queue_pairs() {
     let run_dir = format!("/tmp/xvs-mq-{id}");
     let vport = format!("vmq{id},type=dpdkvhostuserclient,vhost-server-path={}", sock.display());
     let _xvs = start_switch(&run_dir, &format!("brmq{id}"), &vport, &h);
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.diagnostics());
     std::thread::sleep(Duration::from_millis(500));
     let show = || {
         let o = Command::new(env!("CARGO_BIN_EXE_xvs")).args(["show", "--run-dir", &run_dir]).output().unwrap();
@@ -178,7 +178,7 @@ fn server_mode_port_serves_a_frontend_and_its_restart() {
     assert!(sock.exists(), "xvs created the vhost-user socket {}", sock.display());
     for round in 1..=2 {
         let mut pmd = Testpmd::start_mode(&sock, &format!("xvsvs{id}r{round}"), 1, false);
-        assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
+        assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.diagnostics());
         std::thread::sleep(Duration::from_millis(500));
         let (tx, got) = vm_to_host(&mut pmd, &h, 800);
         eprintln!("round {round}: testpmd (client) TX-packets {tx}, host rx_packets +{got}");
@@ -208,7 +208,7 @@ fn full_guest_queue_is_retried_then_counted() {
     let run_dir = format!("/tmp/xvs-fq-{id}");
     let vport = format!("vfq{id},type=dpdkvhostuserclient,vhost-server-path={},tx-retries-max=3", sock.display());
     let _xvs = start_switch(&run_dir, &format!("brfq{id}"), &vport, &h);
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.output());
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.diagnostics());
     std::thread::sleep(Duration::from_millis(500));
     // testpmd has not started forwarding: nothing empties its 256-entry
     // receive queue.
