@@ -74,7 +74,7 @@ for i in 1 2 3; do
   for n in $NT $NS; do ip netns exec $n ethtool -K p$i tx off rx off >/dev/null 2>&1; done
 done
 
-start_ovs() { # netns, name, dpid, controller ip
+start_ovs() { # netns, name, dpid, controller ip, OpenFlow version
   local d=$WORK/ovs-$2
   mkdir -p "$d"
   local env="env OVS_RUNDIR=$d OVS_DBDIR=$d OVS_LOGDIR=$d"
@@ -86,15 +86,18 @@ start_ovs() { # netns, name, dpid, controller ip
   ip netns exec "$1" $env ovs-vswitchd unix:"$d/db.sock" --pidfile="$d/ovs-vswitchd.pid" \
     --detach -vconsole:off --log-file="$d/vswitchd.log" || return 1
   $vs add-br "$2" -- set bridge "$2" datapath_type=netdev fail_mode=secure \
-    protocols=OpenFlow10,OpenFlow13,OpenFlow14 other-config:datapath-id="$3" \
+    protocols="$5" other-config:datapath-id="$3" \
     other-config:disable-in-band=true || return 1
   for i in 1 2 3; do $vs add-port "$2" p$i -- set interface p$i ofport_request=$i || return 1; done
   $vs set-controller "$2" tcp:"$4":$PORT
 }
 
-start_ovs $NS tstbr 0000000000000002 172.31.251.5 || { echo "tester OVS failed to start" >&2; exit 1; }
+# The tester speaks OpenFlow 1.3 whatever the target's version (the tester
+# app insists on it); each switch offers only its version, since the
+# controller offers both and a switch takes the highest it shares.
+start_ovs $NS tstbr 0000000000000002 172.31.251.5 OpenFlow13 || { echo "tester OVS failed to start" >&2; exit 1; }
 if [ "$TARGET" = ovs ]; then
-  start_ovs $NT tgtbr 0000000000000001 172.31.251.1 || { echo "target OVS failed to start" >&2; exit 1; }
+  start_ovs $NT tgtbr 0000000000000001 172.31.251.1 $OVSV || { echo "target OVS failed to start" >&2; exit 1; }
 else
   mkdir -p "$WORK/xvs"
   ip netns exec $NT "$XVS" switch --run-dir "$WORK/xvs" --bridge tgtbr --no-local-port \
