@@ -41,6 +41,14 @@ pub struct Desired {
     /// Open_vSwitch other_config:xvs-umem-frames: frames per shared UMEM
     /// of AF_XDP ports (applies to UMEMs made from then on).
     pub umem_frames: Option<u32>,
+    /// Open_vSwitch other_config:xdp-offload: the kernel fast path (hot
+    /// exact-match flows forwarded by the XDP program itself). Off unless
+    /// "true"; turned on when a bridge starts or when it changes to true,
+    /// turned off only when xvs restarts (as OVS treats hw-offload).
+    pub xdp_offload: bool,
+    /// Open_vSwitch other_config:xdp-offload-pps: packets per second a flow
+    /// needs before it is offloaded (default 1000).
+    pub xdp_offload_pps: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -337,6 +345,20 @@ impl Desired {
                 Ok(n) if n >= 5120 => d.umem_frames = Some(n),
                 _ => ovs.note(format!(
                     "Open_vSwitch other_config:xvs-umem-frames: {v:?} is not a frame count of at least 5120 (one queue's rings); ignored"
+                )),
+            }
+        }
+        if let Some(v) = oc.get("xdp-offload") {
+            match parse_bool("other_config:xdp-offload", v) {
+                Ok(b) => d.xdp_offload = b,
+                Err(e) => ovs.note(format!("Open_vSwitch {e}; ignored")),
+            }
+        }
+        if let Some(v) = oc.get("xdp-offload-pps") {
+            match v.parse::<u64>() {
+                Ok(n) if n >= 1 => d.xdp_offload_pps = Some(n),
+                _ => ovs.note(format!(
+                    "Open_vSwitch other_config:xdp-offload-pps: {v:?} is not a packet rate of at least 1; ignored"
                 )),
             }
         }
@@ -747,6 +769,18 @@ mod tests {
         let (d, notes) = set(&[("pmd-maxsleep", "soon")]);
         assert_eq!(d.pmd_maxsleep_us, None);
         assert!(notes.iter().any(|n| n.contains("other_config:pmd-maxsleep: \"soon\"")), "{notes:?}");
+        // The kernel fast path: off unless "true"; bad values named and ignored.
+        assert!(!set(&[]).0.xdp_offload);
+        let (d, _) = set(&[("xdp-offload", "true"), ("xdp-offload-pps", "50")]);
+        assert!(d.xdp_offload);
+        assert_eq!(d.xdp_offload_pps, Some(50));
+        let (d, notes) = set(&[("xdp-offload", "yes"), ("xdp-offload-pps", "0")]);
+        assert!(!d.xdp_offload && d.xdp_offload_pps.is_none());
+        assert!(
+            notes.iter().any(|n| n.contains("other_config:xdp-offload: \"yes\" is not true or false")),
+            "{notes:?}"
+        );
+        assert!(notes.iter().any(|n| n.contains("other_config:xdp-offload-pps: \"0\"")), "{notes:?}");
     }
 
     #[test]

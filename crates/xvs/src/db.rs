@@ -46,6 +46,9 @@ struct BridgeRt {
     /// (controllers, fail mode, datapath id) the OpenFlow manager runs with.
     of_key: OfKey,
     ifaces: BTreeMap<String, AppliedIface>,
+    /// other_config:xdp-offload went to false while the fast path ran (said
+    /// once: it stays on until xvs restarts).
+    offload_off_noted: bool,
 }
 
 pub struct DbOptions {
@@ -247,7 +250,7 @@ fn start_bridge(
     }
     let key = of_key(br, d);
     let of = start_of(&sw, &key, run_dir, stop)?;
-    Ok(BridgeRt { sw, of, of_key: key, ifaces: BTreeMap::new() })
+    Ok(BridgeRt { sw, of, of_key: key, ifaces: BTreeMap::new(), offload_off_noted: false })
 }
 
 type OfKey = (Vec<String>, FailMode, u64, Vec<openflow::Version>);
@@ -290,6 +293,31 @@ fn start_of(sw: &Switch, key: &OfKey, run_dir: &Path, stop: &Arc<AtomicBool>) ->
     )?;
     Ok(of)
 }
+
+/// other_config:xdp-offload: on at once when true (ports added later join
+/// the fast path as they come); when it turns false, the fast path stays
+/// until xvs restarts, as Open vSwitch treats other_config:hw-offload.
+fn apply_offload(rt: &mut BridgeRt, br: &BridgeCfg, d: &Desired) {
+    let on = rt.sw.shared.offload.lock().expect("offload").is_some();
+    if d.xdp_offload && !on {
+        let pps = d.xdp_offload_pps.unwrap_or(DEFAULT_OFFLOAD_PPS);
+        match rt.sw.enable_offload(pps) {
+            Ok(()) => eprintln!("xvs: bridge {}: XDP fast path on (flows above {pps} packets/s)", br.name),
+            Err(e) => eprintln!("xvs: bridge {}: other_config:xdp-offload: {e:#}", br.name),
+        }
+        rt.offload_off_noted = false;
+    } else if !d.xdp_offload && on && !rt.offload_off_noted {
+        eprintln!(
+            "xvs: bridge {}: other_config:xdp-offload is no longer true; the XDP fast path stays on until xvs restarts",
+            br.name
+        );
+        rt.offload_off_noted = true;
+    }
+}
+
+/// Packets per second a flow needs before it is offloaded, unless
+/// other_config:xdp-offload-pps or --xdp-offload-pps says otherwise.
+pub const DEFAULT_OFFLOAD_PPS: u64 = 1000;
 
 fn reconcile(
     bridges: &mut BTreeMap<String, BridgeRt>,
@@ -334,6 +362,7 @@ fn reconcile(
             }
         }
         apply_mirrors(rt, br);
+        apply_offload(rt, br, d);
         // Interfaces.
         let mut want: BTreeMap<String, Result<PortSpec, String>> = BTreeMap::new();
         for p in &br.ports {

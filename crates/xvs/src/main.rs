@@ -89,7 +89,7 @@ enum Cmd {
         #[arg(long, default_value = "off")]
         xdp_offload: String,
         /// Packets per second a flow needs before it is offloaded.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = xvs::db::DEFAULT_OFFLOAD_PPS)]
         xdp_offload_pps: u64,
         /// TCP/UDP checksums that local senders left to offload stay so
         /// through plain forwarding, for AF_XDP ports to have the kernel
