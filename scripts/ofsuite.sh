@@ -22,6 +22,7 @@ case $VER in of10) OFV=openflow10 OVSV=OpenFlow10 ;; of13) OFV=openflow13 OVSV=O
   of14) OFV=openflow14 OVSV=OpenFlow14 ;; *) echo "version must be of10, of13 or of14, not '$VER'" >&2; exit 2 ;; esac
 VENV=${OFSUITE_VENV:-/opt/xvs-ofsuite-venv}
 OUT=${OFSUITE_OUT:-/tmp}
+mkdir -p "$OUT"
 TAG=ofs$$                       # unique prefix for namespaces and links
 NT=${TAG}t NS=${TAG}s           # namespaces: target, tester
 PORT=$((20000 + $$ % 10000))    # controller port
