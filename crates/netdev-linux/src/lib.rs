@@ -75,6 +75,7 @@
 
 pub mod afpacket;
 pub mod afxdp;
+pub mod genl;
 pub mod hash;
 pub mod ring;
 pub mod rtnl;

@@ -83,9 +83,9 @@ enum Cmd {
         #[arg(long)]
         db: Option<String>,
         /// Kernel fast path: forward hot flows in the XDP program itself
-        /// (on|off). Off by default: on veth, redirected frames reach the
-        /// far end only if it takes XDP frames (GRO on or an XDP program
-        /// there), which the switch cannot see (README, "XDP fast path").
+        /// (on|off). Off by default (README, "XDP fast path"). Flows are
+        /// never offloaded towards a port that takes no redirected frames
+        /// (a veth whose far end has GRO off and no XDP program).
         #[arg(long, default_value = "off")]
         xdp_offload: String,
         /// Packets per second a flow needs before it is offloaded.

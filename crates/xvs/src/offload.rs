@@ -229,7 +229,7 @@ pub fn entry(
 // The offload manager: which flows go into the kernel, kept sound.
 // ---------------------------------------------------------------------
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -267,6 +267,9 @@ pub struct OffloadStats {
     /// Hot flows the kernel cannot serve, and the latest reason.
     pub refused: AtomicU64,
     pub last_refusal: Mutex<String>,
+    /// Ports (ofport) that took no redirected frames at the latest tick
+    /// (see [`Offloader::tick`]).
+    pub closed_targets: Mutex<BTreeSet<u32>>,
 }
 
 /// Offers hot flows to the kernel fast path and keeps them sound:
@@ -392,6 +395,14 @@ impl Offloader {
     /// second, carries about f * R of them. `translate` re-translates a key
     /// without side effects and returns it with the generation it is valid
     /// at.
+    ///
+    /// `takes_redirects` says whether a device (by ifindex) accepts frames
+    /// redirected to it right now (its `NETDEV_XDP_ACT_NDO_XMIT` feature;
+    /// `None` when the kernel cannot say). A veth has it only while its far
+    /// end takes XDP frames (GRO on, or an XDP program there); without it
+    /// the kernel drops what is redirected. So no entry redirects to a port
+    /// without it: existing ones go at the tick that sees it gone, and hot
+    /// flows to it stay in userspace until it is back.
     pub fn tick(
         &self,
         samples: &[(FlowKey, u64)],
@@ -399,11 +410,33 @@ impl Offloader {
         dt_ms: u64,
         now_ms: u64,
         translate: &dyn Fn(&FlowKey) -> Option<(dpif::Translation, u64)>,
+        takes_redirects: &dyn Fn(u32) -> Option<bool>,
     ) {
         let ports: BTreeMap<u32, (u32, Arc<Mutex<bpf::FastPath>>)> =
             self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, (p.ifindex, Arc::clone(&p.fp)))).collect();
         if ports.is_empty() {
             return;
+        }
+        let closed: BTreeMap<u32, u32> = ports
+            .iter()
+            .filter(|(_, (ifx, _))| takes_redirects(*ifx) == Some(false))
+            .map(|(&o, (ifx, _))| (*ifx, o))
+            .collect();
+        *self.stats.closed_targets.lock().expect("closed targets") = closed.values().copied().collect();
+        if !closed.is_empty() {
+            let mut e = self.entries.lock().expect("entries");
+            let (map, free) = &mut *e;
+            map.retain(|k, v| {
+                if !closed.contains_key(&v.out_ifindex) {
+                    return true;
+                }
+                if let Some((_, fp)) = ports.get(&v.ingress) {
+                    let _ = fp.lock().expect("fp").remove(k);
+                }
+                free.push(v.slot);
+                self.stats.removed.fetch_add(1, Relaxed);
+                false
+            });
         }
         let ifindex = |p: u32| ports.get(&p).map(|x| x.0);
         // 1. Credit what the kernel forwarded.
@@ -453,6 +486,14 @@ impl Offloader {
             let fresh = match translate(&key) {
                 None => None,
                 Some((t, g)) => match entry(&key, &t.mask, &t.actions, &ifindex) {
+                    Ok((_, fa)) if closed.contains_key(&fa.out_ifindex) => {
+                        self.stats.refused.fetch_add(1, Relaxed);
+                        *self.stats.last_refusal.lock().expect("refusal") = format!(
+                            "output port {} takes no redirected frames now (a veth: GRO off and no XDP program at its far end)",
+                            closed[&fa.out_ifindex]
+                        );
+                        None
+                    }
                     Ok(e) => Some((e, t, g)),
                     Err(why) => {
                         self.stats.refused.fetch_add(1, Relaxed);
@@ -574,6 +615,22 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
         let why = s.last_refusal.lock().expect("refusal").clone();
         let last = if why.is_empty() { String::new() } else { format!(" (last: {why})") };
         writeln!(out, "  hot flows left in userspace: {}{last}", s.refused.load(Relaxed))?;
+        let closed: Vec<u32> = s.closed_targets.lock().expect("closed targets").iter().copied().collect();
+        if !closed.is_empty() {
+            let ports = b.ports();
+            let names: Vec<String> = closed
+                .iter()
+                .map(|o| {
+                    let name = ports.iter().find(|p| p.ofport == *o).map(|p| p.spec.name.as_str()).unwrap_or("?");
+                    format!("{o} ({name})")
+                })
+                .collect();
+            writeln!(
+                out,
+                "  ports that take no redirected frames now (a veth: turn GRO on at its far end): {}",
+                names.join(", ")
+            )?;
+        }
         writeln!(
             out,
             "  forwarded by the kernel: {} packets, {} bytes",
@@ -586,6 +643,7 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
             "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error},
             "packets": s.packets.load(Relaxed), "bytes": s.bytes.load(Relaxed),
             "refused": s.refused.load(Relaxed), "last_refusal": *s.last_refusal.lock().expect("refusal"),
+            "closed_targets": closed,
         }));
     }
     Ok((out, serde_json::json!({"offload": v})))

@@ -451,7 +451,11 @@ impl Switch {
                     let g = of.generation();
                     dpif::Upcall::revalidate(&*of, k).map(|t| (t, g))
                 };
-                off.tick(&samples, packets, dt, now, &translate);
+                let takes_redirects = |ifindex: u32| {
+                    let f = netdev_linux::genl::xdp_features(ifindex).ok()??;
+                    Some(f & netdev_linux::genl::XDP_ACT_NDO_XMIT != 0)
+                };
+                off.tick(&samples, packets, dt, now, &translate, &takes_redirects);
             }
             off.clear();
         })?;
