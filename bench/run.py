@@ -200,6 +200,10 @@ def nconns(appctl, env):
 class Xvs:
     name = "xvs"
     extra = []
+    # The kernel fast path (issue 16; on by default): off in the plain rows,
+    # which compare the AF_XDP datapaths (the sink's XDP program would take
+    # redirected frames); the "offload" rows turn it on.
+    offload = ["--xdp-offload", "off"]
     poll = "busy"
     # The whole process on the poll thread's core (throughput cases: the
     # generator owns the other core). False: only the poll thread is pinned
@@ -209,7 +213,7 @@ class Xvs:
     def __init__(self, rules=None):
         self.run = tempfile.mkdtemp(prefix="xb-xvs-")
         args = (["taskset", "-c", "1"] if self.pin_process else []) + [XVS, "switch", "--run-dir", self.run, "--no-local-port", "--poll", self.poll,
-                "--pmd-cpus", "1", "--port", GP, "--port", SP, "--tx-flush-us", str(TX_FLUSH_US)] + self.extra
+                "--pmd-cpus", "1", "--port", GP, "--port", SP, "--tx-flush-us", str(TX_FLUSH_US)] + self.offload + self.extra
         ofctl = shutil.which("ovs-ofctl")
         if rules and not ofctl:
             args += ["--flows", rules]
@@ -252,7 +256,7 @@ class XvsOffload(Xvs):
     """xvs with the kernel fast path (issue 16): hot flows are forwarded by
     the XDP program with bpf_redirect_map. The sink's veth end runs an XDP
     program (the count-and-drop sink), so redirected frames are delivered."""
-    extra = ["--xdp-offload", "on", "--xdp-offload-pps", "1000"]
+    offload = ["--xdp-offload", "on", "--xdp-offload-pps", "1000"]
 
 
 class XvsOffloadAdaptive(XvsOffload):

@@ -157,7 +157,8 @@ class Switch:
         sh("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
            f"--unixctl={d}/ovsdb.ctl", "--detach", f"--log-file={d}/ovsdb.log", env=self.env)
         self.v("--no-wait", "init")
-        self.v("--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2")
+        # xvs's kernel fast path off: the AF_XDP datapaths are compared.
+        self.v("--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2", "other_config:xdp-offload=false")
         if name == "xvs":
             log = open(f"{d}/xvs.log", "w")
             self.procs.append(subprocess.Popen(["ip", "netns", "exec", HV, xvs, "switch", "--db", self.db,

@@ -42,9 +42,8 @@ pub struct Desired {
     /// of AF_XDP ports (applies to UMEMs made from then on).
     pub umem_frames: Option<u32>,
     /// Open_vSwitch other_config:xdp-offload: the kernel fast path (hot
-    /// exact-match flows forwarded by the XDP program itself). Off unless
-    /// "true"; turned on when a bridge starts or when it changes to true,
-    /// turned off only when xvs restarts (as OVS treats hw-offload).
+    /// exact-match flows forwarded by the XDP program itself). On unless
+    /// "false"; applied whenever it changes.
     pub xdp_offload: bool,
     /// Open_vSwitch other_config:xdp-offload-pps: packets per second a flow
     /// needs before it is offloaded (default 1000).
@@ -348,6 +347,7 @@ impl Desired {
                 )),
             }
         }
+        d.xdp_offload = true;
         if let Some(v) = oc.get("xdp-offload") {
             match parse_bool("other_config:xdp-offload", v) {
                 Ok(b) => d.xdp_offload = b,
@@ -769,17 +769,14 @@ mod tests {
         let (d, notes) = set(&[("pmd-maxsleep", "soon")]);
         assert_eq!(d.pmd_maxsleep_us, None);
         assert!(notes.iter().any(|n| n.contains("other_config:pmd-maxsleep: \"soon\"")), "{notes:?}");
-        // The kernel fast path: off unless "true"; bad values named and ignored.
-        assert!(!set(&[]).0.xdp_offload);
-        let (d, _) = set(&[("xdp-offload", "true"), ("xdp-offload-pps", "50")]);
-        assert!(d.xdp_offload);
+        // The kernel fast path: on unless "false"; bad values named and ignored.
+        assert!(set(&[]).0.xdp_offload);
+        let (d, _) = set(&[("xdp-offload", "false"), ("xdp-offload-pps", "50")]);
+        assert!(!d.xdp_offload);
         assert_eq!(d.xdp_offload_pps, Some(50));
-        let (d, notes) = set(&[("xdp-offload", "yes"), ("xdp-offload-pps", "0")]);
-        assert!(!d.xdp_offload && d.xdp_offload_pps.is_none());
-        assert!(
-            notes.iter().any(|n| n.contains("other_config:xdp-offload: \"yes\" is not true or false")),
-            "{notes:?}"
-        );
+        let (d, notes) = set(&[("xdp-offload", "no"), ("xdp-offload-pps", "0")]);
+        assert!(d.xdp_offload && d.xdp_offload_pps.is_none());
+        assert!(notes.iter().any(|n| n.contains("other_config:xdp-offload: \"no\" is not true or false")), "{notes:?}");
         assert!(notes.iter().any(|n| n.contains("other_config:xdp-offload-pps: \"0\"")), "{notes:?}");
     }
 

@@ -46,9 +46,8 @@ struct BridgeRt {
     /// (controllers, fail mode, datapath id) the OpenFlow manager runs with.
     of_key: OfKey,
     ifaces: BTreeMap<String, AppliedIface>,
-    /// other_config:xdp-offload went to false while the fast path ran (said
-    /// once: it stays on until xvs restarts).
-    offload_off_noted: bool,
+    /// The fast path's state as last applied (on, packets/s threshold).
+    offload: Option<(bool, u64)>,
 }
 
 pub struct DbOptions {
@@ -250,7 +249,7 @@ fn start_bridge(
     }
     let key = of_key(br, d);
     let of = start_of(&sw, &key, run_dir, stop)?;
-    Ok(BridgeRt { sw, of, of_key: key, ifaces: BTreeMap::new(), offload_off_noted: false })
+    Ok(BridgeRt { sw, of, of_key: key, ifaces: BTreeMap::new(), offload: None })
 }
 
 type OfKey = (Vec<String>, FailMode, u64, Vec<openflow::Version>);
@@ -294,25 +293,20 @@ fn start_of(sw: &Switch, key: &OfKey, run_dir: &Path, stop: &Arc<AtomicBool>) ->
     Ok(of)
 }
 
-/// other_config:xdp-offload: on at once when true (ports added later join
-/// the fast path as they come); when it turns false, the fast path stays
-/// until xvs restarts, as Open vSwitch treats other_config:hw-offload.
+/// other_config:xdp-offload (default true) and xdp-offload-pps, applied
+/// whenever they change: off removes every entry at once; ports added
+/// later join the fast path as they come.
 fn apply_offload(rt: &mut BridgeRt, br: &BridgeCfg, d: &Desired) {
-    let on = rt.sw.shared.offload.lock().expect("offload").is_some();
-    if d.xdp_offload && !on {
-        let pps = d.xdp_offload_pps.unwrap_or(DEFAULT_OFFLOAD_PPS);
-        match rt.sw.enable_offload(pps) {
-            Ok(()) => eprintln!("xvs: bridge {}: XDP fast path on (flows above {pps} packets/s)", br.name),
-            Err(e) => eprintln!("xvs: bridge {}: other_config:xdp-offload: {e:#}", br.name),
-        }
-        rt.offload_off_noted = false;
-    } else if !d.xdp_offload && on && !rt.offload_off_noted {
-        eprintln!(
-            "xvs: bridge {}: other_config:xdp-offload is no longer true; the XDP fast path stays on until xvs restarts",
-            br.name
-        );
-        rt.offload_off_noted = true;
+    let want = (d.xdp_offload, d.xdp_offload_pps.unwrap_or(DEFAULT_OFFLOAD_PPS));
+    if rt.offload == Some(want) {
+        return;
     }
+    match rt.sw.set_offload(want.0, want.1) {
+        Ok(()) if want.0 => eprintln!("xvs: bridge {}: XDP fast path on (flows above {} packets/s)", br.name, want.1),
+        Ok(()) => eprintln!("xvs: bridge {}: XDP fast path off (other_config:xdp-offload=false)", br.name),
+        Err(e) => eprintln!("xvs: bridge {}: other_config:xdp-offload: {e:#}", br.name),
+    }
+    rt.offload = Some(want);
 }
 
 /// Packets per second a flow needs before it is offloaded, unless

@@ -83,10 +83,10 @@ enum Cmd {
         #[arg(long)]
         db: Option<String>,
         /// Kernel fast path: forward hot flows in the XDP program itself
-        /// (on|off). Off by default (README, "XDP fast path"). Flows are
-        /// never offloaded towards a port that takes no redirected frames
-        /// (a veth whose far end has GRO off and no XDP program).
-        #[arg(long, default_value = "off")]
+        /// (on|off). Flows are never offloaded towards a port that takes no
+        /// redirected frames (a veth whose far end has GRO off and no XDP
+        /// program); README, "XDP fast path".
+        #[arg(long, default_value = "on")]
         xdp_offload: String,
         /// Packets per second a flow needs before it is offloaded.
         #[arg(long, default_value_t = xvs::db::DEFAULT_OFFLOAD_PPS)]

@@ -230,7 +230,7 @@ pub fn entry(
 // ---------------------------------------------------------------------
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 /// One AF_XDP port's fast-path maps.
@@ -301,7 +301,10 @@ pub struct Offloader {
     entries: Mutex<(HashMap<FastKey, Entry>, Vec<u32>)>,
     /// The poll threads' packet count at the previous tick.
     seen: Mutex<u64>,
-    pub threshold_pps: u64,
+    /// Packets per second a flow needs before it is offloaded.
+    threshold_pps: AtomicU64,
+    /// Turned off ([`Offloader::configure`]): no entries, ticks do nothing.
+    enabled: AtomicBool,
     pub stats: OffloadStats,
 }
 
@@ -312,7 +315,8 @@ impl Offloader {
             gen: Mutex::new(0),
             entries: Mutex::new((HashMap::new(), Vec::new())),
             seen: Mutex::new(0),
-            threshold_pps,
+            threshold_pps: AtomicU64::new(threshold_pps),
+            enabled: AtomicBool::new(true),
             stats: OffloadStats::default(),
         }
     }
@@ -368,6 +372,32 @@ impl Offloader {
         *cur = g;
     }
 
+    /// Turns the fast path on or off (off removes every entry at once) and
+    /// sets the rate a flow needs to be offloaded.
+    pub fn configure(&self, on: bool, threshold_pps: u64) {
+        self.threshold_pps.store(threshold_pps, Relaxed);
+        if !self.enabled.swap(on, Relaxed) || on {
+            return;
+        }
+        // Entries stay out from here: the tick sees `enabled` false.
+        let ports: Vec<Arc<Mutex<bpf::FastPath>>> =
+            self.ports.lock().expect("ports").values().map(|p| Arc::clone(&p.fp)).collect();
+        let mut e = self.entries.lock().expect("entries");
+        for fp in &ports {
+            let _ = fp.lock().expect("fp").clear();
+        }
+        e.0.clear();
+        e.1.clear();
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
+    pub fn threshold_pps(&self) -> u64 {
+        self.threshold_pps.load(Relaxed)
+    }
+
     pub fn n_entries(&self) -> usize {
         self.entries.lock().expect("entries").0.len()
     }
@@ -414,7 +444,8 @@ impl Offloader {
     ) {
         let ports: BTreeMap<u32, (u32, Arc<Mutex<bpf::FastPath>>)> =
             self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, (p.ifindex, Arc::clone(&p.fp)))).collect();
-        if ports.is_empty() {
+        if ports.is_empty() || !self.enabled() {
+            *self.seen.lock().expect("seen") = packets;
             return;
         }
         let closed: BTreeMap<u32, u32> = ports
@@ -474,7 +505,7 @@ impl Offloader {
                 *share.entry(*k).or_default() += 1.0 / *n as f64;
             }
             for (k, f) in share {
-                if f * rate as f64 >= self.threshold_pps as f64 && ifindex(k.in_port()).is_some() {
+                if f * rate as f64 >= self.threshold_pps() as f64 && ifindex(k.in_port()).is_some() {
                     hot.push(k);
                 }
             }
@@ -503,6 +534,11 @@ impl Offloader {
                 },
             };
             let mut e = self.entries.lock().expect("entries");
+            // Turned off meanwhile: `configure` cleared the entries under
+            // this lock after clearing `enabled`, so none may go in now.
+            if !self.enabled() {
+                return;
+            }
             let (map, free) = &mut *e;
             match fresh {
                 Some(((fk, mut fa), t, g)) => {
@@ -591,14 +627,14 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
     let mut v = Vec::new();
     for b in ctx.bridges {
         let off = b.shared.offload.lock().expect("offload").clone();
-        let Some(o) = off else {
+        let Some(o) = off.filter(|o| o.enabled()) else {
             writeln!(out, "{}: XDP offload off", b.shared.bridge)?;
             v.push(serde_json::json!({"bridge": b.shared.bridge, "enabled": false}));
             continue;
         };
         let k = o.kernel_stats();
         let s = &o.stats;
-        writeln!(out, "{}: XDP offload on (flows above {} pkt/s)", b.shared.bridge, o.threshold_pps)?;
+        writeln!(out, "{}: XDP offload on (flows above {} pkt/s)", b.shared.bridge, o.threshold_pps())?;
         writeln!(out, "  offloaded flows: {}", o.n_entries())?;
         writeln!(
             out,
@@ -638,7 +674,7 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
             s.bytes.load(Relaxed)
         )?;
         v.push(serde_json::json!({
-            "bridge": b.shared.bridge, "enabled": true, "flows": o.n_entries(), "threshold_pps": o.threshold_pps,
+            "bridge": b.shared.bridge, "enabled": true, "flows": o.n_entries(), "threshold_pps": o.threshold_pps(),
             "installed": s.installed.load(Relaxed), "removed": s.removed.load(Relaxed), "evicted": s.evicted.load(Relaxed),
             "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error},
             "packets": s.packets.load(Relaxed), "bytes": s.bytes.load(Relaxed),

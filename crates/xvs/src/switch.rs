@@ -405,6 +405,23 @@ impl Switch {
         Ok(n)
     }
 
+    /// Turns the kernel fast path on or off at run time (off removes every
+    /// entry; on again resumes with the same ports).
+    pub fn set_offload(&self, on: bool, threshold_pps: u64) -> Result<()> {
+        let off = self.shared.offload.lock().expect("offload").clone();
+        match off {
+            Some(o) => o.configure(on, threshold_pps),
+            None if on => self.enable_offload(threshold_pps)?,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Whether the kernel fast path is on.
+    pub fn offload_on(&self) -> bool {
+        self.shared.offload.lock().expect("offload").as_ref().is_some_and(|o| o.enabled())
+    }
+
     /// Turns the kernel fast path on: flows above `threshold_pps` whose
     /// actions the XDP program can do are offloaded (see
     /// [`crate::offload::Offloader`] for how they stay sound).

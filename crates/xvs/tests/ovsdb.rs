@@ -472,12 +472,14 @@ fn pmd_maxsleep_zero_makes_the_poll_thread_spin() {
     assert!(sleeps(&nap).is_some_and(|n| n > 0), "the adaptive bridge's thread never slept:\n{show}");
 }
 
-/// `other_config:xdp-offload=true` (with `xdp-offload-pps`) turns the kernel
-/// fast path on for a bridge that ovs-vsctl built: a UDP stream between two
-/// hosts behind NORMAL switching moves into the XDP program (offload-show
-/// through ovs-appctl counts kernel hits); a value that is not a boolean
-/// changes nothing (the model's unit test checks the message naming it). The far ends have GRO on, which veth
-/// needs to deliver XDP-redirected frames (README, "XDP fast path").
+/// The kernel fast path under `--db`: on by default; `other_config:
+/// xdp-offload=false` turns it off at once and `true` on again, with
+/// `xdp-offload-pps` as the rate a flow needs. A UDP stream between two
+/// hosts behind NORMAL switching then moves into the XDP program
+/// (offload-show through ovs-appctl counts kernel hits). A value that is
+/// not a boolean changes nothing (the model's unit test checks the message
+/// naming it). The far ends have GRO on, which veth needs to take
+/// XDP-redirected frames (README, "XDP fast path").
 #[test]
 fn xdp_offload_from_other_config() {
     let hs = hosts("x", 2);
@@ -502,17 +504,35 @@ fn xdp_offload_from_other_config() {
         ]);
     }
     let show = || env.appctl(&["dpif-netdev/offload-show"]);
-    assert!(show().contains(&format!("{br}: XDP offload off")), "off by default:\n{}", show());
+    assert!(show().contains(&format!("{br}: XDP offload on (flows above 1000 pkt/s)")), "on by default:\n{}", show());
+    env.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload=false"]);
+    assert!(show().contains(&format!("{br}: XDP offload off")), "{}", show());
     env.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload=yes"]);
-    assert!(show().contains("XDP offload off"), "'yes' is not a boolean and changes nothing:\n{}", show());
+    assert!(
+        show().contains("XDP offload on (flows above 1000 pkt/s)"),
+        "'yes' is not a boolean: the default holds:\n{}",
+        show()
+    );
     env.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload=true", "other_config:xdp-offload-pps=200"]);
-    assert!(eventually(5, || show().contains("XDP offload on (flows above 200 pkt/s)")), "{}", show());
+    assert!(show().contains("XDP offload on (flows above 200 pkt/s)"), "{}", show());
     assert_eq!(hs[0].ping(&hs[1].ip, 2).unwrap(), 2);
     let got = hs[0].udp_burst(&hs[1], 7010, 30_000, Some(15_000)).unwrap();
     assert!(got >= 29_000, "the stream arrives: {got} of 30000");
-    let hits: u64 = show()
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("kernel: hit:")?.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    assert!(hits > 20_000, "most of the stream was forwarded by the XDP program ({hits} hits):\n{}", show());
+    let hits = |s: &str| -> u64 {
+        s.lines()
+            .find_map(|l| l.trim().strip_prefix("kernel: hit:")?.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let h = hits(&show());
+    assert!(h > 20_000, "most of the stream was forwarded by the XDP program ({h} hits):\n{}", show());
+    // Off again: the next stream stays in userspace, and all of it arrives.
+    env.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload=false"]);
+    let got = hs[0].udp_burst(&hs[1], 7012, 3_000, Some(15_000)).unwrap();
+    assert!(got >= 2_950, "{got} of 3000 after turning the fast path off");
+    env.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload=true"]);
+    let s = show();
+    assert!(
+        s.contains("offloaded flows: 0") && hits(&s) == h,
+        "turning it off removed every entry and nothing hit since:\n{s}"
+    );
 }
