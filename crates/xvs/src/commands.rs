@@ -364,6 +364,7 @@ fn show_bridge(sw: &Switch) -> Result<(String, Value)> {
     let mut out = String::new();
     let mut ports = Vec::new();
     writeln!(out, "bridge {}:", sw.shared.bridge)?;
+    let offload = sw.shared.offload.lock().expect("offload").clone().filter(|o| o.enabled());
     for (p, s, info) in sw.port_stats() {
         let info = &info;
         let mode = if info.xdp_mode.is_empty() { String::new() } else { format!(", xdp-mode {}", info.xdp_mode) };
@@ -374,9 +375,11 @@ fn show_bridge(sw: &Switch) -> Result<(String, Value)> {
             (true, Some(false)) => ", link down",
             _ => "",
         };
+        let fast = offload.as_ref().map(|o| o.port_state(p.ofport));
+        let fast_text = fast.map(|f| format!(", fast-path {f}")).unwrap_or_default();
         writeln!(
             out,
-            "  port {} {}: type {}{mode}, rxq {}, pmd {}{detail}{state}",
+            "  port {} {}: type {}{mode}, rxq {}, pmd {}{detail}{state}{fast_text}",
             p.ofport, p.spec.name, info.kind, info.n_rxq, p.pmd
         )?;
         writeln!(
@@ -387,7 +390,7 @@ fn show_bridge(sw: &Switch) -> Result<(String, Value)> {
         ports.push(json!({
             "ofport": p.ofport, "name": p.spec.name, "type": info.kind, "xdp_mode": info.xdp_mode,
             "n_rxq": info.n_rxq, "pmd": p.pmd, "detail": info.detail,
-            "present": link.present, "carrier": link.carrier,
+            "present": link.present, "carrier": link.carrier, "fast_path": fast,
             "rx_packets": s.rx_packets, "rx_bytes": s.rx_bytes, "rx_dropped": s.rx_dropped,
             "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes, "tx_dropped": s.tx_dropped,
         }));

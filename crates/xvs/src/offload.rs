@@ -390,6 +390,17 @@ impl Offloader {
         e.1.clear();
     }
 
+    /// What the fast path does for port `ofport`, for `xvs show`.
+    pub fn port_state(&self, ofport: u32) -> &'static str {
+        if !self.ports.lock().expect("ports").contains_key(&ofport) {
+            "no (not an AF_XDP port with the program)"
+        } else if self.stats.closed_targets.lock().expect("closed targets").contains(&ofport) {
+            "ingress only (takes no redirected frames now: a veth with GRO off and no XDP program at its far end)"
+        } else {
+            "yes"
+        }
+    }
+
     pub fn enabled(&self) -> bool {
         self.enabled.load(Relaxed)
     }

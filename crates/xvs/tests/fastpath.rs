@@ -164,6 +164,10 @@ fn a_port_that_cannot_take_redirects_keeps_its_flows_in_userspace() {
         text.contains(&format!("take no redirected frames now (a veth: turn GRO on at its far end): 2 ({})", h2.port)),
         "{text}"
     );
+    let show = d.json("show");
+    let fast = |i: usize| show["ports"][i]["fast_path"].as_str().unwrap_or_default().to_string();
+    assert_eq!(fast(0), "yes", "{show}");
+    assert!(fast(1).starts_with("ingress only (takes no redirected frames now"), "{show}");
     // GRO on at h2: the port takes redirects, and the flow moves.
     h2.exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
     let again = h1.udp_burst(&h2, 7002, 30_000, Some(15_000)).unwrap();
