@@ -410,6 +410,19 @@ fn dump_megaflows(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
                 flows.push(json!({"bridge": sw.shared.bridge, "pmd": r.id, "match": f.matched.to_string(), "packets": f.packets, "bytes": f.bytes, "actions": acts}));
             }
         }
+        // What the XDP program forwards itself, marked as OVS marks flows
+        // a kernel or NIC serves (its counts were credited to the rules).
+        let off = sw.shared.offload.lock().expect("offload").clone().filter(|o| o.enabled());
+        for (m, actions, packets, bytes, used_ms) in off.map(|o| o.flows()).unwrap_or_default() {
+            let used = if packets == 0 {
+                "never".into()
+            } else {
+                format!("{:.3}s", now.saturating_sub(used_ms) as f64 / 1000.0)
+            };
+            let acts = dpif::format_actions(&actions);
+            writeln!(out, "{m}, packets:{packets}, bytes:{bytes}, used:{used}, offloaded:yes, dp:xdp, actions:{acts}")?;
+            flows.push(json!({"bridge": sw.shared.bridge, "offloaded": true, "match": m.to_string(), "packets": packets, "bytes": bytes, "actions": acts}));
+        }
     }
     Ok((out, json!({"megaflows": flows})))
 }

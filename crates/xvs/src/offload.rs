@@ -248,9 +248,14 @@ struct Entry {
     /// only while that is the current one).
     gen: u64,
     orig: FlowKey,
+    /// The megaflow it serves and its actions, for `dpctl/dump-flows`.
+    matched: flow::Match,
+    actions: Vec<DpAction>,
     counters: dpif::CounterSet,
     /// Kernel counts already credited to `counters`.
     credited: (u64, u64),
+    /// When the kernel last forwarded a packet for it.
+    used_ms: u64,
     /// Packets served in the last tick (for eviction).
     recent: u64,
 }
@@ -409,6 +414,14 @@ impl Offloader {
         self.threshold_pps.load(Relaxed)
     }
 
+    /// The offloaded flows as `dpctl/dump-flows` lists them: (the megaflow
+    /// each serves, its actions, packets and bytes the kernel forwarded,
+    /// when it last did).
+    pub fn flows(&self) -> Vec<(flow::Match, Vec<DpAction>, u64, u64, u64)> {
+        let e = self.entries.lock().expect("entries");
+        e.0.values().map(|v| (v.matched, v.actions.clone(), v.credited.0, v.credited.1, v.used_ms)).collect()
+    }
+
     pub fn n_entries(&self) -> usize {
         self.entries.lock().expect("entries").0.len()
     }
@@ -499,6 +512,9 @@ impl Offloader {
                     }
                     v.credited = (p, b);
                     v.recent = dp;
+                    if dp > 0 {
+                        v.used_ms = now_ms;
+                    }
                 }
                 if v.gen < cur_gen {
                     stale.push((*k, v.orig));
@@ -596,8 +612,11 @@ impl Offloader {
                             slot,
                             gen: g,
                             orig: key,
+                            matched: flow::Match::new(key, t.mask),
+                            actions: t.actions,
                             counters: t.counters,
                             credited: (0, 0),
+                            used_ms: 0,
                             recent: 0,
                         },
                     );

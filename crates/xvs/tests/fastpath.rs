@@ -105,6 +105,17 @@ fn hot_flows_move_into_the_kernel_and_rule_changes_apply_at_once() {
     assert!(off["flows"].as_u64().unwrap() >= 1, "{off}");
     assert!(hits > 20_000, "most of the stream was forwarded by the kernel: {off}");
     assert!(rx1 - rx0 < 10_000, "and never reached the AF_XDP socket: {} packets did", rx1 - rx0);
+    // dpctl/dump-flows lists the kernel's entry, marked as OVS marks the
+    // flows a kernel serves, with what the kernel forwarded.
+    let text = Command::new(env!("CARGO_BIN_EXE_xvs")).args(["dump-flows", "--run-dir", &d.run_dir]).output().unwrap();
+    eprintln!("dump-flows:\n{}", String::from_utf8_lossy(&text.stdout));
+    let flows = d.json("dump-flows");
+    let offloaded: Vec<&Value> =
+        flows["megaflows"].as_array().unwrap().iter().filter(|f| f["offloaded"] == true).collect();
+    assert!(
+        offloaded.iter().any(|f| f["packets"].as_u64().unwrap() > 20_000 && f["actions"] == "2"),
+        "an offloaded flow with the stream's packets: {flows}"
+    );
     // OpenFlow counters include what the kernel forwarded.
     std::thread::sleep(Duration::from_millis(600));
     let dump = d.ofctl(&["dump-flows"]);
