@@ -377,22 +377,45 @@ impl Offloader {
         *cur = g;
     }
 
-    /// Turns the fast path on or off (off removes every entry at once) and
-    /// sets the rate a flow needs to be offloaded.
-    pub fn configure(&self, on: bool, threshold_pps: u64) {
+    /// Turns the fast path on or off (off removes every entry at once, its
+    /// last kernel counts credited) and sets the rate a flow needs to be
+    /// offloaded.
+    pub fn configure(&self, on: bool, threshold_pps: u64, now_ms: u64) {
         self.threshold_pps.store(threshold_pps, Relaxed);
         if !self.enabled.swap(on, Relaxed) || on {
             return;
         }
         // Entries stay out from here: the tick sees `enabled` false.
-        let ports: Vec<Arc<Mutex<bpf::FastPath>>> =
-            self.ports.lock().expect("ports").values().map(|p| Arc::clone(&p.fp)).collect();
+        let ports: BTreeMap<u32, Arc<Mutex<bpf::FastPath>>> =
+            self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, Arc::clone(&p.fp))).collect();
         let mut e = self.entries.lock().expect("entries");
-        for fp in &ports {
+        for v in e.0.values_mut() {
+            if let Some(fp) = ports.get(&v.ingress) {
+                self.settle(v, &fp.lock().expect("fp"), now_ms);
+            }
+        }
+        for fp in ports.values() {
             let _ = fp.lock().expect("fp").clear();
         }
         e.0.clear();
         e.1.clear();
+    }
+
+    /// Credits what the kernel forwarded for `v` since the last credit to
+    /// its rules (and the totals), and remembers it as credited.
+    fn settle(&self, v: &mut Entry, fp: &bpf::FastPath, now_ms: u64) {
+        let Ok((p, b)) = fp.counts(v.slot) else { return };
+        let (dp, db) = (p.saturating_sub(v.credited.0), b.saturating_sub(v.credited.1));
+        if dp > 0 {
+            for c in v.counters.iter() {
+                c.0.credit(dp, db, now_ms);
+            }
+            self.stats.packets.fetch_add(dp, Relaxed);
+            self.stats.bytes.fetch_add(db, Relaxed);
+            v.used_ms = now_ms;
+        }
+        v.credited = (p, b);
+        v.recent = dp;
     }
 
     /// What the fast path does for port `ofport`, for `xvs show`.
@@ -486,7 +509,9 @@ impl Offloader {
                     return true;
                 }
                 if let Some((_, fp)) = ports.get(&v.ingress) {
-                    let _ = fp.lock().expect("fp").remove(k);
+                    let mut fp = fp.lock().expect("fp");
+                    self.settle(v, &fp, now_ms);
+                    let _ = fp.remove(k);
                 }
                 free.push(v.slot);
                 self.stats.removed.fetch_add(1, Relaxed);
@@ -501,21 +526,7 @@ impl Offloader {
             let mut e = self.entries.lock().expect("entries");
             for (k, v) in e.0.iter_mut() {
                 let Some((_, fp)) = ports.get(&v.ingress) else { continue };
-                if let Ok((p, b)) = fp.lock().expect("fp").counts(v.slot) {
-                    let (dp, db) = (p.saturating_sub(v.credited.0), b.saturating_sub(v.credited.1));
-                    if dp > 0 {
-                        for c in v.counters.iter() {
-                            c.0.credit(dp, db, now_ms);
-                        }
-                        self.stats.packets.fetch_add(dp, Relaxed);
-                        self.stats.bytes.fetch_add(db, Relaxed);
-                    }
-                    v.credited = (p, b);
-                    v.recent = dp;
-                    if dp > 0 {
-                        v.used_ms = now_ms;
-                    }
-                }
+                self.settle(v, &fp.lock().expect("fp"), now_ms);
                 if v.gen < cur_gen {
                     stale.push((*k, v.orig));
                 }

@@ -410,16 +410,11 @@ impl Switch {
     pub fn set_offload(&self, on: bool, threshold_pps: u64) -> Result<()> {
         let off = self.shared.offload.lock().expect("offload").clone();
         match off {
-            Some(o) => o.configure(on, threshold_pps),
+            Some(o) => o.configure(on, threshold_pps, self.shared.now_ms()),
             None if on => self.enable_offload(threshold_pps)?,
             None => {}
         }
         Ok(())
-    }
-
-    /// Whether the kernel fast path is on.
-    pub fn offload_on(&self) -> bool {
-        self.shared.offload.lock().expect("offload").as_ref().is_some_and(|o| o.enabled())
     }
 
     /// Turns the kernel fast path on: flows above `threshold_pps` whose

@@ -529,6 +529,18 @@ fn xdp_offload_from_other_config() {
     env.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload=false"]);
     let got = hs[0].udp_burst(&hs[1], 7012, 3_000, Some(15_000)).unwrap();
     assert!(got >= 2_950, "{got} of 3000 after turning the fast path off");
+    // The rule's counters hold both streams: what the kernel forwarded was
+    // credited, also its last counts when the fast path was turned off.
+    let o =
+        Command::new("ovs-ofctl").args(["dump-flows", &format!("unix:{}/run/{br}.mgmt", env.dir)]).output().unwrap();
+    let dump = String::from_utf8_lossy(&o.stdout).into_owned();
+    let n: u64 = dump
+        .split("n_packets=")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{dump}"));
+    assert!(n >= 32_950, "the NORMAL rule counted the streams, kernel-forwarded packets included: {dump}");
     env.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload=true"]);
     let s = show();
     assert!(
