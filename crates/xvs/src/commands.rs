@@ -414,11 +414,7 @@ fn dump_megaflows(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
         // a kernel or NIC serves (its counts were credited to the rules).
         let off = sw.shared.offload.lock().expect("offload").clone().filter(|o| o.enabled());
         for (m, actions, packets, bytes, used_ms) in off.map(|o| o.flows()).unwrap_or_default() {
-            let used = if packets == 0 {
-                "never".into()
-            } else {
-                format!("{:.3}s", now.saturating_sub(used_ms) as f64 / 1000.0)
-            };
+            let used = used_text(packets, used_ms, now);
             let acts = dpif::format_actions(&actions);
             writeln!(out, "{m}, packets:{packets}, bytes:{bytes}, used:{used}, offloaded:yes, dp:xdp, actions:{acts}")?;
             flows.push(json!({"bridge": sw.shared.bridge, "offloaded": true, "match": m.to_string(), "packets": packets, "bytes": bytes, "actions": acts}));
@@ -427,13 +423,18 @@ fn dump_megaflows(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
     Ok((out, json!({"megaflows": flows})))
 }
 
-/// One megaflow as `dpctl/dump-flows` prints it.
-pub fn format_megaflow(f: &dpif::MegaflowInfo, now_ms: u64) -> String {
-    let used = if f.packets == 0 {
+/// A flow's `used:` field: how long ago it last forwarded, or "never".
+fn used_text(packets: u64, used_ms: u64, now_ms: u64) -> String {
+    if packets == 0 {
         "never".into()
     } else {
-        format!("{:.3}s", now_ms.saturating_sub(f.used_ms) as f64 / 1000.0)
-    };
+        format!("{:.3}s", now_ms.saturating_sub(used_ms) as f64 / 1000.0)
+    }
+}
+
+/// One megaflow as `dpctl/dump-flows` prints it.
+pub fn format_megaflow(f: &dpif::MegaflowInfo, now_ms: u64) -> String {
+    let used = used_text(f.packets, f.used_ms, now_ms);
     let acts = dpif::format_actions(&f.actions);
     let acts = if acts.is_empty() { "drop".to_string() } else { acts };
     format!("{}, packets:{}, bytes:{}, used:{used}, actions:{acts}", f.matched, f.packets, f.bytes)

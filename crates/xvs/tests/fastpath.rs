@@ -61,6 +61,12 @@ impl Daemon {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
+    /// `xvs CMD` against this switch, as text.
+    fn text(&self, cmd: &str) -> String {
+        let o = Command::new(env!("CARGO_BIN_EXE_xvs")).args([cmd, "--run-dir", &self.run_dir]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
     fn json(&self, cmd: &str) -> Value {
         let o =
             Command::new(env!("CARGO_BIN_EXE_xvs")).args([cmd, "--run-dir", &self.run_dir, "--json"]).output().unwrap();
@@ -107,8 +113,7 @@ fn hot_flows_move_into_the_kernel_and_rule_changes_apply_at_once() {
     assert!(rx1 - rx0 < 10_000, "and never reached the AF_XDP socket: {} packets did", rx1 - rx0);
     // dpctl/dump-flows lists the kernel's entry, marked as OVS marks the
     // flows a kernel serves, with what the kernel forwarded.
-    let text = Command::new(env!("CARGO_BIN_EXE_xvs")).args(["dump-flows", "--run-dir", &d.run_dir]).output().unwrap();
-    eprintln!("dump-flows:\n{}", String::from_utf8_lossy(&text.stdout));
+    eprintln!("dump-flows:\n{}", d.text("dump-flows"));
     let flows = d.json("dump-flows");
     let offloaded: Vec<&Value> =
         flows["megaflows"].as_array().unwrap().iter().filter(|f| f["offloaded"] == true).collect();
@@ -163,14 +168,7 @@ fn a_port_that_cannot_take_redirects_keeps_its_flows_in_userspace() {
     assert_eq!(off["closed_targets"], serde_json::json!([2]), "port 2 takes no redirects: {off}");
     assert_eq!(off["flows"], 0, "no entry redirects to port 2: {off}");
     assert!(off["refused"].as_u64().unwrap() >= 1, "the hot flow was refused: {off}");
-    let text = String::from_utf8_lossy(
-        &Command::new(env!("CARGO_BIN_EXE_xvs"))
-            .args(["offload-show", "--run-dir", &d.run_dir])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
+    let text = d.text("offload-show");
     assert!(
         text.contains(&format!("take no redirected frames now (a veth: turn GRO on at its far end): 2 ({})", h2.port)),
         "{text}"
