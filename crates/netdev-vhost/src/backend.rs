@@ -17,6 +17,8 @@ use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventF
 pub(crate) struct Shared {
     pub connected: AtomicBool,
     pub connects: AtomicU64,
+    /// Events (guest kicks) the message loop delivered.
+    pub kicks: AtomicU64,
     /// The device's vrings, known from the first event the loop delivers.
     pub vrings: Mutex<Vec<VringRwLock>>,
     pub shutdown: Mutex<Option<ShutdownHandle>>,
@@ -81,6 +83,7 @@ impl VhostUserBackend for NetBackend {
         vrings: &[VringRwLock],
         _thread_id: usize,
     ) -> std::io::Result<()> {
+        self.shared.kicks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut v = self.shared.vrings.lock().unwrap();
         if v.len() != vrings.len() {
             *v = vrings.to_vec();

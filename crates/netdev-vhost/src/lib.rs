@@ -12,9 +12,11 @@
 //! descriptor chains from the guest's transmit queue (virtqueue 1) and
 //! copies each frame once into a [`Packet`]; `tx_batch` writes packets into
 //! the guest's receive queue (virtqueue 0), spreading a frame over several
-//! chains when the guest negotiated mergeable receive buffers. Kicks are
-//! ignored (no syscall per packet); the call eventfd is signalled once per
-//! batch, and only when the guest asked for it.
+//! chains when the guest negotiated mergeable receive buffers. The port
+//! tells the guest not to kick the queues it polls (`VRING_USED_F_NO_NOTIFY`),
+//! and signals the call eventfd once per batch, only when the guest did not
+//! set `VRING_AVAIL_F_NO_INTERRUPT`: a polling guest (DPDK) and the port
+//! exchange frames without a syscall.
 //!
 //! Offloads: the port offers no checksum/GSO features, so a conforming
 //! frontend sends plain frames with a zero virtio-net header. A frame whose
@@ -47,7 +49,7 @@ use std::time::Duration;
 use netdev::{Netdev, Packet, PortInfo, PortStats};
 use vhost_user_backend::{VhostUserDaemon, VringRwLock, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemory, GuestMemoryAtomic, GuestMemoryMmap};
 
 use backend::{NetBackend, Shared};
 
@@ -76,6 +78,8 @@ pub struct VhostUserClientPort {
     rx_enabled: [bool; MAX_QUEUE_PAIRS],
     rx_recheck: u32,
     offload_refused: u64,
+    /// Call eventfd signals sent to the guest.
+    calls: u64,
     stop: Arc<AtomicBool>,
     supervisor: Option<thread::JoinHandle<()>>,
     /// Server mode: the socket the port created.
@@ -134,6 +138,7 @@ impl VhostUserClientPort {
             rx_enabled: [false; MAX_QUEUE_PAIRS],
             rx_recheck: 0,
             offload_refused: 0,
+            calls: 0,
             stop,
             supervisor: Some(supervisor),
             server_path,
@@ -159,6 +164,18 @@ impl VhostUserClientPort {
     /// How the last connection ended (for `xvs show` and tests).
     pub fn last_error(&self) -> String {
         self.shared.last_error.lock().unwrap().clone()
+    }
+
+    /// Kicks (guest notifications) received: the port asks the guest not
+    /// to kick queues it polls, so these stay few.
+    pub fn kicks(&self) -> u64 {
+        self.shared.kicks.load(Ordering::Relaxed)
+    }
+
+    /// Call eventfd signals sent to the guest: none for a guest that polls
+    /// (`VRING_AVAIL_F_NO_INTERRUPT`).
+    pub fn calls(&self) -> u64 {
+        self.calls
     }
 
     /// Frames dropped because their header asked for GSO/checksum offload.
@@ -348,7 +365,15 @@ impl Netdev for VhostUserClientPort {
         if self.rx_recheck == 0 {
             self.rx_recheck = 1024;
             for i in 0..MAX_QUEUE_PAIRS {
-                self.rx_enabled[i] = self.vring(2 * i + 1).is_some();
+                let txq = self.vring(2 * i + 1);
+                self.rx_enabled[i] = txq.is_some();
+                // The port polls both queues of a pair: the guest need not
+                // kick (an eventfd write, and a wakeup of the vring thread,
+                // per burst). Set again on every look, so a queue the
+                // frontend set up afresh is covered too.
+                for v in txq.into_iter().chain(self.vring(2 * i)) {
+                    let _ = v.disable_notification();
+                }
             }
         }
         self.rx_recheck -= 1;
@@ -402,8 +427,9 @@ impl Netdev for VhostUserClientPort {
             out.push(Packet::from_slice(frame));
             n += 1;
         }
-        if used && q.needs_notification(&*mem).unwrap_or(true) {
+        if used && guest_wants_call(q, &*mem) {
             drop(st);
+            self.calls += 1;
             let _ = vring.signal_used_queue();
         }
         Ok(n)
@@ -545,8 +571,9 @@ impl VhostUserClientPort {
             self.stats.tx_packets += 1;
             self.stats.tx_bytes += data.len() as u64;
         }
-        if sent_any && q.needs_notification(&*mem).unwrap_or(true) {
+        if sent_any && guest_wants_call(q, &*mem) {
             drop(st);
+            self.calls += 1;
             let _ = vring.signal_used_queue();
         }
         Ok(left)
@@ -554,3 +581,20 @@ impl VhostUserClientPort {
 }
 
 const HDR_ZERO: [u8; HDR_LEN] = [0; HDR_LEN];
+
+/// Whether the guest wants its call eventfd signalled for buffers the port
+/// used on `q`. Without `VIRTIO_F_EVENT_IDX` (not offered) a guest that
+/// polls says so with `VRING_AVAIL_F_NO_INTERRUPT` in the available ring's
+/// flags, which `virtio-queue` does not read; a polling guest then costs
+/// no syscall per batch.
+fn guest_wants_call<M: GuestMemory>(q: &impl QueueT, mem: &M) -> bool {
+    // Read the flags after the used ring's index was published.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    match mem.read_obj::<u16>(GuestAddress(q.avail_ring())) {
+        Ok(flags) => u16::from_le(flags) & VRING_AVAIL_F_NO_INTERRUPT == 0,
+        Err(_) => true,
+    }
+}
+
+/// `avail->flags` bit: the driver does not want interrupts.
+const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;

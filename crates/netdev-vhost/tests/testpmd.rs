@@ -175,3 +175,30 @@ fn vhost_bad_socket_path() {
         eprintln!("{bad:?}: {msg}");
     }
 }
+
+/// A polling guest (testpmd) is told not to kick the queues the port
+/// polls, and asks for no calls: thousands of bursts each way cost no
+/// eventfd write on either side once the port has seen the queues.
+#[test]
+fn polling_guest_neither_kicks_nor_is_called() {
+    if !usable() {
+        return;
+    }
+    let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
+    let sock = sock_path("nokick");
+    let mut pmd = Testpmd::start(&sock, "xvsvh-nokick");
+    let mut port = VhostUserClientPort::new("vh-nokick", &sock).unwrap();
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.diagnostics());
+    wait_connected(&port, &pmd, 10);
+    // The first exchange lets the port see (and quieten) the queues.
+    exchange(&mut port, &mut pmd, "warm-up");
+
+    let (kicks, calls, rx, tx) = (port.kicks(), port.calls(), port.stats().rx_packets, port.stats().tx_packets);
+    exchange(&mut port, &mut pmd, "measured");
+    let (rx, tx) = (port.stats().rx_packets - rx, port.stats().tx_packets - tx);
+    let (kicks, calls) = (port.kicks() - kicks, port.calls() - calls);
+    eprintln!("measured: {rx} frames received, {tx} sent; {kicks} kicks, {calls} calls");
+    assert!(rx > 1000 && tx >= 1000, "too little traffic to tell: {rx} received, {tx} sent");
+    assert!(kicks < 10, "the guest kicked {kicks} times for {rx} frames");
+    assert_eq!(calls, 0, "the port signalled a guest that polls");
+}
