@@ -37,6 +37,7 @@
 #![deny(unsafe_code)]
 
 mod backend;
+mod ring;
 pub mod testpmd;
 
 use std::io;
@@ -49,9 +50,10 @@ use std::time::Duration;
 use netdev::{Netdev, Packet, PortInfo, PortStats};
 use vhost_user_backend::{VhostUserDaemon, VringRwLock, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemory, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 use backend::{NetBackend, Shared};
+use ring::{GuestMap, Ring, Seg};
 
 /// Size of the virtio-net header with `num_buffers` (VERSION_1 / MRG_RXBUF).
 const HDR_LEN: usize = 12;
@@ -80,6 +82,17 @@ pub struct VhostUserClientPort {
     offload_refused: u64,
     /// Call eventfd signals sent to the guest.
     calls: u64,
+    /// The guest memory, mapped (refreshed with each memory table).
+    map: Option<Arc<GuestMap>>,
+    /// Scratch for one batch: the buffers of a chain, of the chains a
+    /// frame to the guest takes, and those chains (head, bytes, first
+    /// buffer in `chain_segs`).
+    segs: Vec<Seg>,
+    chain_segs: Vec<Seg>,
+    chains: Vec<(u16, usize, usize)>,
+    /// Per frame of a batch to the guest: its chains in `chains`, or
+    /// `None` if a malformed chain made it a drop.
+    plans: Vec<Option<(usize, usize)>>,
     stop: Arc<AtomicBool>,
     supervisor: Option<thread::JoinHandle<()>>,
     /// Server mode: the socket the port created.
@@ -139,6 +152,11 @@ impl VhostUserClientPort {
             rx_recheck: 0,
             offload_refused: 0,
             calls: 0,
+            map: None,
+            segs: Vec::new(),
+            chain_segs: Vec::new(),
+            chains: Vec::new(),
+            plans: Vec::new(),
             stop,
             supervisor: Some(supervisor),
             server_path,
@@ -360,20 +378,13 @@ impl Netdev for VhostUserClientPort {
 
     fn rx_batch(&mut self, rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
         if rxq >= MAX_QUEUE_PAIRS || !self.shared.connected.load(Ordering::Acquire) {
+            self.map = None;
             return Ok(0);
         }
         if self.rx_recheck == 0 {
             self.rx_recheck = 1024;
             for i in 0..MAX_QUEUE_PAIRS {
-                let txq = self.vring(2 * i + 1);
-                self.rx_enabled[i] = txq.is_some();
-                // The port polls both queues of a pair: the guest need not
-                // kick (an eventfd write, and a wakeup of the vring thread,
-                // per burst). Set again on every look, so a queue the
-                // frontend set up afresh is covered too.
-                for v in txq.into_iter().chain(self.vring(2 * i)) {
-                    let _ = v.disable_notification();
-                }
+                self.rx_enabled[i] = self.vring(2 * i + 1).is_some();
             }
         }
         self.rx_recheck -= 1;
@@ -384,50 +395,55 @@ impl Netdev for VhostUserClientPort {
             self.rx_recheck = 0;
             return Ok(0);
         };
-        let mem = self.mem.memory();
-        let mut n = 0;
-        let mut used = false;
+        let map = self.guest_map();
         let mut st = vring.get_mut();
         let q = st.get_queue_mut();
-        let mut buf = Vec::new();
-        while n < max {
-            let Some(chain) = q.pop_descriptor_chain(&*mem) else { break };
-            let head = chain.head_index();
-            buf.clear();
-            let mut ok = true;
-            for d in chain.readable() {
-                let len = d.len() as usize;
-                if buf.len() + len > MAX_FRAME + HDR_LEN {
-                    ok = false;
-                    break;
+        let Some(mut ring) = Ring::new(&map, q) else { return Ok(0) };
+        ring.suppress_kicks();
+        if ring.poll_avail() == 0 {
+            return Ok(0);
+        }
+        // First take up to `max` chains (ring slots and descriptors), then
+        // copy the frames out, so the copies' cache misses overlap.
+        self.chains.clear();
+        self.chain_segs.clear();
+        while self.chains.len() < max {
+            let Some(head) = ring.pop() else { break };
+            let from = self.chain_segs.len();
+            let total = ring.chain(head, false, &mut self.segs);
+            ring.push_used(head, 0);
+            match total {
+                Some(t) if (HDR_LEN..=MAX_FRAME + HDR_LEN).contains(&t) => {
+                    ring::prefetch_for_read(&self.segs[0]);
+                    self.chain_segs.extend_from_slice(&self.segs);
+                    self.chains.push((head, t, from));
                 }
-                let at = buf.len();
-                buf.resize(at + len, 0);
-                if mem.read_slice(&mut buf[at..], d.addr()).is_err() {
-                    ok = false;
-                    break;
-                }
+                _ => self.stats.rx_dropped += 1,
             }
-            q.add_used(&*mem, head, 0).map_err(io::Error::other)?;
-            used = true;
-            if !ok || buf.len() < HDR_LEN {
-                self.stats.rx_dropped += 1;
-                continue;
-            }
+        }
+        let mut n = 0;
+        for (k, &(_, total, from)) in self.chains.iter().enumerate() {
+            let to = self.chains.get(k + 1).map_or(self.chain_segs.len(), |c| c.2);
+            let segs = &self.chain_segs[from..to];
             // flags (byte 0): NEEDS_CSUM; gso_type (byte 1): non-zero = GSO.
-            if buf[0] & 1 != 0 || buf[1] != 0 {
+            let mut hdr = [0u8; 2];
+            ring::read_segs(segs, 0, &mut hdr);
+            if hdr[0] & 1 != 0 || hdr[1] != 0 {
                 self.offload_refused += 1;
                 self.stats.rx_dropped += 1;
                 continue;
             }
-            let frame = &buf[HDR_LEN..];
+            let mut pkt = Packet::zeroed(total - HDR_LEN);
+            ring::read_segs(segs, HDR_LEN, pkt.data_mut());
             self.stats.rx_packets += 1;
             self.rxq_packets[rxq] += 1;
-            self.stats.rx_bytes += frame.len() as u64;
-            out.push(Packet::from_slice(frame));
+            self.stats.rx_bytes += pkt.len() as u64;
+            out.push(pkt);
             n += 1;
         }
-        if used && guest_wants_call(q, &*mem) {
+        ring.publish_used();
+        ring.store(q);
+        if ring.wants_call() {
             drop(st);
             self.calls += 1;
             let _ = vring.signal_used_queue();
@@ -486,115 +502,126 @@ impl VhostUserClientPort {
     }
 
     /// Writes `pkts` into one guest receive virtqueue; returns those that
-    /// found no room (in order).
+    /// found no room (in order). A frame takes as many chains as it needs
+    /// (mergeable receive buffers); the header's `num_buffers` says how
+    /// many.
     fn tx_queue(&mut self, vring: &VringRwLock, pkts: &mut Vec<Packet>) -> io::Result<Vec<Packet>> {
-        let mem = self.mem.memory();
+        let map = self.guest_map();
         let mut st = vring.get_mut();
         let q = st.get_queue_mut();
+        let Some(mut ring) = Ring::new(&map, q) else { return Ok(std::mem::take(pkts)) };
+        ring.suppress_kicks();
+        ring.poll_avail();
+        // First take the guest's buffers for as many frames as fit (ring
+        // slots and descriptors only), then copy: the copies' cache misses
+        // on guest buffers overlap, where taking and copying frame by frame
+        // serialised them.
+        self.chains.clear();
+        self.chain_segs.clear();
+        self.plans.clear();
         let mut sent_any = false;
-        let mut chains: Vec<(u16, u32, GuestAddress)> = Vec::new();
-        let mut left = Vec::new();
-        for pkt in pkts.drain(..) {
-            if !left.is_empty() {
-                // The queue is full: the rest waits too, in order.
-                left.push(pkt);
-                continue;
-            }
-            let data = pkt.data();
-            let need = HDR_LEN + data.len();
-            let start_avail = q.next_avail();
-            chains.clear();
-            // Gather writable buffers (one or more chains) until the frame fits.
-            let mut written = 0usize;
-            let mut failed = false;
-            let mut full = false;
-            while written < need {
-                let Some(chain) = q.pop_descriptor_chain(&*mem) else {
-                    failed = true;
-                    full = true;
-                    break;
-                };
-                let head = chain.head_index();
-                let mut this = 0u32;
-                let mut first_addr = None;
-                for d in chain.writable() {
-                    if written >= need {
-                        break;
+        let mut planned = 0;
+        for pkt in pkts.iter() {
+            let need = HDR_LEN + pkt.len();
+            let first = self.chains.len();
+            let (mut got, mut popped) = (0usize, 0u16);
+            let mut bad = false;
+            while got < need {
+                let Some(head) = ring.pop() else { break };
+                popped += 1;
+                match ring.chain(head, true, &mut self.segs) {
+                    Some(cap) if cap > 0 => {
+                        let take = cap.min(need - got);
+                        let from = self.chain_segs.len();
+                        self.chain_segs.extend_from_slice(&self.segs);
+                        self.chains.push((head, take, from));
+                        got += take;
                     }
-                    first_addr.get_or_insert(d.addr());
-                    let take = (d.len() as usize).min(need - written);
-                    // Bytes [written, written+take) of header ++ frame.
-                    let mut off = 0;
-                    while off < take {
-                        let pos = written + off;
-                        let (src, n) = if pos < HDR_LEN {
-                            (&HDR_ZERO[pos..], (HDR_LEN - pos).min(take - off))
-                        } else {
-                            let s = &data[pos - HDR_LEN..];
-                            (s, s.len().min(take - off))
-                        };
-                        let addr = d.addr().unchecked_add(off as u64);
-                        if mem.write_slice(&src[..n], addr).is_err() {
-                            failed = true;
-                        }
-                        off += n;
-                    }
-                    written += take;
-                    this += take as u32;
-                }
-                match first_addr {
-                    Some(a) if !failed => chains.push((head, this, a)),
                     _ => {
-                        failed = true;
-                        chains.push((head, 0, GuestAddress(0)));
+                        self.chains.push((head, 0, self.chain_segs.len()));
+                        bad = true;
                         break;
                     }
                 }
             }
-            if failed {
-                // Give the buffers back: the guest has not seen them used.
-                q.set_next_avail(start_avail);
-                if full {
-                    left.push(pkt);
-                } else {
-                    self.stats.tx_dropped += 1;
+            if bad {
+                // A malformed chain: the chains taken go back to the guest
+                // empty, and the frame is dropped.
+                for &(head, _, _) in &self.chains[first..] {
+                    ring.push_used(head, 0);
                 }
-                continue;
+                self.chains.truncate(first);
+                self.stats.tx_dropped += 1;
+                self.plans.push(None);
+                sent_any = true;
+            } else if got < need {
+                // No room: give these chains back untouched; this frame and
+                // the rest wait, in order.
+                ring.unpop(popped);
+                self.chains.truncate(first);
+                break;
+            } else {
+                self.plans.push(Some((first, self.chains.len())));
             }
+            planned += 1;
+        }
+        for &(_, _, from) in &self.chains {
+            ring::prefetch_for_write(&self.chain_segs[from]);
+        }
+        for (pkt, plan) in pkts[..planned].iter().zip(&self.plans) {
+            let Some((c0, c1)) = *plan else { continue };
+            let data = pkt.data();
+            let mut hdr = HDR_ZERO;
             // num_buffers (bytes 10..12 of the header, little endian).
-            let nb = (chains.len() as u16).to_le_bytes();
-            let _ = mem.write_slice(&nb, chains[0].2.unchecked_add(10));
-            for &(head, len, _) in &chains {
-                q.add_used(&*mem, head, len).map_err(io::Error::other)?;
+            hdr[10..12].copy_from_slice(&((c1 - c0) as u16).to_le_bytes());
+            let mut pos = 0usize;
+            for k in c0..c1 {
+                let (head, take, from) = self.chains[k];
+                let to = self.chains.get(k + 1).map_or(self.chain_segs.len(), |c| c.2);
+                let segs = &self.chain_segs[from..to];
+                // This chain holds bytes [pos, pos + take) of header ++ frame.
+                let end = pos + take;
+                if pos < HDR_LEN {
+                    ring::write_segs(segs, 0, &hdr[pos..end.min(HDR_LEN)]);
+                }
+                let d0 = pos.max(HDR_LEN);
+                if end > d0 {
+                    ring::write_segs(segs, d0 - pos, &data[d0 - HDR_LEN..end - HDR_LEN]);
+                }
+                ring.push_used(head, take as u32);
+                pos = end;
             }
             sent_any = true;
             self.stats.tx_packets += 1;
             self.stats.tx_bytes += data.len() as u64;
         }
-        if sent_any && guest_wants_call(q, &*mem) {
+        let left = pkts.split_off(planned);
+        pkts.clear();
+        if sent_any {
+            ring.publish_used();
+        }
+        ring.store(q);
+        if sent_any && ring.wants_call() {
             drop(st);
             self.calls += 1;
             let _ = vring.signal_used_queue();
         }
         Ok(left)
     }
-}
 
-const HDR_ZERO: [u8; HDR_LEN] = [0; HDR_LEN];
-
-/// Whether the guest wants its call eventfd signalled for buffers the port
-/// used on `q`. Without `VIRTIO_F_EVENT_IDX` (not offered) a guest that
-/// polls says so with `VRING_AVAIL_F_NO_INTERRUPT` in the available ring's
-/// flags, which `virtio-queue` does not read; a polling guest then costs
-/// no syscall per batch.
-fn guest_wants_call<M: GuestMemory>(q: &impl QueueT, mem: &M) -> bool {
-    // Read the flags after the used ring's index was published.
-    std::sync::atomic::fence(Ordering::SeqCst);
-    match mem.read_obj::<u16>(GuestAddress(q.avail_ring())) {
-        Ok(flags) => u16::from_le(flags) & VRING_AVAIL_F_NO_INTERRUPT == 0,
-        Err(_) => true,
+    /// The guest memory as mapped now: the frontend may have sent a new
+    /// memory table since the last batch.
+    fn guest_map(&mut self) -> Arc<GuestMap> {
+        let cur = self.mem.memory().into_inner();
+        match &self.map {
+            Some(m) if m.is_of(&cur) => m.clone(),
+            _ => {
+                let m = Arc::new(GuestMap::new(cur));
+                self.map = Some(m.clone());
+                m
+            }
+        }
     }
 }
 
-/// `avail->flags` bit: the driver does not want interrupts.
-const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
+const HDR_ZERO: [u8; HDR_LEN] = [0; HDR_LEN];
