@@ -132,18 +132,35 @@ impl FlowKey {
     }
 
     /// Hash of the whole key (for the exact-match cache). Four independent
-    /// lanes, so the multiplies overlap instead of forming one 20-long
-    /// dependency chain.
+    /// lanes (word `i` feeds lane `i % 4`), so the multiplies overlap
+    /// instead of forming one 39-long dependency chain. The lanes are four
+    /// locals: kept in an array indexed by `i & 3` they lived on the stack,
+    /// and every word waited for the previous store to the same lane (this
+    /// hash was a third of an exact-match hit).
     #[inline]
     pub fn hash(&self) -> u64 {
         const K: [u64; 4] =
             [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0xd6e8_feb8_6659_fd93];
-        let mut lanes = [0u64; 4];
-        for (i, w) in self.w.iter().enumerate() {
-            let l = i & 3;
-            lanes[l] = (lanes[l] ^ w).wrapping_mul(K[l]).rotate_left(31);
+        let mix = |l: u64, w: u64, k: u64| (l ^ w).wrapping_mul(k).rotate_left(31);
+        let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
+        let mut words = self.w.chunks_exact(4);
+        for q in &mut words {
+            a = mix(a, q[0], K[0]);
+            b = mix(b, q[1], K[1]);
+            c = mix(c, q[2], K[2]);
+            d = mix(d, q[3], K[3]);
         }
-        finish(lanes[0] ^ lanes[1].rotate_left(17) ^ lanes[2].rotate_left(29) ^ lanes[3].rotate_left(43))
+        let rest = words.remainder();
+        if let Some(&w) = rest.first() {
+            a = mix(a, w, K[0]);
+        }
+        if let Some(&w) = rest.get(1) {
+            b = mix(b, w, K[1]);
+        }
+        if let Some(&w) = rest.get(2) {
+            c = mix(c, w, K[2]);
+        }
+        finish(a ^ b.rotate_left(17) ^ c.rotate_left(29) ^ d.rotate_left(43))
     }
 }
 
@@ -447,6 +464,30 @@ pub fn mac_to_bytes(v: u64) -> [u8; 6] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_key_hash_is_four_lanes_over_every_word() {
+        // The definition, lane by lane (word i feeds lane i % 4).
+        fn reference(k: &FlowKey) -> u64 {
+            const K: [u64; 4] =
+                [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0xd6e8_feb8_6659_fd93];
+            let mut lanes = [0u64; 4];
+            for (i, w) in k.w.iter().enumerate() {
+                lanes[i % 4] = (lanes[i % 4] ^ w).wrapping_mul(K[i % 4]).rotate_left(31);
+            }
+            finish(lanes[0] ^ lanes[1].rotate_left(17) ^ lanes[2].rotate_left(29) ^ lanes[3].rotate_left(43))
+        }
+        let mut k = FlowKey::ZERO;
+        assert_eq!(k.hash(), reference(&k));
+        for i in 0..WORDS {
+            k.w[i] = (i as u64 + 1).wrapping_mul(0x0123_4567_89ab_cdef);
+            assert_eq!(k.hash(), reference(&k), "after word {i}");
+        }
+        // Every word counts, the last ones too.
+        let mut j = k;
+        j.w[WORDS - 1] ^= 1;
+        assert_ne!(j.hash(), k.hash());
+    }
 
     #[test]
     fn locs_do_not_overlap_and_respect_stages() {
