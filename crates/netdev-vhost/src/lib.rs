@@ -74,11 +74,15 @@ pub struct VhostUserClientPort {
     /// (OVS's `tx-retries-max`), and how many tries were made.
     tx_retries_max: u32,
     tx_retries: u64,
-    /// Which pairs' transmit queues were enabled when last looked at, and
-    /// the receive calls until the next look: idle queues of pairs the
-    /// frontend did not enable cost a counter, not a lock.
-    rx_enabled: [bool; MAX_QUEUE_PAIRS],
-    rx_recheck: u32,
+    /// The queues as last looked up: the guest's transmit queue of each
+    /// pair (`None` if not enabled), its enabled receive queues, and the
+    /// connection and calls left until the next look. Between looks, a
+    /// queue of a pair the frontend did not enable costs nothing, and one
+    /// in use no lock but its own.
+    guest_txq: [Option<VringRwLock>; MAX_QUEUE_PAIRS],
+    guest_rxqs: Vec<VringRwLock>,
+    queues_conn: u64,
+    queues_left: u32,
     offload_refused: u64,
     /// Call eventfd signals sent to the guest.
     calls: u64,
@@ -148,8 +152,10 @@ impl VhostUserClientPort {
             rxq_packets: [0; MAX_QUEUE_PAIRS],
             tx_retries_max: 8,
             tx_retries: 0,
-            rx_enabled: [false; MAX_QUEUE_PAIRS],
-            rx_recheck: 0,
+            guest_txq: Default::default(),
+            guest_rxqs: Vec::new(),
+            queues_conn: 0,
+            queues_left: 0,
             offload_refused: 0,
             calls: 0,
             map: None,
@@ -199,6 +205,29 @@ impl VhostUserClientPort {
     /// Frames dropped because their header asked for GSO/checksum offload.
     pub fn offload_refused(&self) -> u64 {
         self.offload_refused
+    }
+
+    /// Whether a frontend is connected; looks the queues up again when
+    /// they are due (every 1024 calls, and on a new connection).
+    fn queues_current(&mut self) -> bool {
+        if !self.shared.connected.load(Ordering::Acquire) {
+            self.guest_txq = Default::default();
+            self.guest_rxqs.clear();
+            self.map = None;
+            return false;
+        }
+        let conn = self.shared.connects.load(Ordering::Acquire);
+        if self.queues_left == 0 || conn != self.queues_conn {
+            self.queues_conn = conn;
+            for i in 0..MAX_QUEUE_PAIRS {
+                self.guest_txq[i] = self.vring(2 * i + 1);
+            }
+            self.guest_rxqs = (0..MAX_QUEUE_PAIRS).filter_map(|i| self.vring(2 * i)).collect();
+            // Until the frontend has started its queues, look often.
+            self.queues_left = if self.guest_rxqs.is_empty() { 8 } else { 1024 };
+        }
+        self.queues_left -= 1;
+        true
     }
 
     fn vring(&self, idx: usize) -> Option<VringRwLock> {
@@ -377,26 +406,17 @@ impl Netdev for VhostUserClientPort {
     }
 
     fn rx_batch(&mut self, rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
-        if rxq >= MAX_QUEUE_PAIRS || !self.shared.connected.load(Ordering::Acquire) {
-            self.map = None;
+        if rxq >= MAX_QUEUE_PAIRS || !self.queues_current() {
             return Ok(0);
         }
-        if self.rx_recheck == 0 {
-            self.rx_recheck = 1024;
-            for i in 0..MAX_QUEUE_PAIRS {
-                self.rx_enabled[i] = self.vring(2 * i + 1).is_some();
-            }
-        }
-        self.rx_recheck -= 1;
-        if !self.rx_enabled[rxq] {
-            return Ok(0);
-        }
-        let Some(vring) = self.vring(2 * rxq + 1) else {
-            self.rx_recheck = 0;
-            return Ok(0);
-        };
+        let Some(vring) = self.guest_txq[rxq].clone() else { return Ok(0) };
         let map = self.guest_map();
         let mut st = vring.get_mut();
+        if !st.is_enabled() || !st.get_queue().ready() {
+            // Reset or disabled since the last look: look again next time.
+            self.queues_left = 0;
+            return Ok(0);
+        }
         let q = st.get_queue_mut();
         let Some(mut ring) = Ring::new(&map, q) else { return Ok(0) };
         ring.suppress_kicks();
@@ -453,15 +473,16 @@ impl Netdev for VhostUserClientPort {
 
     fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
         // The guest receive queues of the enabled pairs.
-        let vrings: Vec<VringRwLock> = (0..MAX_QUEUE_PAIRS).filter_map(|i| self.vring(2 * i)).collect();
-        if vrings.is_empty() {
+        if !self.queues_current() || self.guest_rxqs.is_empty() {
             self.stats.tx_dropped += pkts.len() as u64;
             pkts.clear();
             return Ok(());
         }
-        if vrings.len() == 1 {
-            return self.tx_retrying(&vrings[0], pkts);
+        if self.guest_rxqs.len() == 1 {
+            let v = self.guest_rxqs[0].clone();
+            return self.tx_retrying(&v, pkts);
         }
+        let vrings = self.guest_rxqs.clone();
         let mut by_queue: Vec<Vec<Packet>> = vec![Vec::new(); vrings.len()];
         for p in pkts.drain(..) {
             let h = p.rx_hash.unwrap_or_else(|| netdev::packet::frame_flow_hash(p.data()));
@@ -508,6 +529,11 @@ impl VhostUserClientPort {
     fn tx_queue(&mut self, vring: &VringRwLock, pkts: &mut Vec<Packet>) -> io::Result<Vec<Packet>> {
         let map = self.guest_map();
         let mut st = vring.get_mut();
+        if !st.is_enabled() || !st.get_queue().ready() {
+            // Reset or disabled since the last look: look again next time.
+            self.queues_left = 0;
+            return Ok(std::mem::take(pkts));
+        }
         let q = st.get_queue_mut();
         let Some(mut ring) = Ring::new(&map, q) else { return Ok(std::mem::take(pkts)) };
         ring.suppress_kicks();
@@ -523,7 +549,7 @@ impl VhostUserClientPort {
         let mut planned = 0;
         for pkt in pkts.iter() {
             let need = HDR_LEN + pkt.len();
-            let first = self.chains.len();
+            let (first, first_seg) = (self.chains.len(), self.chain_segs.len());
             let (mut got, mut popped) = (0usize, 0u16);
             let mut bad = false;
             while got < need {
@@ -551,6 +577,7 @@ impl VhostUserClientPort {
                     ring.push_used(head, 0);
                 }
                 self.chains.truncate(first);
+                self.chain_segs.truncate(first_seg);
                 self.stats.tx_dropped += 1;
                 self.plans.push(None);
                 sent_any = true;
@@ -559,6 +586,7 @@ impl VhostUserClientPort {
                 // the rest wait, in order.
                 ring.unpop(popped);
                 self.chains.truncate(first);
+                self.chain_segs.truncate(first_seg);
                 break;
             } else {
                 self.plans.push(Some((first, self.chains.len())));

@@ -315,3 +315,141 @@ pub(crate) fn prefetch_for_read(seg: &Seg) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = seg;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_memory::{Bytes, GuestAddress};
+
+    const DESC: u64 = 0x1000;
+    const AVAIL: u64 = 0x2000;
+    const USED: u64 = 0x3000;
+    const SIZE: u16 = 8;
+
+    /// 64 KiB of guest memory and a queue of 8 entries in it, as a driver
+    /// would set them up.
+    fn setup() -> (Arc<GuestMemoryMmap>, Queue) {
+        let mem = Arc::new(GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap());
+        let mut q = Queue::new(SIZE).unwrap();
+        q.set_size(SIZE);
+        q.set_desc_table_address(Some(DESC as u32), Some(0));
+        q.set_avail_ring_address(Some(AVAIL as u32), Some(0));
+        q.set_used_ring_address(Some(USED as u32), Some(0));
+        q.set_ready(true);
+        (mem, q)
+    }
+
+    fn desc(mem: &GuestMemoryMmap, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
+        let at = GuestAddress(DESC + 16 * u64::from(i));
+        mem.write_obj(addr.to_le(), at).unwrap();
+        mem.write_obj(len.to_le(), at.unchecked_add(8)).unwrap();
+        mem.write_obj(flags.to_le(), at.unchecked_add(12)).unwrap();
+        mem.write_obj(next.to_le(), at.unchecked_add(14)).unwrap();
+    }
+
+    /// Offers chains starting at `heads`, in order.
+    fn offer(mem: &GuestMemoryMmap, heads: &[u16]) {
+        for (k, &h) in heads.iter().enumerate() {
+            mem.write_obj(h.to_le(), GuestAddress(AVAIL + 4 + 2 * k as u64)).unwrap();
+        }
+        mem.write_obj((heads.len() as u16).to_le(), GuestAddress(AVAIL + 2)).unwrap();
+    }
+
+    use vm_memory::Address;
+
+    #[test]
+    fn chains_are_read_in_place_and_returned_used() {
+        let (mem, mut q) = setup();
+        mem.write_slice(b"hello, ", GuestAddress(0x4000)).unwrap();
+        mem.write_slice(b"world", GuestAddress(0x5000)).unwrap();
+        desc(&mem, 0, 0x4000, 7, DESC_F_NEXT, 3);
+        desc(&mem, 3, 0x5000, 5, 0, 0);
+        offer(&mem, &[0]);
+        let map = GuestMap::new(mem.clone());
+        let mut ring = Ring::new(&map, &q).unwrap();
+        assert_eq!(ring.poll_avail(), 1);
+        let head = ring.pop().unwrap();
+        let mut segs = Vec::new();
+        assert_eq!(ring.chain(head, false, &mut segs), Some(12));
+        let mut out = [0u8; 12];
+        read_segs(&segs, 0, &mut out);
+        assert_eq!(&out, b"hello, world");
+        let mut tail = [0u8; 4];
+        read_segs(&segs, 8, &mut tail);
+        assert_eq!(&tail, b"orld");
+        assert_eq!(ring.pop(), None);
+        ring.push_used(head, 0);
+        ring.publish_used();
+        ring.store(&mut q);
+        assert_eq!((q.next_avail(), q.next_used()), (1, 1));
+        let idx: u16 = mem.read_obj(GuestAddress(USED + 2)).unwrap();
+        let id: u32 = mem.read_obj(GuestAddress(USED + 4)).unwrap();
+        assert_eq!((u16::from_le(idx), u32::from_le(id)), (1, 0));
+    }
+
+    #[test]
+    fn malformed_chains_are_refused() {
+        let (mem, q) = setup();
+        let map = GuestMap::new(mem.clone());
+        let ring = Ring::new(&map, &q).unwrap();
+        let mut segs = Vec::new();
+        // A buffer beyond the guest's memory.
+        desc(&mem, 0, 0xfff0, 0x20, 0, 0);
+        assert_eq!(ring.chain(0, false, &mut segs), None);
+        // A loop.
+        desc(&mem, 1, 0x4000, 8, DESC_F_NEXT, 2);
+        desc(&mem, 2, 0x4100, 8, DESC_F_NEXT, 1);
+        assert_eq!(ring.chain(1, false, &mut segs), None);
+        // An indirect table (not offered).
+        desc(&mem, 3, 0x4000, 16, DESC_F_INDIRECT, 0);
+        assert_eq!(ring.chain(3, false, &mut segs), None);
+        // A device-writable buffer where the device must read, and back.
+        desc(&mem, 4, 0x4000, 8, DESC_F_WRITE, 0);
+        assert_eq!(ring.chain(4, false, &mut segs), None);
+        assert_eq!(ring.chain(4, true, &mut segs), Some(8));
+        // A next index or head outside the table.
+        desc(&mem, 5, 0x4000, 8, DESC_F_NEXT, SIZE);
+        assert_eq!(ring.chain(5, false, &mut segs), None);
+        assert_eq!(ring.chain(SIZE, false, &mut segs), None);
+    }
+
+    #[test]
+    fn rings_outside_memory_are_refused() {
+        // (Misaligned ring addresses never get this far: the queue refuses
+        // them when the frontend sets them.)
+        let (mem, mut q) = setup();
+        let map = GuestMap::new(mem);
+        q.set_used_ring_address(Some(0xfff8), Some(0));
+        assert!(Ring::new(&map, &q).is_none(), "used ring past the end");
+    }
+
+    #[test]
+    fn kicks_suppressed_and_interrupt_wishes_read() {
+        let (mem, q) = setup();
+        let map = GuestMap::new(mem.clone());
+        let ring = Ring::new(&map, &q).unwrap();
+        assert!(ring.wants_call());
+        mem.write_obj(AVAIL_F_NO_INTERRUPT.to_le(), GuestAddress(AVAIL)).unwrap();
+        assert!(!ring.wants_call());
+        ring.suppress_kicks();
+        let f: u16 = mem.read_obj(GuestAddress(USED)).unwrap();
+        assert_eq!(u16::from_le(f) & USED_F_NO_NOTIFY, USED_F_NO_NOTIFY);
+    }
+
+    #[test]
+    fn writes_spread_over_a_chain() {
+        let (mem, _q) = setup();
+        let map = GuestMap::new(mem.clone());
+        let segs = [
+            Seg { ptr: map.host(0x4000, 4).unwrap() as usize, len: 4 },
+            Seg { ptr: map.host(0x5000, 8).unwrap() as usize, len: 8 },
+        ];
+        assert_eq!(write_segs(&segs, 2, b"abcdefgh"), 8);
+        let mut a = [0u8; 4];
+        let mut b = [0u8; 8];
+        mem.read_slice(&mut a, GuestAddress(0x4000)).unwrap();
+        mem.read_slice(&mut b, GuestAddress(0x5000)).unwrap();
+        assert_eq!(&a, b"\0\0ab");
+        assert_eq!(&b, b"cdefgh\0\0");
+    }
+}
