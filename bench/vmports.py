@@ -1,6 +1,17 @@
-"""VM ports: a VM's frames to a host namespace, over vhost-user and over tap.
+"""VM ports: VM to VM, and a VM's frames to a host namespace, over
+vhost-user and over tap.
 
+    testpmd (2 vNICs) <--vhost-user | tap--> switch <--vhost-user | tap--> (same testpmd)
     testpmd (the VM) --vhost-user | tap--> switch (NORMAL) --veth--> sink ns
+
+VM to VM: one testpmd with two vNICs (two VMs' worth of ports) runs
+`flowgen` on CPU 0: it sends on each vNIC and counts and drops what
+arrives on it; the switch forwards vNIC 1 -> vNIC 2 and back (two rules),
+its poll thread alone on CPU 1. Counted is what testpmd received, both
+directions summed. Compared: xvs's `dpdkvhostuserclient` ports, OVS-DPDK's
+(Debian's openvswitch-switch-dpdk, its vhost-user ports, when installed),
+and the tap paths of xvs (AF_PACKET) and OVS (`system` ports), with
+testpmd's net_tap vdevs as the VM's tap backend.
 
 DPDK's testpmd (--no-huge) plays the VM. For the vhost-user path its
 net_virtio_user vdev owns the socket in server mode, as QEMU does, and xvs
@@ -12,8 +23,10 @@ datapath offers VMs (it has no vhost-user without DPDK). The sink's veth
 end is an AF_XDP port in every case. testpmd `txonly` sends 64-byte frames
 for SECS seconds; the sink's rx_packets counter says what arrived.
 
-Printed: per path, what the VM sent per second and what was delivered, and
-the vhost-user / tap ratio (the issue's goal: at least 5x the tap path).
+Printed: per path, what the VMs received per second (VM to VM) and what
+the VM sent and the host got (VM to host), and the vhost-user / tap and
+xvs / OVS-DPDK ratios (the issue's goals: at least 5x the tap path, and at
+least OVS-DPDK's vhost pps).
 Run through run.py (`./bench.sh --only vm`) or alone as root:
 python3 bench/vmports.py [--xvs target/release/xvs] [--secs 3].
 """
@@ -21,6 +34,9 @@ import argparse, os, re, shutil, signal, subprocess, tempfile, time
 
 NS, SP = "xbvm-sink", "xbvm-s"
 TAP = "xbvmtap0"
+TAPS = ("xbvmt1", "xbvmt2")
+OVS_DPDK = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
+VV_FLOWS = "in_port=1,actions=output:2\nin_port=2,actions=output:1\n"
 
 
 def sh(*a, check=True, **kw):
@@ -34,7 +50,8 @@ def quiet(*a):
 def cleanup():
     quiet("ip", "netns", "del", NS)
     quiet("ip", "link", "del", SP)
-    quiet("ip", "link", "del", TAP)
+    for t in (TAP, *TAPS):
+        quiet("ip", "link", "del", t)
 
 
 def topo():
@@ -52,12 +69,14 @@ def sink_rx():
 
 
 class Testpmd:
-    def __init__(self, vdev, prefix):
+    def __init__(self, vdev, prefix, lcores=("-l", "0,1"), mbufs=8192):
         self.out = tempfile.NamedTemporaryFile(prefix="xb-testpmd-", delete=False)
         self.prefix = prefix
+        vdevs = [vdev] if isinstance(vdev, str) else list(vdev)
         self.p = subprocess.Popen(
-            ["stdbuf", "-o0", "dpdk-testpmd", "-l", "0,1", "--no-huge", "-m", "256", "--no-pci",
-             "--file-prefix", prefix, "--vdev", vdev, "--", "-i", "--total-num-mbufs=8192"],
+            ["stdbuf", "-o0", "dpdk-testpmd", *lcores, "--no-huge", "-m", "512", "--no-pci",
+             "--file-prefix", prefix, *[x for v in vdevs for x in ("--vdev", v)],
+             "--", "-i", f"--total-num-mbufs={mbufs}"],
             stdin=subprocess.PIPE, stdout=self.out, stderr=subprocess.STDOUT, text=True)
 
     def text(self):
@@ -82,6 +101,13 @@ class Testpmd:
         m = re.findall(r"TX-packets:\s+(\d+)", self.text()[n:])
         return int(m[0]) if m else 0
 
+    def rx_all(self):
+        """RX-packets summed over every port (asked now, read 0.5 s later)."""
+        n = len(self.text())
+        self.cmd("show port stats all")
+        time.sleep(0.5)
+        return sum(int(x) for x in re.findall(r"RX-packets:\s+(\d+)", self.text()[n:]))
+
     def stop(self):
         try:
             self.cmd("quit")
@@ -93,11 +119,20 @@ class Testpmd:
         shutil.rmtree(f"/var/run/dpdk/{self.prefix}", ignore_errors=True)
 
 
-def xvs_switch(xvs, vm_port):
+def xvs_switch(xvs, vm_port, ports=None, flows=None):
+    """xvs with `vm_port` and the sink's veth, or with `ports` and `flows`
+    (poll thread busy on CPU 1)."""
     run = tempfile.mkdtemp(prefix="xb-vm-xvs-")
-    p = subprocess.Popen([xvs, "switch", "--run-dir", run, "--bridge", "xbvmbr", "--no-local-port",
-                          "--port", vm_port, "--port", f"{SP},type=afxdp"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = [xvs, "switch", "--run-dir", run, "--bridge", "xbvmbr", "--no-local-port"]
+    if ports is None:
+        args += ["--port", vm_port, "--port", f"{SP},type=afxdp"]
+    else:
+        with open(f"{run}/flows", "w") as f:
+            f.write(flows)
+        args += ["--pmd-cpus", "1", "--poll", "busy", "--flows", f"{run}/flows"]
+        for port in ports:
+            args += ["--port", port]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop():
         p.send_signal(signal.SIGTERM)
@@ -106,7 +141,11 @@ def xvs_switch(xvs, vm_port):
     return stop
 
 
-def ovs_switch(vm_port):
+def ovs_switch(vm_port, ports=None, flows=None, dpdk=False, pmd_mask="0x2"):
+    """OVS 3.1 (userspace datapath) with `vm_port` and the sink's veth, or
+    with `ports` ((name, type, [column=value ...])) and `flows`, its poll
+    thread on CPU 1; `dpdk`: the DPDK build, EAL on CPU 0 without
+    hugepages."""
     d = tempfile.mkdtemp(prefix="xb-vm-ovs-")
     env = dict(os.environ, OVS_RUNDIR=d, OVS_DBDIR=d, OVS_LOGDIR=d)
     vsctl = ["ovs-vsctl", f"--db=unix:{d}/db.sock"]
@@ -114,11 +153,31 @@ def ovs_switch(vm_port):
     sh("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
        "--detach", f"--log-file={d}/ovsdb.log", env=env)
     sh(*vsctl, "--no-wait", "init", env=env)
-    sh("ovs-vswitchd", f"unix:{d}/db.sock", f"--pidfile={d}/ovs-vswitchd.pid", "--detach",
+    if ports is not None or dpdk:
+        sh(*vsctl, "--no-wait", "set", "Open_vSwitch", ".", f"other_config:pmd-cpu-mask={pmd_mask}", env=env)
+    if dpdk:
+        # OVS adds --in-memory unless told --legacy-mem, which --no-huge needs.
+        sh(*vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
+           "other_config:dpdk-lcore-mask=0x1",
+           "other_config:dpdk-extra=--no-huge --legacy-mem -m 1024 --no-pci --file-prefix xbvm-ovs", env=env)
+    sh(OVS_DPDK if dpdk else "ovs-vswitchd", f"unix:{d}/db.sock", f"--pidfile={d}/ovs-vswitchd.pid", "--detach",
        f"--log-file={d}/vswitchd.log", env=env)
     sh(*vsctl, "add-br", "xbvmbr", "--", "set", "bridge", "xbvmbr", "datapath_type=netdev", env=env)
-    sh(*vsctl, "add-port", "xbvmbr", vm_port, env=env)
-    sh(*vsctl, "add-port", "xbvmbr", SP, "--", "set", "interface", SP, "type=afxdp", env=env)
+    if ports is None:
+        if isinstance(vm_port, tuple):  # (name, type, [column=value ...])
+            name, kind, cols = vm_port
+            sh(*vsctl, "add-port", "xbvmbr", name, "--", "set", "interface", name, f"type={kind}", *cols, env=env)
+        else:
+            sh(*vsctl, "add-port", "xbvmbr", vm_port, env=env)
+        sh(*vsctl, "add-port", "xbvmbr", SP, "--", "set", "interface", SP, "type=afxdp", env=env)
+    else:
+        for i, (name, kind, cols) in enumerate(ports):
+            sh(*vsctl, "add-port", "xbvmbr", name, "--", "set", "interface", name, f"type={kind}",
+               f"ofport_request={i + 1}", *cols, env=env)
+        sh("ovs-ofctl", "del-flows", f"unix:{d}/xbvmbr.mgmt")
+        with open(f"{d}/flows", "w") as f:
+            f.write(flows)
+        sh("ovs-ofctl", "add-flows", f"unix:{d}/xbvmbr.mgmt", f"{d}/flows")
 
     def stop():
         for f in ("ovs-vswitchd", "ovsdb-server"):
@@ -127,9 +186,12 @@ def ovs_switch(vm_port):
             except (OSError, ValueError):
                 pass
         time.sleep(0.3)
+        if os.environ.get("XB_KEEP_LOG"):
+            shutil.copy(f"{d}/vswitchd.log", "/tmp/xb-vm-vswitchd.log")
         quiet("ip", "link", "del", "xbvmbr")
         quiet("ip", "link", "del", "ovs-netdev")
         shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree("/var/run/dpdk/xbvm-ovs", ignore_errors=True)
     return stop
 
 
@@ -165,6 +227,70 @@ def case(label, secs, vdev, start_switch, switch_first):
         cleanup()
 
 
+def vm2vm_case(label, secs, vdevs, start_switch, switch_first):
+    """VM to VM: returns frames testpmd received per second, both vNICs."""
+    cleanup()
+    pmd, stop = None, None
+    try:
+        lcores = ("--lcores", "(0,1)@0")  # testpmd wholly on CPU 0
+        if switch_first:
+            stop = start_switch()
+            pmd = Testpmd(vdevs, "xbvv", lcores, mbufs=16384)
+        else:
+            pmd = Testpmd(vdevs, "xbvv", lcores, mbufs=16384)
+            if not pmd.wait_prompt():
+                raise RuntimeError(f"{label}: testpmd did not start:\n{pmd.text()[-2000:]}")
+            stop = start_switch()
+        if not pmd.wait_prompt():
+            raise RuntimeError(f"{label}: testpmd did not start:\n{pmd.text()[-2000:]}")
+        time.sleep(2)
+        pmd.cmd("set fwd flowgen")
+        pmd.cmd("start")
+        time.sleep(1)
+        t0 = time.time()
+        r0 = pmd.rx_all()
+        time.sleep(max(0.0, t0 + secs - time.time()))
+        t1 = time.time()
+        r1 = pmd.rx_all()
+        pmd.cmd("stop")
+        return (r1 - r0) / (t1 - t0)
+    finally:
+        if pmd:
+            pmd.stop()
+        if stop:
+            stop()
+        cleanup()
+
+
+def vm2vm(xvs, secs=3, log=print):
+    a, b = "/tmp/xb-vv-a.sock", "/tmp/xb-vv-b.sock"
+    for f in (a, b):
+        quiet("rm", "-f", f)
+    vhost = [f"net_virtio_user0,path={a},server=1,queues=1", f"net_virtio_user1,path={b},server=1,queues=1"]
+    taps = [f"net_tap0,iface={TAPS[0]}", f"net_tap1,iface={TAPS[1]}"]
+    cases = [
+        ("xvs vhost-user", vhost, lambda: xvs_switch(xvs, None, [
+            f"vhu1,type=dpdkvhostuserclient,vhost-server-path={a}",
+            f"vhu2,type=dpdkvhostuserclient,vhost-server-path={b}"], VV_FLOWS), True),
+    ]
+    if os.path.exists(OVS_DPDK):
+        cases.append(("ovs-dpdk vhost-user", vhost, lambda: ovs_switch(None, [
+            ("vhu1", "dpdkvhostuserclient", [f"options:vhost-server-path={a}"]),
+            ("vhu2", "dpdkvhostuserclient", [f"options:vhost-server-path={b}"])], VV_FLOWS, dpdk=True), True))
+    else:
+        log("VM to VM: OVS-DPDK not installed (openvswitch-switch-dpdk): its row is left out")
+    cases.append(("xvs tap (AF_PACKET)", taps, lambda: xvs_switch(
+        xvs, None, [f"{TAPS[0]},type=afpacket", f"{TAPS[1]},type=afpacket"], VV_FLOWS), False))
+    if shutil.which("ovs-vswitchd"):
+        cases.append(("ovs tap (system port)", taps, lambda: ovs_switch(
+            None, [(TAPS[0], "system", []), (TAPS[1], "system", [])], VV_FLOWS), False))
+    out = []
+    for label, vdevs, start, first in cases:
+        log(f"VM to VM, {label}: testpmd flowgen for {secs} s")
+        out.append({"kind": "vm-vm", "path": label, "delivered_pps": vm2vm_case(label, secs, vdevs, start, first)})
+    return out
+
+
 def run(xvs, secs=3, log=print):
     vhost_sock = "/tmp/xb-vm-vhost.sock"
     quiet("rm", "-f", vhost_sock)
@@ -174,30 +300,50 @@ def run(xvs, secs=3, log=print):
          lambda: xvs_switch(xvs, f"vhu0,type=dpdkvhostuserclient,vhost-server-path={vhost_sock}"), True),
         ("xvs tap (AF_PACKET)", tap_vdev, lambda: xvs_switch(xvs, f"{TAP},type=afpacket"), False),
     ]
+    if os.path.exists(OVS_DPDK):
+        cases.insert(1, ("ovs-dpdk vhost-user", f"net_virtio_user0,path={vhost_sock},server=1,queues=1",
+                         # testpmd's forwarding lcore spins on CPU 1: the poll thread takes CPU 0
+                         lambda: ovs_switch(("vhu0", "dpdkvhostuserclient",
+                                             [f"options:vhost-server-path={vhost_sock}"]), dpdk=True,
+                                            pmd_mask="0x1"), True))
     if shutil.which("ovs-vswitchd"):
         cases.append(("ovs tap (system port)", tap_vdev, lambda: ovs_switch(TAP), False))
-    out = []
+    out = vm2vm(xvs, max(secs, 3), log)
     for label, vdev, start, first in cases:
         log(f"{label}: testpmd txonly for {secs} s")
         sent, got = case(label, secs, vdev, start, first)
-        out.append({"path": label, "sent_pps": sent, "delivered_pps": got})
+        out.append({"kind": "vm-host", "path": label, "sent_pps": sent, "delivered_pps": got})
     return out
 
 
 def report(rows):
-    print(f"\n{'VM -> host (64 B)':<24}{'VM sent/s':>12}{'delivered/s':>13}")
-    for r in rows:
-        print(f"{r['path']:<24}{r['sent_pps']:>12.0f}{r['delivered_pps']:>13.0f}")
-    by = {r["path"]: r["delivered_pps"] for r in rows}
-    v = by.get("xvs vhost-user", 0)
-    for tap in ("xvs tap (AF_PACKET)", "ovs tap (system port)"):
-        if by.get(tap):
-            print(f"vhost-user / {tap}: {v / by[tap]:.1f}x (goal >= 5x)")
+    vv = [r for r in rows if r.get("kind") == "vm-vm"]
+    if vv:
+        print(f"\n{'VM <-> VM (64 B)':<24}{'received/s':>13}")
+        for r in vv:
+            print(f"{r['path']:<24}{r['delivered_pps']:>13.0f}")
+        by = {r["path"]: r["delivered_pps"] for r in vv}
+        v = by.get("xvs vhost-user", 0)
+        for other, goal in (("ovs-dpdk vhost-user", "goal >= 1x"), ("xvs tap (AF_PACKET)", "goal >= 5x"),
+                            ("ovs tap (system port)", "goal >= 5x")):
+            if by.get(other):
+                print(f"xvs vhost-user / {other}: {v / by[other]:.2f}x ({goal})")
+    vh = [r for r in rows if r.get("kind", "vm-host") == "vm-host"]
+    if vh:
+        print(f"\n{'VM -> host (64 B)':<24}{'VM sent/s':>12}{'delivered/s':>13}")
+        for r in vh:
+            print(f"{r['path']:<24}{r['sent_pps']:>12.0f}{r['delivered_pps']:>13.0f}")
+        by = {r["path"]: r["delivered_pps"] for r in vh}
+        v = by.get("xvs vhost-user", 0)
+        for other in ("ovs-dpdk vhost-user", "xvs tap (AF_PACKET)", "ovs tap (system port)"):
+            if by.get(other):
+                print(f"xvs vhost-user / {other}: {v / by[other]:.2f}x")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--xvs", default=os.environ.get("XVS", "target/release/xvs"))
     ap.add_argument("--secs", type=float, default=3)
+    ap.add_argument("--only-vm2vm", action="store_true", help="only the VM to VM table")
     a = ap.parse_args()
-    report(run(a.xvs, a.secs))
+    report(vm2vm(a.xvs, a.secs) if a.only_vm2vm else run(a.xvs, a.secs))

@@ -5,8 +5,12 @@
 //! owns. [`VhostUserClientPort`] connects to that socket as the vhost-user
 //! *backend in client mode*, built on the rust-vmm crates: `vhost` speaks
 //! the protocol (memory table, vring addresses, kick/call eventfds),
-//! `vhost-user-backend` runs the message loop, `virtio-queue` walks split
-//! virtqueues in the guest memory that `vm-memory` maps.
+//! `vhost-user-backend` runs the message loop, `virtio-queue` keeps each
+//! queue's configuration and position, `vm-memory` maps the guest memory.
+//! The per-packet work on the split virtqueues is this crate's own
+//! (`ring`): the generic accessors of `virtio-queue` and `vm-memory` cost
+//! about two thirds of the poll thread's time per packet between two
+//! vhost-user ports.
 //!
 //! Data path: the port is polled like an AF_XDP queue. `rx_batch` pops
 //! descriptor chains from the guest's transmit queue (virtqueue 1) and

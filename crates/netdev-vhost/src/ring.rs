@@ -131,12 +131,13 @@ impl<'m> Ring<'m> {
     }
 
     fn idx_u16(&self, base: *mut u8, off: usize) -> &AtomicU16 {
-        // SAFETY: `base` is the avail or used ring, translated in `new` for
-        // its whole length (6 + ring entries), so `off` (0, 2, or a slot of
-        // the ring) is inside the mapping, which `map` keeps alive for
-        // 'm. The ring base is 2-aligned (checked in `new`; for the used
-        // ring 4-aligned) and `off` is even, so the u16 is aligned. The
-        // guest changes it concurrently, hence the atomic.
+        // `base` is the avail or used ring, translated in `new` for its
+        // whole length (6 + ring entries), so `off` (0, 2, or a slot of the
+        // ring) is inside the mapping, which `map` keeps alive for 'm. The
+        // ring base is 2-aligned (checked in `new`; for the used ring
+        // 4-aligned) and `off` is even, so the u16 is aligned.
+        // SAFETY: in bounds of a live mapping and aligned; the guest changes
+        // it concurrently, hence the atomic.
         unsafe { AtomicU16::from_ptr(base.add(off).cast()) }
     }
 
@@ -167,10 +168,11 @@ impl<'m> Ring<'m> {
     fn desc(&self, i: u16) -> (u64, u32, u16, u16) {
         let at = 16 * usize::from(i % self.size);
         let mut raw = [0u8; 16];
-        // SAFETY: the descriptor table was translated for 16 * size bytes
-        // and `at + 16` is at most that; `raw` is a local buffer. The guest
-        // may be writing it (it must not, while the chain is ours): we get
-        // some 16 bytes, checked like any guest input below.
+        // The descriptor table was translated for 16 * size bytes and
+        // `at + 16` is at most that; `raw` is a local buffer. The guest may
+        // be writing it (it must not, while the chain is ours): we get some
+        // 16 bytes, checked like any guest input by the callers.
+        // SAFETY: source in bounds of a live mapping, destination local.
         unsafe { std::ptr::copy_nonoverlapping(self.desc.add(at), raw.as_mut_ptr(), 16) };
         (
             u64::from_le_bytes(raw[0..8].try_into().unwrap()),
@@ -215,9 +217,10 @@ impl<'m> Ring<'m> {
         let mut e = [0u8; 8];
         e[..4].copy_from_slice(&u32::from(head).to_le_bytes());
         e[4..].copy_from_slice(&len.to_le_bytes());
-        // SAFETY: the used ring was translated for 6 + 8 * size bytes and
-        // `at + 8` is within it; the driver does not read this entry before
+        // The used ring was translated for 6 + 8 * size bytes and `at + 8`
+        // is within it; the driver does not read this entry before
         // `publish_used` moves the index past it.
+        // SAFETY: destination in bounds of a live mapping, source local.
         unsafe { std::ptr::copy_nonoverlapping(e.as_ptr(), self.used.add(at), 8) };
         self.next_used = self.next_used.wrapping_add(1);
     }
@@ -258,11 +261,13 @@ pub(crate) fn read_segs(segs: &[Seg], mut skip: usize, dst: &mut [u8]) {
             continue;
         }
         let n = (s.len - skip).min(dst.len() - at);
-        // SAFETY: `s` was checked to lie inside a mapped guest region, and
-        // the `GuestMap` it was found in is alive for the batch (callers use
-        // segments only between `Ring::chain` and the end of the batch); `skip + n <= s.len`, and
-        // `dst[at..at + n]` is in bounds. Guest memory is shared, never a
-        // Rust reference, so it cannot overlap `dst`.
+        // `s` was checked to lie inside a mapped guest region, and the
+        // `GuestMap` it was found in is alive for the batch (callers use
+        // segments only between `Ring::chain` and the end of the batch);
+        // `skip + n <= s.len`, and `dst[at..at + n]` is in bounds. Guest
+        // memory is shared, never a Rust reference, so it cannot overlap
+        // `dst`.
+        // SAFETY: both ranges in bounds and live, and disjoint.
         unsafe { std::ptr::copy_nonoverlapping((s.ptr as *const u8).add(skip), dst.as_mut_ptr().add(at), n) };
         at += n;
         skip = 0;
