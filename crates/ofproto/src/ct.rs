@@ -28,6 +28,10 @@ pub struct Frozen {
     pub metadata: u64,
     /// reg0..reg15, two per word (the key's own layout).
     pub regs: [u64; 8],
+    /// Actions frozen with the state (see [`RecircTable::id_with_actions`]):
+    /// 0 for none (the pass resumes with a lookup in `table`), else one
+    /// more than their index.
+    pub actions: u32,
 }
 
 impl Frozen {
@@ -37,7 +41,7 @@ impl Frozen {
         for (i, r) in regs.iter_mut().enumerate() {
             *r = loc::xreg(i).get(key) as u64;
         }
-        Frozen { table, in_port: key.in_port(), metadata: key.metadata(), regs }
+        Frozen { table, in_port: key.in_port(), metadata: key.metadata(), regs, actions: 0 }
     }
 
     /// Writes the frozen state back into a recirculated packet's key.
@@ -50,11 +54,18 @@ impl Frozen {
     }
 }
 
+/// Actions a recirculated pass runs instead of a table lookup: the rest
+/// of each rule the first pass was in (innermost first), and its action
+/// set.
+pub type FrozenActions = (Vec<ofp_types::Frozen>, Vec<ofp_types::Action>);
+
 /// Frozen translation states by recirculation id (id 0 is "not
 /// recirculated"). Shared by every translation of a bridge.
 #[derive(Debug, Default)]
 pub struct RecircTable {
     inner: Mutex<(HashMap<Frozen, u32>, Vec<Frozen>)>,
+    /// Frozen action lists, by their text (their identity), and in order.
+    actions: Mutex<(HashMap<String, u32>, Vec<std::sync::Arc<FrozenActions>>)>,
 }
 
 impl RecircTable {
@@ -68,6 +79,32 @@ impl RecircTable {
         let id = g.1.len() as u32;
         g.0.insert(*state, id);
         id
+    }
+
+    /// The id of `state` with `frozen` to run on resume instead of a
+    /// lookup: Open vSwitch's freezing of the rest of a translation. The
+    /// same actions get the same id, so megaflows stay shared.
+    pub fn id_with_actions(&self, mut state: Frozen, frozen: FrozenActions) -> u32 {
+        let text = format!("{frozen:?}");
+        {
+            let mut g = self.actions.lock().expect("recirc actions");
+            state.actions = match g.0.get(&text) {
+                Some(&n) => n,
+                None => {
+                    g.1.push(std::sync::Arc::new(frozen));
+                    let n = g.1.len() as u32;
+                    g.0.insert(text, n);
+                    n
+                }
+            };
+        }
+        self.id_for(&state)
+    }
+
+    /// The frozen actions of a state (its `actions`), if any.
+    pub fn actions_of(&self, state: &Frozen) -> Option<std::sync::Arc<FrozenActions>> {
+        let g = self.actions.lock().expect("recirc actions");
+        (state.actions as usize).checked_sub(1).and_then(|i| g.1.get(i)).cloned()
     }
 
     /// The state a recirculated packet with `id` resumes from.

@@ -95,6 +95,10 @@ struct Ctx<'a> {
     /// packet-in (action `pause_at`) carries them as its continuation.
     freeze: Option<Vec<ofp_types::Frozen>>,
     pause_at: usize,
+    /// The freeze is not a pause but a recirculation (after `pop_mpls`,
+    /// for a lookup in the middle of a rule): the frozen rest runs when
+    /// the parsed packet comes back.
+    freeze_recirc: bool,
     /// A pop_mpls just ran: the key's L3/L4 fields are unknown until the
     /// datapath parses the popped frame (see the apply loop).
     mpls_popped: bool,
@@ -155,8 +159,13 @@ impl Ofproto {
                 Some(f) => {
                     f.restore(&mut cx.key);
                     let t = f.table;
-                    cx.say(|| format!("resume after recirculation {id:#x} in table {t}"));
-                    cx.do_table(t, true);
+                    if let Some(frozen) = self.recirc.actions_of(&f) {
+                        cx.say(|| format!("resume after recirculation {id:#x}: the frozen actions"));
+                        cx.resume_frozen(&frozen.0, &frozen.1);
+                    } else {
+                        cx.say(|| format!("resume after recirculation {id:#x} in table {t}"));
+                        cx.do_table(t, true);
+                    }
                 }
                 None => cx.say(|| format!("unknown recirculation id {id:#x}: drop")),
             },
@@ -253,6 +262,7 @@ impl<'a> Ctx<'a> {
             nest: 0,
             freeze: None,
             pause_at: 0,
+            freeze_recirc: false,
             mpls_popped: false,
             l3_unparsed: false,
             rule_tail: false,
@@ -519,9 +529,61 @@ impl<'a> Ctx<'a> {
         self.stop = true;
     }
 
-    /// Hands the frozen pipeline to the paused packet-in.
+    /// Stops the walk before `a` (a lookup that must see the popped
+    /// frame): `a` and, as the walk unwinds, the rest of each rule it is in
+    /// are frozen, and the packet recirculates to run them on its parsed
+    /// frame (see `finish_freeze`).
+    fn freeze_to_parse(&mut self, a: Action) {
+        self.commit();
+        self.say(|| format!("  freeze {a} and the rest of the walk, to run on the popped frame"));
+        self.freeze = Some(vec![ofp_types::Frozen { table_id: self.table, cookie: 0, actions: vec![a] }]);
+        self.freeze_recirc = true;
+        self.l3_unparsed = false;
+        self.stop = true;
+    }
+
+    /// Runs frozen rules' rests (a recirculation resuming them), innermost
+    /// first, then the action set if the walk was not stopped.
+    fn resume_frozen(&mut self, frames: &[ofp_types::Frozen], action_set: &[Action]) {
+        self.action_set = action_set.to_vec();
+        for (k, fr) in frames.iter().enumerate() {
+            self.table = fr.table_id;
+            for (i, a) in fr.actions.iter().enumerate() {
+                self.tail = false;
+                self.rule_tail = k + 1 == frames.len() && i + 1 == fr.actions.len();
+                self.do_action(a);
+                if self.stop {
+                    // Frozen again (a pause, another pop): what is left
+                    // here and in the outer frames goes with it.
+                    self.freeze_rest(fr.table_id, fr.cookie, &fr.actions[i + 1..], &[]);
+                    if let Some(f) = self.freeze.as_mut() {
+                        f.extend(frames[k + 1..].iter().cloned());
+                    }
+                    return;
+                }
+                if std::mem::take(&mut self.mpls_popped) && self.rule_tail {
+                    self.say(|| "  (the popped frame is not looked up again)");
+                }
+            }
+        }
+        if !self.action_set.is_empty() {
+            self.execute_action_set();
+        }
+    }
+
+    /// Hands the frozen pipeline to the paused packet-in, or to the
+    /// recirculation that resumes it.
     fn finish_freeze(&mut self) {
         let Some(frames) = self.freeze.take() else { return };
+        if std::mem::take(&mut self.freeze_recirc) {
+            let table = frames.first().map_or(0, |f| f.table_id);
+            let state = crate::ct::Frozen::capture(table, &self.key);
+            let set = std::mem::take(&mut self.action_set);
+            let id = self.of.recirc.id_with_actions(state, (frames, set));
+            self.say(|| format!("  recirculate as {id:#x} to parse the popped frame, resuming the frozen actions"));
+            self.actions.push(DpAction::Recirc(id));
+            return;
+        }
         let cont = ofp_types::Continuation {
             bridge: self.of.continuation_bridge(),
             conntracked: self.key.ct_state() != 0,
@@ -1043,12 +1105,17 @@ impl<'a> Ctx<'a> {
                     return;
                 }
                 let t = table.unwrap_or(self.table);
-                // After a pop_mpls, a resubmit that ends its rule looks the
-                // popped frame up in a second pass, as a goto_table does.
-                // (One in the middle of a rule would need the rest of the
-                // rule frozen too: that lookup still sees no L3 fields.)
-                if self.l3_unparsed && rule_tail && port.is_none() {
-                    self.recirc_to_parse(t);
+                // After a pop_mpls, the lookup needs the popped frame's L3/L4
+                // fields, which only the datapath parses: a resubmit that
+                // ends its rule looks it up in a second pass, as a
+                // goto_table does; any other freezes itself and the rest of
+                // the walk into the recirculation, as Open vSwitch does.
+                if self.l3_unparsed {
+                    if rule_tail && port.is_none() {
+                        self.recirc_to_parse(t);
+                    } else {
+                        self.freeze_to_parse(a.clone());
+                    }
                     return;
                 }
                 let saved = self.key.in_port();

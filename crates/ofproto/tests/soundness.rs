@@ -209,6 +209,47 @@ fn registers_survive_recirculation() {
     assert_eq!(dpif::format_actions(&t3.actions), "drop");
 }
 
+/// pop_mpls, then a resubmit in the middle of the rule: the lookup must see
+/// the popped frame's IP fields, which only the datapath parses. The walk
+/// freezes the resubmit and the rest of the rule into the recirculation (as
+/// Open vSwitch does); the second pass, on the parsed frame, runs them:
+/// table 2 matches nw_dst and sets reg0, and the rest of the rule, after the
+/// resubmit, sees reg0 and outputs.
+#[test]
+fn mid_rule_resubmit_after_pop_mpls_runs_the_rest_on_the_popped_frame() {
+    use dpif::DpAction;
+    let rules: Vec<String> = [
+        "table=0,priority=5,mpls,actions=pop_mpls:0x0800,resubmit(,2),resubmit(,3),load:1->reg1[]",
+        "table=2,priority=5,ip,nw_dst=10.0.0.2,actions=load:7->reg0[]",
+        "table=3,priority=5,reg0=7,actions=output:2",
+        "table=3,priority=4,actions=output:3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let of = bridge(&rules, false).unwrap();
+    let k = flow::Match::parse("in_port=1,mpls,mpls_label=100,mpls_ttl=64").unwrap().key;
+    let t = of.translate_key(&k, 0);
+    let acts = dpif::format_actions(&t.actions);
+    let id = t.actions.iter().find_map(|a| if let DpAction::Recirc(id) = a { Some(*id) } else { None });
+    let id = id.unwrap_or_else(|| panic!("the popped frame recirculates: {acts}"));
+    assert!(acts.starts_with("pop_mpls(eth_type=0x800)"), "{acts}");
+    assert!(!acts.contains(",2") && !acts.contains(",3"), "nothing is output before the second pass: {acts}");
+
+    // The second pass: the datapath parsed the popped frame.
+    let mut k2 = flow::Match::parse("in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2").unwrap().key;
+    k2.set_recirc_id(id);
+    let t2 = of.translate_key(&k2, 0);
+    assert_eq!(dpif::format_actions(&t2.actions), "2", "table 2 saw nw_dst; the rest of the rule ran after it");
+    let mut k3 = flow::Match::parse("in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.9").unwrap().key;
+    k3.set_recirc_id(id);
+    assert_eq!(dpif::format_actions(&of.translate_key(&k3, 0).actions), "3");
+
+    // The same frozen actions, the same id (megaflows stay shared).
+    let t4 = of.translate_key(&k, 0);
+    assert!(t4.actions.contains(&DpAction::Recirc(id)), "{}", dpif::format_actions(&t4.actions));
+}
+
 /// clone runs its actions on a copy: its writes (packet fields and
 /// registers alike) do not reach what follows it. push/pop move values
 /// through the stack; the bits pushed are exact in the megaflow.

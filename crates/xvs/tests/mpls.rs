@@ -68,6 +68,23 @@ fn push_set_and_pop_mpls_on_the_wire() {
     let (ok, out) = sw.ofctl(&["-OOpenFlow13", "mod-flows", "table=1,mpls,actions=pop_mpls:0x0800,resubmit(,2)"]);
     assert!(ok, "{out}");
     assert_eq!(h1.ping(&h2.ip, 3).unwrap(), 3, "{name}: resubmit(,2) after pop_mpls matched the popped frame's nw_dst");
+    // A resubmit in the middle of the rule: table 2 must see the popped
+    // frame, and the rest of the rule (resubmit(,3), which needs the reg0
+    // table 2 set) must run after it.
+    for f in [
+        "table=1,mpls,actions=pop_mpls:0x0800,resubmit(,2),resubmit(,3)",
+        "table=2,ip,nw_dst=10.88.0.2,actions=load:1->NXM_NX_REG0[]",
+    ] {
+        let (ok, out) = sw.ofctl(&["-OOpenFlow13", "mod-flows", f]);
+        assert!(ok, "{name}: mod-flows {f}: {out}");
+    }
+    let (ok, out) = sw.ofctl(&["-OOpenFlow13", "add-flow", "table=3,priority=10,reg0=1,actions=output:2"]);
+    assert!(ok, "{name}: {out}");
+    assert_eq!(
+        h1.ping(&h2.ip, 3).unwrap(),
+        3,
+        "{name}: after pop_mpls, resubmit(,2) then resubmit(,3) in one rule reached table 3 with table 2's reg0"
+    );
 
     // dec_mpls_ttl at TTL 1 drops.
     flows("-OOpenFlow13", "priority=20,ip,in_port=1,actions=push_mpls:0x8847,set_mpls_ttl(1),dec_mpls_ttl,output:2");
