@@ -557,8 +557,19 @@ impl Switch {
         if set.is_err() {
             let _ = netdev_linux::sys::set_mtu(name, old);
         }
-        let dev = ports::open(&p.spec, &sh.bridge, &sh.umems[p.pmd], &sh.patches)
-            .with_context(|| format!("reopening port {name} after its MTU change"))?;
+        // The old program is detached when its last file descriptor goes;
+        // a process forked at that moment (and not yet exec'd) can hold a
+        // copy for a while: the device is busy until then.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let dev = loop {
+            match ports::open(&p.spec, &sh.bridge, &sh.umems[p.pmd], &sh.patches) {
+                Ok(d) => break d,
+                Err(e) if Instant::now() < deadline && e.to_string().contains("os error 16") => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => return Err(e.context(format!("reopening port {name} after its MTU change"))),
+            }
+        };
         let port = Arc::new(Port::new(p.ofport, p.spec.clone(), p.pmd, dev));
         sh.ports.write().expect("ports lock").insert(p.ofport, port);
         sh.ports_gen.fetch_add(1, Ordering::Release);
