@@ -19,6 +19,9 @@ pub(crate) struct Shared {
     pub connects: AtomicU64,
     /// Events (guest kicks) the message loop delivered.
     pub kicks: AtomicU64,
+    /// The frontend accepted `VIRTIO_NET_F_MRG_RXBUF`: a frame to it may
+    /// span several receive buffers. Without it, each must fit one.
+    pub mrg_rxbuf: AtomicBool,
     /// The device's vrings, known from the first event the loop delivers.
     pub vrings: Mutex<Vec<VringRwLock>>,
     pub shutdown: Mutex<Option<ShutdownHandle>>,
@@ -60,6 +63,11 @@ impl VhostUserBackend for NetBackend {
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::MQ
+    }
+
+    fn acked_features(&self, features: u64) {
+        let mrg = features & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0;
+        self.shared.mrg_rxbuf.store(mrg, std::sync::atomic::Ordering::Release);
     }
 
     fn set_event_idx(&self, _enabled: bool) {}

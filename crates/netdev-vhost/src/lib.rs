@@ -90,6 +90,9 @@ pub struct VhostUserClientPort {
     offload_refused: u64,
     /// Call eventfd signals sent to the guest.
     calls: u64,
+    /// Frames to the guest dropped because they fit none of its receive
+    /// buffers (it did not accept mergeable buffers).
+    too_big: u64,
     /// The guest memory, mapped (refreshed with each memory table).
     map: Option<Arc<GuestMap>>,
     /// Scratch for one batch: the buffers of a chain, of the chains a
@@ -162,6 +165,7 @@ impl VhostUserClientPort {
             queues_left: 0,
             offload_refused: 0,
             calls: 0,
+            too_big: 0,
             map: None,
             segs: Vec::new(),
             chain_segs: Vec::new(),
@@ -204,6 +208,12 @@ impl VhostUserClientPort {
     /// (`VRING_AVAIL_F_NO_INTERRUPT`).
     pub fn calls(&self) -> u64 {
         self.calls
+    }
+
+    /// Frames to the guest dropped because none of its receive buffers
+    /// could hold them whole (a guest without mergeable buffers).
+    pub fn too_big(&self) -> u64 {
+        self.too_big
     }
 
     /// Frames dropped because their header asked for GSO/checksum offload.
@@ -549,6 +559,7 @@ impl VhostUserClientPort {
         self.chains.clear();
         self.chain_segs.clear();
         self.plans.clear();
+        let mrg = self.shared.mrg_rxbuf.load(Ordering::Acquire);
         let mut sent_any = false;
         let mut planned = 0;
         for pkt in pkts.iter() {
@@ -557,6 +568,9 @@ impl VhostUserClientPort {
             let (mut got, mut popped) = (0usize, 0u16);
             let mut bad = false;
             while got < need {
+                if popped == 1 && !mrg {
+                    break;
+                }
                 let Some(head) = ring.pop() else { break };
                 popped += 1;
                 match ring.chain(head, true, &mut self.segs) {
@@ -585,6 +599,16 @@ impl VhostUserClientPort {
                 self.stats.tx_dropped += 1;
                 self.plans.push(None);
                 sent_any = true;
+            } else if got < need && popped == 1 && !mrg && self.chains.len() > first {
+                // Without mergeable buffers a frame must fit one chain, and
+                // this one is too big for the guest's: dropped and counted;
+                // the chain goes back for the next frame.
+                ring.unpop(popped);
+                self.chains.truncate(first);
+                self.chain_segs.truncate(first_seg);
+                self.stats.tx_dropped += 1;
+                self.too_big += 1;
+                self.plans.push(None);
             } else if got < need {
                 // No room: give these chains back untouched; this frame and
                 // the rest wait, in order.

@@ -38,7 +38,16 @@ impl Testpmd {
     /// As [`Testpmd::start_queues`]; `server: false` makes testpmd the
     /// vhost-user client of a socket the switch owns (`dpdkvhostuser`).
     pub fn start_mode(sock: &Path, prefix: &str, queues: usize, server: bool) -> Testpmd {
-        let vdev = format!("net_virtio_user0,path={},server={},queues={queues}", sock.display(), server as u8);
+        Testpmd::start_with(sock, prefix, queues, server, "")
+    }
+
+    /// As [`Testpmd::start_mode`], with more `net_virtio_user` device
+    /// arguments (`devargs`, e.g. `mrg_rxbuf=0`).
+    pub fn start_with(sock: &Path, prefix: &str, queues: usize, server: bool, devargs: &str) -> Testpmd {
+        let mut vdev = format!("net_virtio_user0,path={},server={},queues={queues}", sock.display(), server as u8);
+        if !devargs.is_empty() {
+            vdev = format!("{vdev},{devargs}");
+        }
         let (rxq, txq) = (format!("--rxq={queues}"), format!("--txq={queues}"));
         let args = [
             "-l",
@@ -120,6 +129,12 @@ impl Testpmd {
 
     /// `show port stats 0` -> (RX-packets, TX-packets).
     pub fn port_stats(&mut self) -> (u64, u64) {
+        let (rx, _, tx) = self.port_stats_bytes();
+        (rx, tx)
+    }
+
+    /// `show port stats 0` -> (RX-packets, RX-bytes, TX-packets).
+    pub fn port_stats_bytes(&mut self) -> (u64, u64, u64) {
         let from = self.output().len();
         self.cmd("show port stats 0");
         assert!(self.wait_for("Throughput (since last show)", from, 10), "no stats:\n{}", self.diagnostics());
@@ -128,7 +143,7 @@ impl Testpmd {
             let i = o.find(key).unwrap_or_else(|| panic!("{key} missing in {o}")) + key.len();
             o[i..].split_whitespace().next().unwrap().parse().unwrap()
         };
-        (num("RX-packets:"), num("TX-packets:"))
+        (num("RX-packets:"), num("RX-bytes:"), num("TX-packets:"))
     }
 
     pub fn kill(&mut self) {

@@ -202,3 +202,69 @@ fn polling_guest_neither_kicks_nor_is_called() {
     assert!(kicks < 10, "the guest kicked {kicks} times for {rx} frames");
     assert_eq!(calls, 0, "the port signalled a guest that polls");
 }
+
+fn sized(len: usize) -> Packet {
+    let mut f = vec![0u8; len];
+    f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    Packet::from_slice(&f)
+}
+
+/// Waits (bounded) until testpmd has counted `n` more received frames
+/// than `from`; returns its (packets, bytes) then.
+fn received(pmd: &mut Testpmd, from: (u64, u64), n: u64) -> (u64, u64) {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (p, b, _) = pmd.port_stats_bytes();
+        if p >= from.0 + n || Instant::now() > end {
+            return (p - from.0, b - from.1);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A frame larger than one receive buffer (testpmd's are 2 KiB): a guest
+/// that accepted mergeable buffers gets it whole, spread over several (one
+/// packet of the full length); one that did not (`mrg_rxbuf=0`) cannot
+/// take it, so it is dropped and counted, and the frames after it arrive.
+#[test]
+fn frames_larger_than_a_buffer_follow_the_mergeable_feature() {
+    if !usable() {
+        return;
+    }
+    let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
+    for (mrg, devargs) in [(true, ""), (false, "mrg_rxbuf=0")] {
+        let sock = sock_path(if mrg { "mrg1" } else { "mrg0" });
+        let mut pmd = Testpmd::start_with(&sock, &format!("xvsvh-mrg{}", mrg as u8), 1, true, devargs);
+        let mut port = VhostUserClientPort::new("vh-mrg", &sock).unwrap();
+        assert!(
+            pmd.wait_for("testpmd>", 0, 20),
+            "testpmd did not start ({}):\n{}",
+            port.last_error(),
+            pmd.diagnostics()
+        );
+        wait_connected(&port, &pmd, 10);
+        // The port learns the queues from the guest's first kick.
+        exchange(&mut port, &mut pmd, devargs);
+        pmd.cmd("set fwd rxonly");
+        pmd.cmd("start");
+        std::thread::sleep(Duration::from_millis(200));
+        let (p0, b0, _) = pmd.port_stats_bytes();
+        let dropped = port.stats().tx_dropped;
+        port.tx_batch(&mut vec![sized(3000), sized(100)]).unwrap();
+        if mrg {
+            let (p, b) = received(&mut pmd, (p0, b0), 2);
+            eprintln!("mergeable: testpmd received {p} frames, {b} bytes");
+            assert_eq!((p, b), (2, 3100), "both frames arrive whole");
+            assert_eq!(port.too_big(), 0);
+        } else {
+            let (p, b) = received(&mut pmd, (p0, b0), 1);
+            eprintln!("not mergeable: testpmd received {p} frames, {b} bytes; port too_big {}", port.too_big());
+            assert_eq!((p, b), (1, 100), "only the frame that fits one buffer arrives");
+            assert_eq!(port.too_big(), 1);
+            assert_eq!(port.stats().tx_dropped, dropped + 1);
+        }
+        pmd.cmd("stop");
+    }
+}
