@@ -108,15 +108,19 @@ impl<'m> Ring<'m> {
             return None;
         }
         let n = u64::from(size);
-        let (d, a, u) = (q.desc_table(), q.avail_ring(), q.used_ring());
-        if d % 16 != 0 || a % 2 != 0 || u % 4 != 0 {
+        let desc = map.host(q.desc_table(), 16 * n)?;
+        let avail = map.host(q.avail_ring(), 6 + 2 * n)?;
+        let used = map.host(q.used_ring(), 6 + 8 * n)?;
+        // The host addresses, not only the guest's: a memory table may map
+        // a region at any offset.
+        if desc as usize % 16 != 0 || avail as usize % 2 != 0 || used as usize % 4 != 0 {
             return None;
         }
         Some(Ring {
             map,
-            desc: map.host(d, 16 * n)?,
-            avail: map.host(a, 6 + 2 * n)?,
-            used: map.host(u, 6 + 8 * n)?,
+            desc,
+            avail,
+            used,
             size,
             next_avail: q.next_avail(),
             next_used: q.next_used(),
