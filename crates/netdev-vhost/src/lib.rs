@@ -408,7 +408,13 @@ impl Netdev for VhostUserClientPort {
             xdp_mode: String::new(),
             n_rxq: MAX_QUEUE_PAIRS,
             detail: if self.is_connected() {
-                format!("connected queue_pairs={pairs} rxq_packets={} tx_retries={}", rxq.join(","), self.tx_retries)
+                format!(
+                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={}",
+                    rxq.join(","),
+                    self.tx_retries,
+                    self.too_big,
+                    self.offload_refused
+                )
             } else {
                 "link down".into()
             },
