@@ -30,7 +30,7 @@ least OVS-DPDK's vhost pps).
 Run through run.py (`./bench.sh --only vm`) or alone as root:
 python3 bench/vmports.py [--xvs target/release/xvs] [--secs 3].
 """
-import argparse, os, re, shutil, signal, subprocess, tempfile, time
+import argparse, contextlib, os, re, shutil, signal, subprocess, tempfile, time
 
 NS, SP = "xbvm-sink", "xbvm-s"
 TAP = "xbvmtap0"
@@ -195,30 +195,25 @@ def ovs_switch(vm_port, ports=None, flows=None, dpdk=False, pmd_mask="0x2"):
     return stop
 
 
-def case(label, secs, vdev, start_switch, switch_first):
-    """One path: returns (sent pps, delivered pps)."""
-    topo()
+@contextlib.contextmanager
+def running(label, vdev, start_switch, switch_first, prefix, **testpmd_args):
+    """testpmd (the VM) and the switch, started in the order the path needs
+    (testpmd as a vhost-user server waits for the switch to connect; a tap
+    device exists only once testpmd made it), and stopped afterwards."""
     pmd, stop = None, None
     try:
         if switch_first:
             stop = start_switch()
-            pmd = Testpmd(vdev, "xbvm")
+            pmd = Testpmd(vdev, prefix, **testpmd_args)
         else:
-            pmd = Testpmd(vdev, "xbvm")
+            pmd = Testpmd(vdev, prefix, **testpmd_args)
             if not pmd.wait_prompt():
                 raise RuntimeError(f"{label}: testpmd did not start:\n{pmd.text()[-2000:]}")
             stop = start_switch()
         if not pmd.wait_prompt():
             raise RuntimeError(f"{label}: testpmd did not start:\n{pmd.text()[-2000:]}")
         time.sleep(2)
-        r0, t0 = sink_rx(), pmd.tx_packets()
-        pmd.cmd("set fwd txonly")
-        pmd.cmd("start")
-        time.sleep(secs)
-        pmd.cmd("stop")
-        time.sleep(0.5)
-        sent, got = pmd.tx_packets() - t0, sink_rx() - r0
-        return sent / secs, got / secs
+        yield pmd
     finally:
         if pmd:
             pmd.stop()
@@ -227,23 +222,26 @@ def case(label, secs, vdev, start_switch, switch_first):
         cleanup()
 
 
+def case(label, secs, vdev, start_switch, switch_first):
+    """VM to host: returns (sent pps, delivered pps)."""
+    topo()
+    with running(label, vdev, start_switch, switch_first, "xbvm") as pmd:
+        r0, t0 = sink_rx(), pmd.tx_packets()
+        pmd.cmd("set fwd txonly")
+        pmd.cmd("start")
+        time.sleep(secs)
+        pmd.cmd("stop")
+        time.sleep(0.5)
+        sent, got = pmd.tx_packets() - t0, sink_rx() - r0
+        return sent / secs, got / secs
+
+
 def vm2vm_case(label, secs, vdevs, start_switch, switch_first):
     """VM to VM: returns frames testpmd received per second, both vNICs."""
     cleanup()
-    pmd, stop = None, None
-    try:
-        lcores = ("--lcores", "(0,1)@0")  # testpmd wholly on CPU 0
-        if switch_first:
-            stop = start_switch()
-            pmd = Testpmd(vdevs, "xbvv", lcores, mbufs=16384)
-        else:
-            pmd = Testpmd(vdevs, "xbvv", lcores, mbufs=16384)
-            if not pmd.wait_prompt():
-                raise RuntimeError(f"{label}: testpmd did not start:\n{pmd.text()[-2000:]}")
-            stop = start_switch()
-        if not pmd.wait_prompt():
-            raise RuntimeError(f"{label}: testpmd did not start:\n{pmd.text()[-2000:]}")
-        time.sleep(2)
+    # testpmd wholly on CPU 0.
+    with running(label, vdevs, start_switch, switch_first, "xbvv", lcores=("--lcores", "(0,1)@0"),
+                 mbufs=16384) as pmd:
         pmd.cmd("set fwd flowgen")
         pmd.cmd("start")
         time.sleep(1)
@@ -254,12 +252,6 @@ def vm2vm_case(label, secs, vdevs, start_switch, switch_first):
         r1 = pmd.rx_all()
         pmd.cmd("stop")
         return (r1 - r0) / (t1 - t0)
-    finally:
-        if pmd:
-            pmd.stop()
-        if stop:
-            stop()
-        cleanup()
 
 
 def vm2vm(xvs, secs=3, log=print):
