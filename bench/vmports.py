@@ -308,28 +308,30 @@ def run(xvs, secs=3, log=print):
     return out
 
 
+def ratios(rows, goals):
+    """xvs vhost-user's delivered pps over each other path's, with the
+    issue's goal where it sets one."""
+    by = {r["path"]: r["delivered_pps"] for r in rows}
+    v = by.get("xvs vhost-user", 0)
+    for other, goal in goals:
+        if by.get(other):
+            print(f"xvs vhost-user / {other}: {v / by[other]:.2f}x" + (f" ({goal})" if goal else ""))
+
+
 def report(rows):
     vv = [r for r in rows if r.get("kind") == "vm-vm"]
     if vv:
         print(f"\n{'VM <-> VM (64 B)':<24}{'received/s':>13}")
         for r in vv:
             print(f"{r['path']:<24}{r['delivered_pps']:>13.0f}")
-        by = {r["path"]: r["delivered_pps"] for r in vv}
-        v = by.get("xvs vhost-user", 0)
-        for other, goal in (("ovs-dpdk vhost-user", "goal >= 1x"), ("xvs tap (AF_PACKET)", "goal >= 5x"),
-                            ("ovs tap (system port)", "goal >= 5x")):
-            if by.get(other):
-                print(f"xvs vhost-user / {other}: {v / by[other]:.2f}x ({goal})")
+        ratios(vv, (("ovs-dpdk vhost-user", "goal >= 1x"), ("xvs tap (AF_PACKET)", "goal >= 5x"),
+                    ("ovs tap (system port)", "goal >= 5x")))
     vh = [r for r in rows if r.get("kind", "vm-host") == "vm-host"]
     if vh:
         print(f"\n{'VM -> host (64 B)':<24}{'VM sent/s':>12}{'delivered/s':>13}")
         for r in vh:
             print(f"{r['path']:<24}{r['sent_pps']:>12.0f}{r['delivered_pps']:>13.0f}")
-        by = {r["path"]: r["delivered_pps"] for r in vh}
-        v = by.get("xvs vhost-user", 0)
-        for other in ("ovs-dpdk vhost-user", "xvs tap (AF_PACKET)", "ovs tap (system port)"):
-            if by.get(other):
-                print(f"xvs vhost-user / {other}: {v / by[other]:.2f}x")
+        ratios(vh, (("ovs-dpdk vhost-user", None), ("xvs tap (AF_PACKET)", None), ("ovs tap (system port)", None)))
 
 
 if __name__ == "__main__":
