@@ -605,7 +605,7 @@ impl VhostUserClientPort {
                 self.stats.tx_dropped += 1;
                 self.plans.push(None);
                 sent_any = true;
-            } else if got < need && popped == 1 && !mrg && self.chains.len() > first {
+            } else if got < need && popped == 1 && !mrg {
                 // Without mergeable buffers a frame must fit one chain, and
                 // this one is too big for the guest's: dropped and counted;
                 // the chain goes back for the next frame.

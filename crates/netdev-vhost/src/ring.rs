@@ -113,7 +113,10 @@ impl<'m> Ring<'m> {
         let used = map.host(q.used_ring(), 6 + 8 * n)?;
         // The host addresses, not only the guest's: a memory table may map
         // a region at any offset.
-        if desc as usize % 16 != 0 || avail as usize % 2 != 0 || used as usize % 4 != 0 {
+        if !(desc as usize).is_multiple_of(16)
+            || !(avail as usize).is_multiple_of(2)
+            || !(used as usize).is_multiple_of(4)
+        {
             return None;
         }
         Some(Ring {

@@ -26,6 +26,16 @@ fn wait_connected(port: &VhostUserClientPort, pmd: &Testpmd, secs: u64) {
     }
 }
 
+/// testpmd (`devargs` added to its vdev) owning `sock`, and a port
+/// connected to it.
+fn connected(sock: &Path, prefix: &str, name: &str, devargs: &str) -> (Testpmd, VhostUserClientPort) {
+    let pmd = Testpmd::start_with(sock, prefix, 1, true, devargs);
+    let port = VhostUserClientPort::new(name, sock).unwrap();
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.diagnostics());
+    wait_connected(&port, &pmd, 10);
+    (pmd, port)
+}
+
 /// Polls the port for `dur`, counting what it receives.
 fn receive_for(port: &mut VhostUserClientPort, dur: Duration) -> u64 {
     let end = Instant::now() + dur;
@@ -41,13 +51,18 @@ fn receive_for(port: &mut VhostUserClientPort, dur: Duration) -> u64 {
     got
 }
 
-fn frame(i: u32) -> Packet {
-    let mut f = vec![0u8; 64];
+fn sized(len: usize) -> Packet {
+    let mut f = vec![0u8; len];
     f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
     f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
     f[12..14].copy_from_slice(&[0x88, 0xb5]);
-    f[14..18].copy_from_slice(&i.to_be_bytes());
     Packet::from_slice(&f)
+}
+
+fn frame(i: u32) -> Packet {
+    let mut p = sized(64);
+    p.data_mut()[14..18].copy_from_slice(&i.to_be_bytes());
+    p
 }
 
 /// Sends `n` frames; a frame the guest had no free receive buffer for is
@@ -126,10 +141,7 @@ fn vhost_testpmd_both_directions() {
     }
     let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
     let sock = sock_path("both");
-    let mut pmd = Testpmd::start(&sock, "xvsvh-both");
-    let mut port = VhostUserClientPort::new("vh-both", &sock).unwrap();
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.diagnostics());
-    wait_connected(&port, &pmd, 10);
+    let (mut pmd, mut port) = connected(&sock, "xvsvh-both", "vh-both", "");
     exchange(&mut port, &mut pmd, "both");
     assert_eq!(port.offload_refused(), 0);
 }
@@ -141,10 +153,7 @@ fn vhost_testpmd_reconnect() {
     }
     let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
     let sock = sock_path("reconn");
-    let mut pmd = Testpmd::start(&sock, "xvsvh-reconn");
-    let mut port = VhostUserClientPort::new("vh-reconn", &sock).unwrap();
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.diagnostics());
-    wait_connected(&port, &pmd, 10);
+    let (mut pmd, mut port) = connected(&sock, "xvsvh-reconn", "vh-reconn", "");
     exchange(&mut port, &mut pmd, "first");
 
     pmd.kill();
@@ -186,10 +195,7 @@ fn polling_guest_neither_kicks_nor_is_called() {
     }
     let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
     let sock = sock_path("nokick");
-    let mut pmd = Testpmd::start(&sock, "xvsvh-nokick");
-    let mut port = VhostUserClientPort::new("vh-nokick", &sock).unwrap();
-    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start ({}):\n{}", port.last_error(), pmd.diagnostics());
-    wait_connected(&port, &pmd, 10);
+    let (mut pmd, mut port) = connected(&sock, "xvsvh-nokick", "vh-nokick", "");
     // The first exchange lets the port see (and quieten) the queues.
     exchange(&mut port, &mut pmd, "warm-up");
 
@@ -201,14 +207,6 @@ fn polling_guest_neither_kicks_nor_is_called() {
     assert!(rx > 1000 && tx >= 1000, "too little traffic to tell: {rx} received, {tx} sent");
     assert!(kicks < 10, "the guest kicked {kicks} times for {rx} frames");
     assert_eq!(calls, 0, "the port signalled a guest that polls");
-}
-
-fn sized(len: usize) -> Packet {
-    let mut f = vec![0u8; len];
-    f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
-    f[12..14].copy_from_slice(&[0x88, 0xb5]);
-    Packet::from_slice(&f)
 }
 
 /// Waits (bounded) until testpmd has counted `n` more received frames
@@ -236,15 +234,7 @@ fn frames_larger_than_a_buffer_follow_the_mergeable_feature() {
     let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
     for (mrg, devargs) in [(true, ""), (false, "mrg_rxbuf=0")] {
         let sock = sock_path(if mrg { "mrg1" } else { "mrg0" });
-        let mut pmd = Testpmd::start_with(&sock, &format!("xvsvh-mrg{}", mrg as u8), 1, true, devargs);
-        let mut port = VhostUserClientPort::new("vh-mrg", &sock).unwrap();
-        assert!(
-            pmd.wait_for("testpmd>", 0, 20),
-            "testpmd did not start ({}):\n{}",
-            port.last_error(),
-            pmd.diagnostics()
-        );
-        wait_connected(&port, &pmd, 10);
+        let (mut pmd, mut port) = connected(&sock, &format!("xvsvh-mrg{}", mrg as u8), "vh-mrg", devargs);
         // The port learns the queues from the guest's first kick.
         exchange(&mut port, &mut pmd, devargs);
         pmd.cmd("set fwd rxonly");
