@@ -454,7 +454,7 @@ impl Netdev for VhostUserClientPort {
             ring.push_used(head, 0);
             match total {
                 Some(t) if (HDR_LEN..=MAX_FRAME + HDR_LEN).contains(&t) => {
-                    ring::prefetch_for_read(&self.segs[0]);
+                    ring::prefetch_segs(&self.segs, t.min(ring::PREFETCH_BYTES), false);
                     self.chain_segs.extend_from_slice(&self.segs);
                     self.chains.push((head, t, from));
                 }
@@ -627,8 +627,9 @@ impl VhostUserClientPort {
             }
             planned += 1;
         }
-        for &(_, _, from) in &self.chains {
-            ring::prefetch_for_write(&self.chain_segs[from]);
+        for (k, &(_, take, from)) in self.chains.iter().enumerate() {
+            let to = self.chains.get(k + 1).map_or(self.chain_segs.len(), |c| c.2);
+            ring::prefetch_segs(&self.chain_segs[from..to], take.min(ring::PREFETCH_BYTES), true);
         }
         for (pkt, plan) in pkts[..planned].iter().zip(&self.plans) {
             let Some((c0, c1)) = *plan else { continue };
