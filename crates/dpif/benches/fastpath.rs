@@ -46,9 +46,9 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("fastpath");
     g.throughput(Throughput::Elements(1));
 
-    // Extraction + EMC hit.
+    // Extraction + EMC hit (the port hint off).
     let up = Masks(Cell::new(0));
-    let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: 1, ..PmdConfig::default() });
+    let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: 1, port_hint: false, ..PmdConfig::default() });
     let f = frame(0x0a00_0002);
     let (k, _, _) = flow::extract(&f, 1);
     assert_eq!((k.nw_dst(), k.tp_dst()), (0x0a00_0002, 53), "extraction parses the UDP frame");
@@ -61,6 +61,45 @@ fn bench(c: &mut Criterion) {
             black_box(pmd.actions_for_key(&key, &up, 0).len())
         })
     });
+
+    // EMC hits over 4,096 flows (one megaflow), the port hint off: the
+    // entries do not all stay in the L1/L2 caches, as in a real run.
+    let up = Masks(Cell::new(0));
+    let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: 1, port_hint: false, ..PmdConfig::default() });
+    let keys: Vec<FlowKey> = (0..4096u32)
+        .map(|i| {
+            let f = Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .l3(L3::ipv4(0x0a00_0000 + i, 0x0a00_0002))
+                .l4(L4::Udp { src: 1000 + i as u16, dst: 53 })
+                .pad_to(64)
+                .build();
+            flow::extract(&f, 1).0
+        })
+        .collect();
+    for k in &keys {
+        pmd.actions_for_key(k, &up, 0);
+        pmd.actions_for_key(k, &up, 0);
+    }
+    let emc0 = pmd.stats().emc_hits;
+    let mut i = 0;
+    g.bench_function("emc_hit_4096_flows", |b| {
+        b.iter(|| {
+            i = (i + 1) & 4095;
+            black_box(pmd.actions_for_key(black_box(&keys[i]), &up, 0).len())
+        })
+    });
+    assert!(pmd.stats().emc_hits - emc0 > 0 && pmd.stats().upcalls == 1, "EMC hits after one upcall");
+
+    // The same 4,096 flows with the port hint on: one masked compare.
+    let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: 1, ..PmdConfig::default() });
+    pmd.actions_for_key(&keys[0], &up, 0);
+    g.bench_function("port_hint_hit_4096_flows", |b| {
+        b.iter(|| {
+            i = (i + 1) & 4095;
+            black_box(pmd.actions_for_key(black_box(&keys[i]), &up, 0).len())
+        })
+    });
+    assert!(pmd.stats().simple_hits > 0 && pmd.stats().emc_hits == 0, "served by the port hint");
 
     // Megaflow lookups, EMC off, with N subtables; the hit is in the last one.
     for n in [1u32, 10, 50] {

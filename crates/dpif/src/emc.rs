@@ -91,3 +91,56 @@ impl Emc {
         self.len() == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(words: &[(usize, u64)]) -> FlowKey {
+        let mut k = FlowKey::ZERO;
+        for &(i, v) in words {
+            k.w[i] = v;
+        }
+        k
+    }
+
+    #[test]
+    fn finds_exactly_the_key_it_holds() {
+        let mut emc = Emc::default();
+        let k = key(&[(0, 1), (5, 0xdead), (17, 7), (flow::key::WORDS - 1, u64::MAX)]);
+        emc.insert(&k, k.hash(), 3, 9);
+        assert_eq!(emc.lookup(&k, k.hash()), Some((3, 9)));
+        // Each word changed alone, even under the same hash (and a hash
+        // that differs only in bit 0, which the tag cannot tell apart).
+        for i in 0..flow::key::WORDS {
+            let mut o = k;
+            o.w[i] ^= 1 << (i % 64);
+            assert_eq!(emc.lookup(&o, k.hash()), None, "word {i}");
+            assert_eq!(emc.lookup(&o, k.hash() ^ 1), None, "word {i}");
+        }
+        assert_eq!(emc.len(), 1);
+    }
+
+    #[test]
+    fn reinsert_updates_collisions_replace_and_clear_empties() {
+        let mut emc = Emc::default();
+        let k = key(&[(2, 42)]);
+        emc.insert(&k, k.hash(), 1, 1);
+        emc.insert(&k, k.hash(), 1, 2);
+        assert_eq!(emc.lookup(&k, k.hash()), Some((1, 2)));
+        assert_eq!(emc.len(), 1);
+        // Three keys on the same two ways (forced hash): the newest two
+        // stay, each found with its own megaflow.
+        let h = k.hash();
+        let (k2, k3) = (key(&[(2, 43)]), key(&[(2, 44)]));
+        emc.insert(&k2, h, 2, 1);
+        emc.insert(&k3, h, 3, 1);
+        assert_eq!(emc.len(), 2);
+        assert_eq!(emc.lookup(&k3, h), Some((3, 1)));
+        let left = [emc.lookup(&k, h), emc.lookup(&k2, h)];
+        assert_eq!(left.iter().filter(|x| x.is_some()).count(), 1, "{left:?}");
+        emc.clear();
+        assert!(emc.is_empty());
+        assert_eq!(emc.lookup(&k3, h), None);
+    }
+}

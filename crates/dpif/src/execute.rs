@@ -84,7 +84,8 @@ fn attach_tunnel(pkt: &mut Packet, key: &FlowKey) {
     let t = flow::key::TNL_WORDS.map(|w| key.w[w]);
     match &mut pkt.tnl {
         Some(b) => **b = t,
-        None if t != [0; flow::key::N_TNL] => pkt.tnl = Some(Box::new(t)),
+        // An OR over the words, not `!= [0; N]`: that calls memcmp.
+        None if t.iter().fold(0, |a, &w| a | w) != 0 => pkt.tnl = Some(Box::new(t)),
         None => {}
     }
 }

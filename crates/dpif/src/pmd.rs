@@ -30,6 +30,11 @@ pub struct PmdConfig {
     /// in software before any other action, and for ports that cannot
     /// ([`crate::Sink::csum_offload`]). Off: completed on arrival.
     pub csum_offload: bool,
+    /// Check a fresh packet first against the megaflow its input port's
+    /// last packet used (see `Pmd::port_hint`). Off: every packet goes
+    /// through the EMC and the megaflow classifier (tests of those turn
+    /// it off).
+    pub port_hint: bool,
 }
 
 impl Default for PmdConfig {
@@ -40,6 +45,7 @@ impl Default for PmdConfig {
             max_idle_ms: 10_000,
             deferred_limit: 2048,
             csum_offload: true,
+            port_hint: true,
         }
     }
 }
@@ -49,6 +55,9 @@ impl Default for PmdConfig {
 pub struct PmdStats {
     /// Packets that parsed and entered the caches.
     pub packets: u64,
+    /// Packets served by their input port's last megaflow
+    /// ([`Pmd`]'s port hint), OVS's "simple match hits".
+    pub simple_hits: u64,
     pub emc_hits: u64,
     pub megaflow_hits: u64,
     /// Cache misses translated by the slow path.
@@ -202,6 +211,16 @@ pub struct Pmd {
     /// Per slot: bumped whenever the slot is freed, so EMC entries naming
     /// an old occupant are recognized.
     slot_version: Vec<u32>,
+    /// Per input port (index), the (slot, version) of the megaflow its
+    /// last fresh packet (recirc_id 0) used. A packet from the port is
+    /// checked against that megaflow's match first: one masked compare,
+    /// no hash and no cache line of the EMC. A port whose frames all hit
+    /// one megaflow (`in_port=1,actions=output:2`, a VM talking to one
+    /// peer) never reaches the EMC. Any megaflow a key matches is valid
+    /// for it, so the hint can only be right or miss; a miss costs the
+    /// compare and updates the hint. OVS's "simple match" serves the
+    /// in_port-only case of this with a table of its own.
+    port_hint: Vec<(u32, u32)>,
     free: Vec<u32>,
     n_flows: usize,
     generation: u64,
@@ -236,6 +255,9 @@ const EVICT_IDLE_MS: u64 = 100;
 /// Capacity of the recent-key ring, and how often a packet is sampled.
 const SAMPLES: usize = 256;
 const SAMPLE_EVERY: u32 = 16;
+/// Ports numbered from this on get no port hint (the hints are a vector
+/// indexed by port number; OpenFlow port numbers are small in practice).
+const MAX_HINT_PORTS: usize = 4096;
 
 /// The outcome of [`Pmd::validate`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -279,6 +301,7 @@ impl Pmd {
             // the whole table to a bigger allocation.
             flows: Vec::with_capacity(cap),
             slot_version: Vec::with_capacity(cap),
+            port_hint: Vec::new(),
             free: Vec::new(),
             n_flows: 0,
             generation: 0,
@@ -560,12 +583,25 @@ impl Pmd {
 
     fn lookup(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Found {
         // With the EMC off (0) the full-key hash is not needed at all.
+        let hint = self.hint_index(key);
+        if let Some(h) = hint {
+            if let Some(&(slot, ver)) = self.port_hint.get(h) {
+                if self.slot_version.get(slot as usize) == Some(&ver)
+                    && self.flows[slot as usize].as_ref().is_some_and(|f| f.m.matches(key))
+                    && self.validate(slot, upcall) == Validity::Valid
+                {
+                    self.stats.simple_hits += 1;
+                    return Found::Flow(slot);
+                }
+            }
+        }
         let hash = if self.cfg.emc_insert_inv_prob > 0 { key.hash() } else { 0 };
         if self.cfg.emc_insert_inv_prob > 0 {
             if let Some((slot, ver)) = self.emc.lookup(key, hash) {
                 if self.slot_version.get(slot as usize) == Some(&ver) && self.validate(slot, upcall) == Validity::Valid
                 {
                     self.stats.emc_hits += 1;
+                    self.set_hint(hint, slot);
                     return Found::Flow(slot);
                 }
             }
@@ -583,6 +619,7 @@ impl Pmd {
                     self.stats.megaflow_probes += probes;
                     self.stats.megaflow_hits += 1;
                     self.emc_maybe_insert(key, hash, slot);
+                    self.set_hint(hint, slot);
                     return Found::Flow(slot);
                 }
                 Validity::Removed => continue,
@@ -606,8 +643,27 @@ impl Pmd {
         }
         let slot = self.install(key, t, now_ms);
         self.emc_maybe_insert(key, hash, slot);
+        self.set_hint(hint, slot);
         self.count_upcall(t0);
         Found::Flow(slot)
+    }
+
+    /// The port hint `key` may use: fresh packets (recirc_id 0) of ports
+    /// numbered below [`MAX_HINT_PORTS`].
+    #[inline]
+    fn hint_index(&self, key: &FlowKey) -> Option<usize> {
+        use flow::key::loc::{IN_PORT, RECIRC_ID};
+        let (port, recirc) = (IN_PORT.get(key), RECIRC_ID.get(key));
+        (self.cfg.port_hint && recirc == 0 && port < MAX_HINT_PORTS as u128).then_some(port as usize)
+    }
+
+    #[inline]
+    fn set_hint(&mut self, hint: Option<usize>, slot: u32) {
+        let Some(h) = hint else { return };
+        if h >= self.port_hint.len() {
+            self.port_hint.resize(h + 1, (u32::MAX, 0));
+        }
+        self.port_hint[h] = (slot, self.slot_version[slot as usize]);
     }
 
     /// Adds an upcall that started at `t0` to the latency counters.

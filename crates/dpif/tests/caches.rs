@@ -14,8 +14,10 @@ use wire::build::Frame;
 const A: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const B: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
+/// A poll thread with the EMC at `emc` (1 in N insertions) and no port
+/// hint, so that every lookup exercises the EMC and the classifier.
 fn pmd(emc: u32) -> Pmd {
-    Pmd::new(PmdConfig { emc_insert_inv_prob: emc, ..PmdConfig::default() })
+    Pmd::new(PmdConfig { emc_insert_inv_prob: emc, port_hint: false, ..PmdConfig::default() })
 }
 
 fn udp_frame(src: u32, dst: u32, dport: u16) -> Vec<u8> {
@@ -39,6 +41,47 @@ fn emc_hit_after_insertion() {
     assert_eq!((st.upcalls, st.megaflow_hits, st.emc_hits), (1, 1, 2));
     assert_eq!(p.n_megaflows(), 1);
     assert_eq!(m.calls.get(), 1);
+}
+
+#[test]
+fn port_hint_serves_a_ports_megaflow_and_follows_changes() {
+    let mut m = Model::new();
+    m.add(10, "in_port=1", out(2));
+    m.add(10, "in_port=3,udp,nw_dst=10.0.0.2", out(4));
+    m.add(5, "in_port=3", out(5));
+    let mut p = Pmd::new(PmdConfig::default());
+    p.set_generation(m.generation);
+    // Port 1: one megaflow for every key; after the first packet's upcall
+    // each other key is served by the hint, never reaching the EMC.
+    for i in 0..50 {
+        let k = udp_key(1, 0x0a00_0000 + i, 0x0b00_0000 + i, 53);
+        assert_eq!(&*p.actions_for_key(&k, &m, 0), &out(2)[..]);
+    }
+    let st = p.stats();
+    assert_eq!((st.upcalls, st.simple_hits, st.emc_hits, st.megaflow_hits), (1, 49, 0, 0));
+    // Port 3: two megaflows; alternating keys miss the hint and are found
+    // by the caches, each with its own actions.
+    for i in 0..20u32 {
+        let dst = if i % 2 == 0 { 0x0a00_0002 } else { 0x0a00_0003 };
+        let k = udp_key(3, 0x0a00_0001, dst, 53);
+        let want = if i % 2 == 0 { out(4) } else { out(5) };
+        assert_eq!(&*p.actions_for_key(&k, &m, 0), &want[..], "packet {i}");
+    }
+    assert_eq!(p.stats().simple_hits, 49, "the hint never matched an alternating key");
+    // A rule change: the hinted megaflow is revalidated and, its actions
+    // changed, removed; the next packet gets the new actions.
+    m.set_actions(0, out(7));
+    p.set_generation(m.generation);
+    let k = udp_key(1, 0x0a00_0001, 0x0b00_0001, 53);
+    assert_eq!(&*p.actions_for_key(&k, &m, 0), &out(7)[..]);
+    assert_eq!(&*p.actions_for_key(&udp_key(1, 9, 9, 9), &m, 0), &out(7)[..]);
+    assert_eq!(p.stats().simple_hits, 50);
+    // Recirculated keys never use the hint of their port.
+    let mut r = udp_key(1, 0x0a00_0001, 0x0b00_0001, 53);
+    r.set_recirc_id(5);
+    let before = p.stats().simple_hits;
+    p.actions_for_key(&r, &m, 0);
+    assert_eq!(p.stats().simple_hits, before);
 }
 
 /// EMC hits on a second pass over many distinct keys, all under one
@@ -363,7 +406,7 @@ fn dummy_ports_end_to_end() {
     assert_eq!(h_tx.take_sent().len(), 40);
     let st = p.stats();
     assert_eq!(st.packets, 40);
-    assert_eq!(st.upcalls + st.megaflow_hits + st.emc_hits, 40);
+    assert_eq!(st.upcalls + st.megaflow_hits + st.emc_hits + st.simple_hits, 40);
     assert_eq!(st.drops_by_reason().iter().find(|d| d.0 == "drop_rx_runt").unwrap().1, 1);
 }
 
@@ -522,13 +565,16 @@ mod property {
                  0u8..8),
                 1..12),
             emc in prop_oneof![Just(1u32), Just(0u32), Just(3u32), Just(100u32)],
+            hint in any::<bool>(),
         ) {
             let mut m = Model::new();
             for r in &rules {
                 let (prio, mt, acts) = to_rule(r);
                 m.add_match(prio, mt, acts);
             }
-            let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: emc, max_idle_ms: 3, ..PmdConfig::default() });
+            let mut pmd = Pmd::new(PmdConfig {
+                emc_insert_inv_prob: emc, max_idle_ms: 3, port_hint: hint, ..PmdConfig::default()
+            });
             let mut idx = 0u32;
             for (now, (changes, pkts, extra)) in rounds.iter().enumerate() {
                 let now = now as u64;
@@ -572,7 +618,7 @@ mod property {
             }
             let st = pmd.stats();
             // Recirculated packets are looked up more than once.
-            prop_assert!(st.emc_hits + st.megaflow_hits + st.upcalls >= st.packets);
+            prop_assert!(st.simple_hits + st.emc_hits + st.megaflow_hits + st.upcalls >= st.packets);
         }
 
         /// The same with the slow path busy in some rounds (a writer holds
@@ -591,13 +637,14 @@ mod property {
                  any::<bool>()),
                 1..12),
             emc in prop_oneof![Just(1u32), Just(0u32), Just(100u32)],
+            hint in any::<bool>(),
         ) {
             let mut m = Model::new();
             for r in &rules {
                 let (prio, mt, acts) = to_rule(r);
                 m.add_match(prio, mt, acts);
             }
-            let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: emc, ..PmdConfig::default() });
+            let mut pmd = Pmd::new(PmdConfig { emc_insert_inv_prob: emc, port_hint: hint, ..PmdConfig::default() });
             let (mut want, mut got) = (Rec::default(), Rec::default());
             let mut idx = 0u32;
             for (now, (changes, pkts, busy)) in rounds.iter().enumerate() {

@@ -70,6 +70,6 @@ proptest! {
             }
         }
         let st = pmd.stats();
-        prop_assert_eq!(st.packets, st.emc_hits + st.megaflow_hits + st.upcalls);
+        prop_assert_eq!(st.packets, st.simple_hits + st.emc_hits + st.megaflow_hits + st.upcalls);
     }
 }

@@ -123,6 +123,7 @@ pub fn pmd_stats_show(ctx: &Ctx, args: &[String]) -> Reply {
             let _ = writeln!(out, "  packets received: {}", s.packets);
             let _ = writeln!(out, "  packet recirculations: 0");
             let _ = writeln!(out, "  avg. datapath passes per packet: 1.00");
+            let _ = writeln!(out, "  simple match hits: {}", s.simple_hits);
             let _ = writeln!(out, "  emc hits: {}", s.emc_hits);
             let _ = writeln!(out, "  smc hits: 0");
             let _ = writeln!(out, "  megaflow hits: {}", s.megaflow_hits);
@@ -219,7 +220,8 @@ pub fn pmd_perf_show(ctx: &Ctx, args: &[String]) -> Reply {
             let _ = writeln!(out, "  Datapath passes:    {:>12}  (1.00 passes/pkt)", s.packets);
             let _ = writeln!(out, "  - PHWOL hits:       {:>12}  (  0.0 %)", 0);
             let _ = writeln!(out, "  - MFEX Opt hits:    {:>12}  (  0.0 %)", 0);
-            let _ = writeln!(out, "  - Simple Match hits:{:>12}  (  0.0 %)", 0);
+            let _ =
+                writeln!(out, "  - Simple Match hits:{:>12}  ({:5.1} %)", s.simple_hits, pct(s.simple_hits, s.packets));
             let _ = writeln!(out, "  - EMC hits:         {:>12}  ({:5.1} %)", s.emc_hits, pct(s.emc_hits, s.packets));
             let _ = writeln!(out, "  - SMC hits:         {:>12}  (  0.0 %)", 0);
             let per_hit = if s.megaflow_hits == 0 { 0.0 } else { s.megaflow_probes as f64 / s.megaflow_hits as f64 };
@@ -249,8 +251,8 @@ pub fn pmd_perf_show(ctx: &Ctx, args: &[String]) -> Reply {
             per_thread.push(json!({
                 "bridge": b.shared.bridge, "id": r.id, "iterations": r.iterations,
                 "busy_iterations": r.busy_iterations, "sleep_iterations": r.sleep_iterations,
-                "packets": s.packets, "emc_hits": s.emc_hits, "megaflow_hits": s.megaflow_hits,
-                "megaflow_probes": s.megaflow_probes, "upcalls": s.upcalls, "upcall_ns": s.upcall_ns,
+                "packets": s.packets, "simple_hits": s.simple_hits, "emc_hits": s.emc_hits,
+                "megaflow_hits": s.megaflow_hits, "megaflow_probes": s.megaflow_probes, "upcalls": s.upcalls, "upcall_ns": s.upcall_ns,
                 "lost_upcalls": lost, "tx_packets": r.tx_packets, "tx_batches": r.tx_batches,
             }));
         }
@@ -330,6 +332,7 @@ pub fn coverage_show(ctx: &Ctx, args: &[String]) -> Reply {
             let s = &r.stats;
             for (k, v) in [
                 ("datapath_packets", s.packets),
+                ("datapath_simple_match_hit", s.simple_hits),
                 ("datapath_emc_hit", s.emc_hits),
                 ("datapath_megaflow_hit", s.megaflow_hits),
                 ("datapath_upcall", s.upcalls),

@@ -316,7 +316,7 @@ fn dpctl_show(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
         let reports = b.collect_reports(false);
         let (mut hit, mut missed, mut lost, mut flows, mut probes, mut masks) = (0, 0, 0, 0, 0, 0);
         for r in &reports {
-            hit += r.stats.emc_hits + r.stats.megaflow_hits;
+            hit += r.stats.simple_hits + r.stats.emc_hits + r.stats.megaflow_hits;
             missed += r.stats.upcalls;
             lost += r.stats.upcall_busy;
             flows += r.n_megaflows;
@@ -459,6 +459,7 @@ fn pmd_stats(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
                 r.rxqs.iter().map(|(n, q)| format!("{n}:{q}")).collect::<Vec<_>>().join(" ")
             )?;
             writeln!(out, "  packets received: {}", s.packets)?;
+            writeln!(out, "  port hint hits: {}", s.simple_hits)?;
             writeln!(out, "  emc hits: {}", s.emc_hits)?;
             writeln!(out, "  megaflow hits: {}", s.megaflow_hits)?;
             writeln!(
@@ -494,8 +495,8 @@ fn pmd_stats(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
                 s.packets as f64 / r.busy_iterations.max(1) as f64
             )?;
             pmds.push(json!({
-            "id": r.id, "packets": s.packets, "emc_hits": s.emc_hits, "megaflow_hits": s.megaflow_hits,
-            "upcalls": s.upcalls, "upcall_lost_limit": s.upcall_lost_limit, "upcall_busy": s.upcall_busy,
+            "id": r.id, "packets": s.packets, "simple_hits": s.simple_hits, "emc_hits": s.emc_hits,
+            "megaflow_hits": s.megaflow_hits, "upcalls": s.upcalls, "upcall_lost_limit": s.upcall_lost_limit, "upcall_busy": s.upcall_busy,
             "upcall_deferred": s.upcall_deferred,
             "revalidated": s.revalidated, "removed_stale": s.removed_stale, "expired": s.expired, "megaflows": r.n_megaflows,
             "busy_ns": r.busy_ns, "idle_ns": r.idle_ns, "ns_per_packet": ns_per_pkt,

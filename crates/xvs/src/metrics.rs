@@ -92,6 +92,13 @@ pub fn render(bridges: &[Arc<Shared>]) -> String {
             let l = format!("bridge=\"{b}\",pmd=\"{}\"", r.id);
             let st = &r.stats;
             fam("xvs_pmd_packets_total", "counter", "Packets a poll thread looked up.", l.clone(), st.packets as f64);
+            fam(
+                "xvs_pmd_simple_hits_total",
+                "counter",
+                "Packets served by their input port's last megaflow (the port hint, OVS's simple match).",
+                l.clone(),
+                st.simple_hits as f64,
+            );
             fam("xvs_pmd_emc_hits_total", "counter", "Exact-match cache hits.", l.clone(), st.emc_hits as f64);
             fam("xvs_pmd_megaflow_hits_total", "counter", "Megaflow cache hits.", l.clone(), st.megaflow_hits as f64);
             fam(
