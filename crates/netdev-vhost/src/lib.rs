@@ -200,6 +200,11 @@ impl VhostUserClientPort {
 
     /// Kicks (guest notifications) received: the port asks the guest not
     /// to kick queues it polls, so these stay few.
+    /// The virtio feature bits the frontend accepted (0 before it did).
+    pub fn acked_features(&self) -> u64 {
+        self.shared.acked.load(Ordering::Acquire)
+    }
+
     pub fn kicks(&self) -> u64 {
         self.shared.kicks.load(Ordering::Relaxed)
     }

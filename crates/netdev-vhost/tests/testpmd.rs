@@ -140,10 +140,19 @@ fn vhost_testpmd_both_directions() {
         return;
     }
     let _turn = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
-    let sock = sock_path("both");
-    let (mut pmd, mut port) = connected(&sock, "xvsvh-both", "vh-both", "");
-    exchange(&mut port, &mut pmd, "both");
-    assert_eq!(port.offload_refused(), 0);
+    // The port offers VIRTIO_F_IN_ORDER (it uses buffers in the order they
+    // were made available); testpmd accepts it unless told not to. Both
+    // ways, frames flow and are counted at both ends.
+    const IN_ORDER: u64 = 1 << 35;
+    for (devargs, in_order) in [("", true), ("in_order=0", false)] {
+        let label = if in_order { "in order" } else { "out of order" };
+        let sock = sock_path(if in_order { "both" } else { "both-ooo" });
+        let prefix = if in_order { "xvsvh-both" } else { "xvsvh-both-ooo" };
+        let (mut pmd, mut port) = connected(&sock, prefix, "vh-both", devargs);
+        assert_eq!(port.acked_features() & IN_ORDER != 0, in_order, "{label}: {:#x}", port.acked_features());
+        exchange(&mut port, &mut pmd, label);
+        assert_eq!(port.offload_refused(), 0);
+    }
 }
 
 #[test]
