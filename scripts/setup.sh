@@ -11,7 +11,10 @@ set -euo pipefail
 # vhost-user port is tested against (it runs with --no-huge: no hugepages).
 # ovn-central, ovn-host: ovn-northd and ovn-controller 23.03, which the OVN
 # test runs unchanged on top of xvs.
-need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client dpdk-dev ovn-central ovn-host)
+# qemu-system-x86, busybox-static: a real QEMU virtual machine (a Debian
+# kernel and a busybox initramfs) on a vhost-user port; the kernel is
+# fetched below.
+need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client dpdk-dev ovn-central ovn-host qemu-system-x86 busybox-static)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,6 +41,27 @@ if [[ " ${missing[*]} " == *" ovn-"* ]]; then
   systemctl stop ovn-central ovn-host ovn-northd ovn-controller 2>/dev/null || true
   /usr/share/ovn/scripts/ovn-ctl stop_northd >/dev/null 2>&1 || true
   /usr/share/ovn/scripts/ovn-ctl stop_controller >/dev/null 2>&1 || true
+fi
+
+# The QEMU guest's kernel and its virtio-net modules, from Debian's kernel
+# package (downloaded, unpacked here, not installed): /var/cache/xvs-guest.
+guest=/var/cache/xvs-guest
+if [ ! -f "$guest/vmlinuz" ]; then
+  pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  tmp=$(mktemp -d)
+  if [ -n "$pkg" ] && (cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>&1); then
+    dpkg-deb -x "$tmp"/*.deb "$tmp/root"
+    mkdir -p "$guest"
+    for m in virtio/virtio_ring virtio/virtio virtio/virtio_pci_modern_dev virtio/virtio_pci_legacy_dev \
+             virtio/virtio_pci net/net_failover net/virtio_net; do
+      cp "$(find "$tmp/root/lib/modules" -path "*/drivers/$m.ko")" "$guest/"
+    done
+    cp "$(find "$tmp/root/lib/modules" -path "*/net/core/failover.ko")" "$guest/"
+    cp "$tmp"/root/boot/vmlinuz-* "$guest/vmlinuz"
+  else
+    echo "setup: could not fetch a kernel for the QEMU guest test ($pkg)" >&2
+  fi
+  rm -rf "$tmp"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -24,6 +24,8 @@ pub(crate) struct Shared {
     pub mrg_rxbuf: AtomicBool,
     /// Every virtio feature bit the frontend accepted.
     pub acked: AtomicU64,
+    /// Messages the relay answered itself (see `proxy`).
+    pub relay_answered: std::sync::Arc<AtomicU64>,
     /// The device's vrings, known from the first event the loop delivers.
     pub vrings: Mutex<Vec<VringRwLock>>,
     pub shutdown: Mutex<Option<ShutdownHandle>>,

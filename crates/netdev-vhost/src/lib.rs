@@ -41,6 +41,7 @@
 #![deny(unsafe_code)]
 
 mod backend;
+mod proxy;
 mod ring;
 pub mod testpmd;
 
@@ -200,6 +201,13 @@ impl VhostUserClientPort {
 
     /// Kicks (guest notifications) received: the port asks the guest not
     /// to kick queues it polls, so these stay few.
+    /// Ring-enable messages the frontend sent before it had accepted the
+    /// protocol-features bit, answered by the port's relay (QEMU sends
+    /// them when it attaches the device; see the `proxy` module).
+    pub fn early_ring_enables(&self) -> u64 {
+        self.shared.relay_answered.load(Ordering::Relaxed)
+    }
+
     /// The virtio feature bits the frontend accepted (0 before it did).
     pub fn acked_features(&self) -> u64 {
         self.shared.acked.load(Ordering::Acquire)
@@ -310,7 +318,8 @@ fn supervise(
             continue;
         }
         let Some(mut daemon) = new_daemon(name, &mem, shared) else { continue };
-        if let Err(e) = daemon.start_client(&p) {
+        let started = std::os::unix::net::UnixStream::connect(&p).and_then(|f| start_relayed(&mut daemon, f, shared));
+        if let Err(e) = started {
             *shared.last_error.lock().unwrap() = format!("connect: {e}");
             thread::sleep(Duration::from_millis(100));
             continue;
@@ -335,6 +344,27 @@ fn new_daemon(
     }
 }
 
+/// Starts `daemon` on a connection to `frontend` through the relay
+/// (`proxy`): the device's message loop gets one end of a private
+/// (abstract, per-connection) socket, the relay the other.
+fn start_relayed(
+    daemon: &mut VhostUserDaemon<NetBackend>,
+    frontend: std::os::unix::net::UnixStream,
+    shared: &Arc<Shared>,
+) -> io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = format!("xvs-vhost-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+    let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
+    let listener = UnixListener::bind_addr(&addr)?;
+    // Queued in the backlog; the daemon accepts it below.
+    let device_side = UnixStream::connect_addr(&addr)?;
+    let mut l = vhost::vhost_user::Listener::from(listener);
+    daemon.start(&mut l).map_err(|e| io::Error::other(format!("vhost-user daemon: {e}")))?;
+    proxy::spawn(frontend, device_side, shared.relay_answered.clone())
+}
+
 /// Serves a connected frontend until it goes: the link is up meanwhile.
 fn run_connection(daemon: &mut VhostUserDaemon<NetBackend>, shared: &Arc<Shared>) {
     shared.connects.fetch_add(1, Ordering::Relaxed);
@@ -352,21 +382,27 @@ fn run_connection(daemon: &mut VhostUserDaemon<NetBackend>, shared: &Arc<Shared>
 fn serve(
     name: &str,
     mem: GuestMemoryAtomic<GuestMemoryMmap>,
-    mut listener: vhost::vhost_user::Listener,
+    listener: vhost::vhost_user::Listener,
     stop: &AtomicBool,
     shared: &Arc<Shared>,
 ) {
     while !stop.load(Ordering::Acquire) {
         let Some(mut daemon) = new_daemon(name, &mem, shared) else { continue };
-        if let Err(e) = daemon.start(&mut listener) {
-            *shared.last_error.lock().unwrap() = format!("accept: {e}");
-            thread::sleep(Duration::from_millis(100));
-            continue;
-        }
+        let frontend = match listener.accept() {
+            Ok(Some(f)) => f,
+            Ok(None) => continue,
+            Err(e) => {
+                *shared.last_error.lock().unwrap() = format!("accept: {e}");
+                thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
         if stop.load(Ordering::Acquire) {
-            daemon.request_shutdown();
-            let _ = daemon.wait();
             break;
+        }
+        if let Err(e) = start_relayed(&mut daemon, frontend, shared) {
+            *shared.last_error.lock().unwrap() = format!("accept: {e}");
+            continue;
         }
         run_connection(&mut daemon, shared);
     }
@@ -414,14 +450,19 @@ impl Netdev for VhostUserClientPort {
             n_rxq: MAX_QUEUE_PAIRS,
             detail: if self.is_connected() {
                 format!(
-                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={}",
+                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={} early_ring_enables={}",
                     rxq.join(","),
                     self.tx_retries,
                     self.too_big,
-                    self.offload_refused
+                    self.offload_refused,
+                    self.early_ring_enables()
                 )
             } else {
-                "link down".into()
+                // Why the last connection ended (or could not start).
+                match self.last_error() {
+                    e if e.is_empty() => "link down".into(),
+                    e => format!("link down (last: {e})"),
+                }
             },
         }
     }
