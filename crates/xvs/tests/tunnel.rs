@@ -142,7 +142,18 @@ fn geneve_from_a_vm_with_tx_offload_on_xvs_ovs() {
         .lines()
         .find_map(|l| l.trim().strip_prefix("datapath_csum_partial")?.split_whitespace().last()?.parse().ok())
         .unwrap_or(0);
-    assert!(partial > 100, "hvA saw the partial checksums (datapath_csum_partial {partial})");
+    if partial <= 100 {
+        // Seen once in a loaded full-suite run (the stream itself passed):
+        // say what the VM's offloads and hvA's poll threads were then.
+        let offloads = o.vm[0].exec(&["ethtool", "-k", "eth0"]).unwrap_or_default();
+        let offloads: Vec<&str> =
+            offloads.lines().filter(|l| l.contains("checksum") || l.contains("segmentation")).collect();
+        panic!(
+            "hvA saw the partial checksums (datapath_csum_partial {partial})\nvmA offloads:\n{}\nhvA pmd-stats-show:\n{}",
+            offloads.join("\n"),
+            o.hv[0].appctl_ok(&["dpif-netdev/pmd-stats-show"])
+        );
+    }
     step(tag, t0, "TCP stream of 4 MB with partial checksums into the tunnel");
 }
 
