@@ -582,7 +582,6 @@ impl Pmd {
     }
 
     fn lookup(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Found {
-        // With the EMC off (0) the full-key hash is not needed at all.
         let hint = self.hint_index(key);
         if let Some(h) = hint {
             if let Some(&(slot, ver)) = self.port_hint.get(h) {
@@ -595,6 +594,7 @@ impl Pmd {
                 }
             }
         }
+        // With the EMC off (0) the full-key hash is not needed at all.
         let hash = if self.cfg.emc_insert_inv_prob > 0 { key.hash() } else { 0 };
         if self.cfg.emc_insert_inv_prob > 0 {
             if let Some((slot, ver)) = self.emc.lookup(key, hash) {

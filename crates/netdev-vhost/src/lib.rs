@@ -199,8 +199,6 @@ impl VhostUserClientPort {
         self.shared.last_error.lock().unwrap().clone()
     }
 
-    /// Kicks (guest notifications) received: the port asks the guest not
-    /// to kick queues it polls, so these stay few.
     /// Ring-enable messages the frontend sent before it had accepted the
     /// protocol-features bit, answered by the port's relay (QEMU sends
     /// them when it attaches the device; see the `proxy` module).
@@ -213,6 +211,8 @@ impl VhostUserClientPort {
         self.shared.acked.load(Ordering::Acquire)
     }
 
+    /// Kicks (guest notifications) received: the port asks the guest not
+    /// to kick queues it polls, so these stay few.
     pub fn kicks(&self) -> u64 {
         self.shared.kicks.load(Ordering::Relaxed)
     }
