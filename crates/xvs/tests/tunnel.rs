@@ -137,14 +137,24 @@ fn geneve_from_a_vm_with_tx_offload_on_xvs_ovs() {
     o.assert_connected(10);
     let bytes = 4_000_000;
     assert_eq!(o.tcp(5211, bytes).expect("TCP stream"), bytes, "TCP stream from a vm with tx offload on, over Geneve");
-    let partial: u64 = o.hv[0]
-        .appctl_ok(&["coverage/show"])
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("datapath_csum_partial")?.split_whitespace().last()?.parse().ok())
-        .unwrap_or(0);
+    // The poll threads publish their counters every 100 ms or so (and
+    // later while they sleep): a stream this short can end before its
+    // packets show, so read until they do.
+    let read = || -> u64 {
+        o.hv[0]
+            .appctl_ok(&["coverage/show"])
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("datapath_csum_partial")?.split_whitespace().last()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + std::time::Duration::from_secs(3);
+    let mut partial = read();
+    while partial <= 100 && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        partial = read();
+    }
     if partial <= 100 {
-        // Seen once in a loaded full-suite run (the stream itself passed):
-        // say what the VM's offloads and hvA's poll threads were then.
+        // Say what the VM's offloads and hvA's poll threads were.
         let offloads = o.vm[0].exec(&["ethtool", "-k", "eth0"]).unwrap_or_default();
         let offloads: Vec<&str> =
             offloads.lines().filter(|l| l.contains("checksum") || l.contains("segmentation")).collect();
