@@ -123,12 +123,14 @@ struct Filter {
     early: std::collections::BTreeMap<u32, u32>,
 }
 
-fn header(request: u32, flags: u32, size: u32) -> Vec<u8> {
-    let mut h = Vec::with_capacity(HDR_LEN + size as usize);
-    h.extend_from_slice(&request.to_le_bytes());
-    h.extend_from_slice(&flags.to_le_bytes());
-    h.extend_from_slice(&size.to_le_bytes());
-    h
+/// A whole message's bytes: header, then `body`.
+fn message(request: u32, flags: u32, body: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(HDR_LEN + body.len());
+    m.extend_from_slice(&request.to_le_bytes());
+    m.extend_from_slice(&flags.to_le_bytes());
+    m.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    m.extend_from_slice(body);
+    m
 }
 
 impl Filter {
@@ -145,10 +147,7 @@ impl Filter {
                 let replay = early
                     .into_iter()
                     .map(|(index, num)| {
-                        let mut r = header(SET_VRING_ENABLE, VERSION_1, 8);
-                        r.extend_from_slice(&index.to_le_bytes());
-                        r.extend_from_slice(&num.to_le_bytes());
-                        r
+                        message(SET_VRING_ENABLE, VERSION_1, &[index.to_le_bytes(), num.to_le_bytes()].concat())
                     })
                     .collect();
                 Verdict::Forward(replay)
@@ -161,11 +160,8 @@ impl Filter {
                         self.early.insert(index, m.word(HDR_LEN + 4));
                     }
                 }
-                let ack = (m.flags() & NEED_REPLY != 0).then(|| {
-                    let mut r = header(SET_VRING_ENABLE, VERSION_1 | REPLY, 8);
-                    r.extend_from_slice(&0u64.to_le_bytes());
-                    r
-                });
+                let ack = (m.flags() & NEED_REPLY != 0)
+                    .then(|| message(SET_VRING_ENABLE, VERSION_1 | REPLY, &0u64.to_le_bytes()));
                 Verdict::Answer(ack)
             }
             _ => Verdict::Forward(Vec::new()),
@@ -231,12 +227,7 @@ mod tests {
     use super::*;
 
     fn msg(req: u32, flags: u32, body: &[u8]) -> Msg {
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&req.to_le_bytes());
-        bytes.extend_from_slice(&flags.to_le_bytes());
-        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(body);
-        Msg { bytes, fds: Vec::new() }
+        Msg { bytes: message(req, flags, body), fds: Vec::new() }
     }
 
     fn enable_ring(flags: u32, index: u32, num: u32) -> Msg {
