@@ -29,13 +29,9 @@ pub struct Continuation {
     pub frames: Vec<Frozen>,
     /// The action set (OpenFlow 1.1+ `write_actions`) accumulated so far.
     pub action_set: Vec<Action>,
-}
-
-impl Continuation {
-    /// Every action to run on resume, in order.
-    pub fn actions(&self) -> Vec<Action> {
-        self.frames.iter().flat_map(|f| f.actions.iter().cloned()).collect()
-    }
+    /// The push/pop stack, bottom first: each entry a value and its width
+    /// in bytes (what the `push` read: its sub-field's bits, rounded up).
+    pub stack: Vec<(u128, u8)>,
 }
 
 impl std::hash::Hash for Continuation {
@@ -46,5 +42,6 @@ impl std::hash::Hash for Continuation {
             (f.table_id, f.cookie, f.actions.len()).hash(h);
         }
         self.action_set.len().hash(h);
+        self.stack.hash(h);
     }
 }

@@ -55,9 +55,9 @@ impl Frozen {
 }
 
 /// Actions a recirculated pass runs instead of a table lookup: the rest
-/// of each rule the first pass was in (innermost first), and its action
-/// set.
-pub type FrozenActions = (Vec<ofp_types::Frozen>, Vec<ofp_types::Action>);
+/// of each rule the first pass was in (innermost first), its action set
+/// and its push/pop stack (values and widths in bytes).
+pub type FrozenActions = (Vec<ofp_types::Frozen>, Vec<ofp_types::Action>, Vec<(u128, u8)>);
 
 /// Frozen translation states by recirculation id (id 0 is "not
 /// recirculated"). Shared by every translation of a bridge.

@@ -78,8 +78,10 @@ struct Ctx<'a> {
     table_counted: [[u64; 4]; 2],
     /// Every key bit a committed set action wrote (group buckets undo theirs).
     written: FlowKey,
-    /// The push/pop stack (values of the pushed sub-fields).
-    stack: Vec<u128>,
+    /// The push/pop stack: values of the pushed sub-fields, with their
+    /// widths in bytes (a continuation carries both, as Open vSwitch's
+    /// does).
+    stack: Vec<(u128, u8)>,
     /// The action about to run is the last of its list: a resubmit there
     /// returns to nothing, so (as in Open vSwitch) it does not count
     /// toward the depth limit. OVN's pipelines chain some 100 tables this
@@ -129,9 +131,21 @@ impl Ofproto {
             cx.freeze_rest(cx.table, 0, &actions[i + 1..], &[]);
         }
         cx.commit();
-        cx.finish_freeze();
+        cx.finish_freeze(false);
         // The rules the actions resubmitted through count the packet, as
         // in OVS (the caller credits them: no megaflow will).
+        let counters = self.counter_sets.get(&cx.counters);
+        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters, too_deep: cx.too_deep }
+    }
+
+    /// Translates the rest of a paused pipeline (NXT_RESUME) for a packet
+    /// with `key`: each frozen rule's remaining actions in its own table
+    /// (innermost first), with the stack it had, then the action set.
+    pub fn translate_continuation(&self, key: &FlowKey, cont: &ofp_types::Continuation) -> Translation {
+        let mut cx = Ctx::new(self, key, FlowKey::ALL_ONES, false);
+        cx.resume_frozen(&cont.frames, &cont.action_set, &cont.stack);
+        cx.commit();
+        cx.finish_freeze(false);
         let counters = self.counter_sets.get(&cx.counters);
         Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters, too_deep: cx.too_deep }
     }
@@ -161,7 +175,7 @@ impl Ofproto {
                     let t = f.table;
                     if let Some(frozen) = self.recirc.actions_of(&f) {
                         cx.say(|| format!("resume after recirculation {id:#x}: the frozen actions"));
-                        cx.resume_frozen(&frozen.0, &frozen.1);
+                        cx.resume_frozen(&frozen.0, &frozen.1, &frozen.2);
                     } else {
                         cx.say(|| format!("resume after recirculation {id:#x} in table {t}"));
                         cx.do_table(t, true);
@@ -175,7 +189,7 @@ impl Ofproto {
         if key.is_ip_any() && cx.wc.dl_type() == 0xffff {
             cx.wc.set_nw_frag(flow::key::FRAG_ANY | flow::key::FRAG_LATER);
         }
-        cx.finish_freeze();
+        cx.finish_freeze(false);
         drop_dead_actions(&mut cx.actions);
         let final_key = cx.key;
         let mask = cx.wc;
@@ -469,9 +483,21 @@ impl<'a> Ctx<'a> {
         }
         let Some(f) = self.freeze.as_mut() else { return };
         let mut actions = rest.to_vec();
+        // The instructions after the apply list, as actions (what Open
+        // vSwitch freezes too): write_metadata as a set_field, goto_table
+        // as a resubmit. write_actions and clear_actions, which no action
+        // can express, are not carried (Open vSwitch's continuation cannot
+        // carry them either: it writes them where its own reader refuses
+        // them).
         for ins in instructions {
-            if let Instruction::GotoTable(t) = ins {
-                actions.push(Action::Resubmit { port: None, table: Some(*t) });
+            match ins {
+                Instruction::WriteMetadata { value, mask } => {
+                    if let Some(field) = flow::fields::by_name("metadata") {
+                        actions.push(Action::SetField { field, value: *value as u128, mask: *mask as u128 });
+                    }
+                }
+                Instruction::GotoTable(t) => actions.push(Action::Resubmit { port: None, table: Some(*t) }),
+                _ => {}
             }
         }
         // Outer levels see `stop` too and add theirs as the walk unwinds.
@@ -544,10 +570,12 @@ impl<'a> Ctx<'a> {
 
     /// Runs frozen rules' rests (a recirculation resuming them), innermost
     /// first, then the action set if the walk was not stopped.
-    fn resume_frozen(&mut self, frames: &[ofp_types::Frozen], action_set: &[Action]) {
+    fn resume_frozen(&mut self, frames: &[ofp_types::Frozen], action_set: &[Action], stack: &[(u128, u8)]) {
         self.action_set = action_set.to_vec();
+        self.stack = stack.to_vec();
         for (k, fr) in frames.iter().enumerate() {
             self.table = fr.table_id;
+            self.cookie = fr.cookie;
             for (i, a) in fr.actions.iter().enumerate() {
                 self.tail = false;
                 self.rule_tail = k + 1 == frames.len() && i + 1 == fr.actions.len();
@@ -571,15 +599,17 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Hands the frozen pipeline to the paused packet-in, or to the
-    /// recirculation that resumes it.
-    fn finish_freeze(&mut self) {
+    /// Hands the frozen pipeline, with the action set and the stack, to
+    /// the paused packet-in, or to the recirculation that resumes it.
+    /// `keep_set`: the walk goes on after this freeze (one inside a group
+    /// bucket), so its action set stays too.
+    fn finish_freeze(&mut self, keep_set: bool) {
         let Some(frames) = self.freeze.take() else { return };
+        let set = if keep_set { self.action_set.clone() } else { std::mem::take(&mut self.action_set) };
         if std::mem::take(&mut self.freeze_recirc) {
             let table = frames.first().map_or(0, |f| f.table_id);
             let state = crate::ct::Frozen::capture(table, &self.key);
-            let set = std::mem::take(&mut self.action_set);
-            let id = self.of.recirc.id_with_actions(state, (frames, set));
+            let id = self.of.recirc.id_with_actions(state, (frames, set, self.stack.clone()));
             self.say(|| format!("  recirculate as {id:#x} to parse the popped frame, resuming the frozen actions"));
             self.actions.push(DpAction::Recirc(id));
             return;
@@ -588,7 +618,8 @@ impl<'a> Ctx<'a> {
             bridge: self.of.continuation_bridge(),
             conntracked: self.key.ct_state() != 0,
             frames,
-            action_set: std::mem::take(&mut self.action_set),
+            action_set: set,
+            stack: self.stack.clone(),
         };
         if let Some(DpAction::Userspace { extra: Some(x), .. }) = self.actions.get_mut(self.pause_at) {
             let mut e = (**x).clone();
@@ -937,10 +968,10 @@ impl<'a> Ctx<'a> {
                     self.say(|| "  stack overflow; push ignored");
                     return;
                 }
-                self.stack.push(v);
+                self.stack.push((v, sf.n_bits.div_ceil(8) as u8));
             }
             Action::StackPop(sf) => match self.stack.pop() {
-                Some(v) => self.set_field(sf.field, (v & sf.ones()) << sf.ofs, sf.mask()),
+                Some((v, _)) => self.set_field(sf.field, (v & sf.ones()) << sf.ofs, sf.mask()),
                 None => self.say(|| "  stack underflow; pop ignored"),
             },
             Action::Clone(acts) => {
@@ -949,14 +980,17 @@ impl<'a> Ctx<'a> {
                 // (as for a group bucket), registers and the stack restored.
                 let stack = self.stack.clone();
                 let n = self.actions.len();
-                self.run_bucket(acts);
+                let froze = self.run_bucket(acts, false);
                 self.stack = stack;
                 // The datapath cannot fork a packet and continue after a
                 // recirculation: a ct(table=N) inside the clone ends this
-                // walk too. Anything else stopping (TTL exceeded) ends only
+                // walk too. So does a pause (or a lookup after pop_mpls)
+                // inside it, as in Open vSwitch 3.1: the continuation holds
+                // the clone's rest, and nothing after the clone runs or is
+                // frozen. Anything else stopping (TTL exceeded) ends only
                 // the clone.
                 let recirculated = self.actions[n..].iter().any(|a| matches!(a, DpAction::Recirc(_)));
-                if !recirculated && !self.too_deep {
+                if !recirculated && !self.too_deep && !froze {
                     self.stop = false;
                 }
             }
@@ -1323,7 +1357,16 @@ impl<'a> Ctx<'a> {
         for i in chosen {
             let b = &g.buckets[i];
             self.credit(&b.counters);
-            self.run_bucket(&b.actions);
+            let n = self.actions.len();
+            let froze = self.run_bucket(&b.actions, true);
+            // A pause inside a bucket froze that bucket's rest only: the
+            // other buckets and the actions after the group go on with
+            // the packet as it was (Open vSwitch does the same). A
+            // recirculation cannot be followed by more actions.
+            let recirculated = self.actions[n..].iter().any(|a| matches!(a, DpAction::Recirc(_)));
+            if froze && !recirculated && !self.too_deep {
+                self.stop = false;
+            }
             if self.stop {
                 break;
             }
@@ -1333,11 +1376,19 @@ impl<'a> Ctx<'a> {
     /// Runs a bucket's actions on a copy of the flow: field writes and
     /// VLAN changes it makes are undone afterwards (in the datapath too),
     /// so they reach neither the next bucket nor later actions.
-    fn run_bucket(&mut self, actions: &[Action]) {
+    ///
+    /// A pause (or a lookup after `pop_mpls`) inside freezes the rest of
+    /// the bucket, and the freeze ends at the bucket's end, as in Open
+    /// vSwitch: the continuation (or recirculation) runs the bucket's
+    /// rest, not what follows the bucket. Returns whether that happened.
+    /// `group`: a group bucket, after which the walk goes on, so the
+    /// action set stays with it as well.
+    fn run_bucket(&mut self, actions: &[Action], group: bool) -> bool {
         self.commit();
         let saved = self.key;
         let outer_written = std::mem::replace(&mut self.written, FlowKey::ZERO);
         self.depth += 1;
+        let (table, cookie) = (self.table, self.cookie);
         for (i, a) in actions.iter().enumerate() {
             if self.stop {
                 break;
@@ -1345,9 +1396,15 @@ impl<'a> Ctx<'a> {
             self.indent += 2;
             self.tail = i + 1 == actions.len();
             self.do_action(a);
+            self.freeze_rest(table, cookie, &actions[i + 1..], &[]);
             self.indent -= 2;
         }
         self.depth -= 1;
+        let froze = self.freeze.is_some();
+        if froze {
+            self.say(|| "  the freeze ends with this clone or bucket");
+            self.finish_freeze(group);
+        }
         self.commit();
         // Undo VLAN pushes/pops, then field writes.
         // The undo depends only on what the bucket wrote (the same for
@@ -1373,6 +1430,7 @@ impl<'a> Ctx<'a> {
             self.pending = undo;
             self.commit();
         }
+        froze
     }
 
     fn controller(&mut self, max_len: u16) {

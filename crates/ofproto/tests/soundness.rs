@@ -250,6 +250,59 @@ fn mid_rule_resubmit_after_pop_mpls_runs_the_rest_on_the_popped_frame() {
     assert!(t4.actions.contains(&DpAction::Recirc(id)), "{}", dpif::format_actions(&t4.actions));
 }
 
+/// The push/pop stack travels with a frozen walk: a value pushed before a
+/// mid-rule lookup after pop_mpls is popped on the second pass. A lookup
+/// after pop_mpls inside a clone freezes the clone's rest only, and
+/// (as in Open vSwitch 3.1) nothing after the clone runs in either pass.
+#[test]
+fn stack_and_clone_rest_survive_a_frozen_walk() {
+    use dpif::DpAction;
+    let rules: Vec<String> = [
+        "table=0,priority=5,mpls,actions=load:9->reg4[],push:reg4[0..7],load:0->reg4[],pop_mpls:0x0800,resubmit(,2),pop:reg5[],resubmit(,3)",
+        "table=2,priority=5,ip,actions=load:1->reg0[]",
+        "table=3,priority=5,reg0=1,reg5=9,actions=output:2",
+        "table=3,priority=4,actions=output:3",
+        "table=1,priority=5,mpls,actions=clone(pop_mpls:0x0800,resubmit(,2),resubmit(,3)),output:4",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let of = bridge(&rules, false).unwrap();
+    let recirc = |t: &dpif::Translation| {
+        t.actions.iter().find_map(|a| if let DpAction::Recirc(id) = a { Some(*id) } else { None })
+    };
+    let k = flow::Match::parse("in_port=1,mpls,mpls_label=100,mpls_ttl=64").unwrap().key;
+    let t = of.translate_key(&k, 0);
+    let id = recirc(&t).unwrap_or_else(|| panic!("recirculates: {}", dpif::format_actions(&t.actions)));
+    let mut k2 = flow::Match::parse("in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2").unwrap().key;
+    k2.set_recirc_id(id);
+    assert_eq!(dpif::format_actions(&of.translate_key(&k2, 0).actions), "2", "reg5 came back from the stack");
+
+    // The clone: the first pass recirculates from inside it, and output:4
+    // after the clone runs in neither pass.
+    let rules: Vec<String> = [
+        "table=0,priority=5,mpls,actions=clone(pop_mpls:0x0800,resubmit(,2),resubmit(,3)),output:4",
+        "table=2,priority=5,ip,actions=load:1->reg0[]",
+        "table=3,priority=5,reg0=1,actions=output:2",
+        "table=3,priority=4,actions=output:3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let of1 = bridge(&rules, false).unwrap();
+    let t = of1.translate_key(&k, 0);
+    let acts = dpif::format_actions(&t.actions);
+    let id = recirc(&t).unwrap_or_else(|| panic!("the clone recirculates: {acts}"));
+    assert!(!acts.split(',').any(|a| a == "4"), "nothing after the clone: {acts}");
+    let mut k3 = flow::Match::parse("in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2").unwrap().key;
+    k3.set_recirc_id(id);
+    assert_eq!(
+        dpif::format_actions(&of1.translate_key(&k3, 0).actions),
+        "2",
+        "the clone's rest ran on the popped frame"
+    );
+}
+
 /// clone runs its actions on a copy: its writes (packet fields and
 /// registers alike) do not reach what follows it. push/pop move values
 /// through the stack; the bits pushed are exact in the megaflow.

@@ -246,9 +246,8 @@ impl Shared {
         for w in 0..flow::key::STAGE_L2 {
             key.w[w] = (key.w[w] & !metadata.mask.w[w]) | (metadata.key.w[w] & metadata.mask.w[w]);
         }
-        let mut actions = cont.actions();
-        actions.extend(cont.action_set.iter().cloned());
-        self.run_actions(key, &actions, data);
+        let t = self.ofproto.read().expect("ofproto lock").translate_continuation(&key, cont);
+        self.run_translation(key, t, data);
     }
 
     /// Runs OpenFlow `actions` on `data`, whose full key (with its pipeline
@@ -256,6 +255,11 @@ impl Shared {
     /// resumes. The rules the actions resubmit through count the packet.
     fn run_actions(&self, key: FlowKey, actions: &[ofproto::Action], data: &[u8]) {
         let t = self.ofproto.read().expect("ofproto lock").translate_actions(&key, actions);
+        self.run_translation(key, t, data);
+    }
+
+    /// Runs a slow-path translation on `data` (see `run_actions`).
+    fn run_translation(&self, key: FlowKey, t: dpif::Translation, data: &[u8]) {
         let ports = self.ports.read().expect("ports lock").clone();
         let mut sink = self.sink(&ports);
         let mut pkt = Packet::from_slice(data);

@@ -160,6 +160,31 @@ mod tests {
             assert_eq!((d.in_port, d.reason, d.data), (3, 1, vec![9, 9]));
         }
     }
+
+    /// The stack goes out top first, each entry in its own width (Open
+    /// vSwitch's layout), and comes back bottom first with its widths.
+    #[test]
+    fn continuation_stack_round_trips() {
+        let c = ofp_types::Continuation {
+            bridge: [7; 16],
+            frames: vec![ofp_types::Frozen {
+                table_id: 3,
+                cookie: 0,
+                actions: vec![Action::Output(ofp_types::OfPort::Port(2))],
+            }],
+            stack: vec![(9, 1), (0x0102_0304, 4), (u128::MAX, 16)],
+            ..Default::default()
+        };
+        let b = encode_continuation(Version::Of15, &c);
+        // The first stack property (after the 20-byte bridge property
+        // padded to 24) is the top: 16 bytes of 0xff.
+        assert_eq!(&b[24..28], &[0x80, 0x01, 0, 20]);
+        assert_eq!(decode_continuation(Version::Of15, &b).unwrap(), c);
+        // Wider than xvs can hold: refused, not truncated.
+        let mut bad = b.clone();
+        bad[26..28].copy_from_slice(&21u16.to_be_bytes());
+        assert!(decode_continuation(Version::Of15, &bad).is_err());
+    }
 }
 
 /// What an `NXT_PACKET_IN2` carries beyond a standard packet-in.
@@ -269,6 +294,12 @@ fn nested(body: &[u8]) -> Result<&[u8], ErrorKind> {
 pub fn encode_continuation(v: Version, c: &ofp_types::Continuation) -> Vec<u8> {
     let mut out = Vec::new();
     put_prop(&mut out, nxcpt::BRIDGE, false, |o| o.extend_from_slice(&c.bridge));
+    // Top of the stack first, each value in its own width (big endian), as
+    // Open vSwitch writes them; a reader pushes each at the bottom.
+    for &(value, bytes) in c.stack.iter().rev() {
+        let bytes = bytes.clamp(1, 16) as usize;
+        put_prop(&mut out, nxcpt::STACK, false, |o| o.extend_from_slice(&value.to_be_bytes()[16 - bytes..]));
+    }
     if c.conntracked {
         put_prop(&mut out, nxcpt::CONNTRACKED, false, |_| {});
     }
@@ -294,8 +325,9 @@ pub fn encode_continuation(v: Version, c: &ofp_types::Continuation) -> Vec<u8> {
 }
 
 /// Reads a continuation back (from an NXT_RESUME). Malformed properties
-/// are refused; the stack and mirror properties Open vSwitch may write are
-/// accepted only empty/zero, since xvs never writes them.
+/// are refused; the mirrors property Open vSwitch may write is accepted
+/// only zero (xvs never writes it), and stack entries up to 16 bytes wide
+/// (the widest sub-field xvs pushes).
 pub fn decode_continuation(v: Version, b: &[u8]) -> Result<ofp_types::Continuation, ErrorKind> {
     let mut c = ofp_types::Continuation::default();
     let mut bridge = false;
@@ -317,9 +349,16 @@ pub fn decode_continuation(v: Version, b: &[u8]) -> Result<ofp_types::Continuati
                 c.frames.push(ofp_types::Frozen { table_id: table, cookie, actions });
             }
             nxcpt::ACTION_SET => c.action_set = crate::action::decode_actions(v, nested(body)?)?.0,
+            nxcpt::STACK => {
+                if body.is_empty() || body.len() > 16 {
+                    return Err(ErrorKind::BadLen);
+                }
+                let value = body.iter().fold(0u128, |v, &b| v << 8 | b as u128);
+                c.stack.insert(0, (value, body.len() as u8));
+            }
             nxcpt::MIRRORS if body.iter().all(|&x| x == 0) => {}
             nxcpt::ODP_PORT => {}
-            nxcpt::STACK | nxcpt::MIRRORS => return Err(ErrorKind::BadArgument),
+            nxcpt::MIRRORS => return Err(ErrorKind::BadArgument),
             _ => return Err(ErrorKind::BadArgument),
         }
     }
