@@ -206,6 +206,81 @@ impl Ofproto {
     }
 }
 
+/// What an action set (the pipeline's `write_actions`, or a group bucket)
+/// runs, in order, as Open vSwitch 3.1 runs one: the last of each of
+/// pop_vlan, pop_mpls, push_mpls, push_vlan, dec_ttl and dec_mpls_ttl (in
+/// that order), then every field write in the order written, then one
+/// final action: the last group, else the last output, else the last
+/// resubmit, else ct_clear, else ct. Without a final action nothing runs.
+/// Anything else (controller with options, learn, clone, stack, bundle,
+/// output_reg, conjunction) is left out.
+fn action_set_list(set: &[Action]) -> Vec<Action> {
+    const SLOTS: usize = 6;
+    let mut slots: [Option<&Action>; SLOTS] = [None; SLOTS];
+    let mut writes = Vec::new();
+    let mut last: Option<(u8, &Action)> = None;
+    for a in set {
+        let slot = match a {
+            Action::PopVlan => Some(0),
+            Action::PopMpls(_) => Some(1),
+            Action::PushMpls(_) => Some(2),
+            Action::PushVlan(_) => Some(3),
+            Action::DecTtl | Action::DecTtlIds(_) => Some(4),
+            Action::DecMplsTtl => Some(5),
+            _ => None,
+        };
+        if let Some(i) = slot {
+            slots[i] = Some(a);
+            continue;
+        }
+        let rank = match a {
+            Action::Ct(_) => 0,
+            Action::CtClear => 1,
+            Action::Resubmit { .. } => 2,
+            // `controller` without options is an output to the
+            // controller port on the wire.
+            Action::Output(_) | Action::OutputMaxLen(..) | Action::Controller { .. } => 3,
+            Action::Group(_) => 4,
+            Action::SetField { .. }
+            | Action::Load { .. }
+            | Action::Move { .. }
+            | Action::SetNwTtl(_)
+            | Action::SetMplsTtl(_)
+            | Action::SetQueue(_) => {
+                writes.push(a.clone());
+                continue;
+            }
+            Action::Conjunction { .. }
+            | Action::Learn(_)
+            | Action::ControllerNx(_)
+            | Action::OutputReg { .. }
+            | Action::Bundle(_)
+            | Action::StackPush(_)
+            | Action::StackPop(_)
+            | Action::Clone(_) => continue,
+            Action::PopVlan
+            | Action::PopMpls(_)
+            | Action::PushMpls(_)
+            | Action::PushVlan(_)
+            | Action::DecTtl
+            | Action::DecTtlIds(_)
+            | Action::DecMplsTtl => unreachable!("slot actions are handled above"),
+        };
+        if last.is_none_or(|(r, _)| rank >= r) {
+            last = Some((rank, a));
+        }
+    }
+    let Some((_, last)) = last else { return Vec::new() };
+    let mut out: Vec<Action> = slots.iter().flatten().map(|a| (*a).clone()).collect();
+    out.extend(writes);
+    out.push(last.clone());
+    out
+}
+
+fn join_actions(acts: &[Action]) -> String {
+    acts.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+}
+
 /// Removes datapath actions that cannot change what the packet does:
 /// header changes after the last action that looks at the packet (OVN's
 /// `clone`s restore the fields they changed, after the clone's output),
@@ -432,13 +507,10 @@ impl<'a> Ctx<'a> {
                                     acts.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
                                 )
                             });
-                            for a in acts {
-                                // One action of each kind in the set; outputs
-                                // and groups replace each other.
-                                let same = |b: &Action| std::mem::discriminant(a) == std::mem::discriminant(b);
-                                self.action_set.retain(|b| !same(b));
-                                self.action_set.push(a.clone());
-                            }
+                            // Kept in the order written; which of them run, and
+                            // in what order, is decided when the set runs
+                            // (`action_set_list`), as in Open vSwitch.
+                            self.action_set.extend(acts.iter().cloned());
                         }
                         Instruction::Clear => {
                             self.say(|| "clear_actions");
@@ -629,22 +701,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn execute_action_set(&mut self) {
-        let set = std::mem::take(&mut self.action_set);
-        // The action set's order (OpenFlow 1.3 5.10): pops, push-MPLS,
-        // push-VLAN, TTL decrements, sets, queue, group, output.
-        let rank = |a: &Action| match a {
-            Action::PopVlan | Action::PopMpls(_) => 0,
-            Action::PushMpls(_) => 1,
-            Action::PushVlan(_) => 2,
-            Action::DecTtl | Action::DecTtlIds(_) | Action::DecMplsTtl => 3,
-            Action::SetNwTtl(_) | Action::SetMplsTtl(_) => 4,
-            Action::SetField { .. } => 5,
-            Action::SetQueue(_) => 6,
-            Action::Group(_) => 7,
-            _ => 8,
-        };
-        let mut set = set;
-        set.sort_by_key(rank);
+        let set = action_set_list(&std::mem::take(&mut self.action_set));
         self.say(|| "action set:");
         for a in &set {
             if self.stop {
@@ -1358,7 +1415,13 @@ impl<'a> Ctx<'a> {
             let b = &g.buckets[i];
             self.credit(&b.counters);
             let n = self.actions.len();
-            let froze = self.run_bucket(&b.actions, true);
+            // A bucket is an action set (OpenFlow 1.3 5.6.1), run as Open
+            // vSwitch runs one.
+            let acts = action_set_list(&b.actions);
+            if acts.len() != b.actions.len() {
+                self.say(|| format!("  bucket as an action set: {}", join_actions(&acts)));
+            }
+            let froze = self.run_bucket(&acts, true);
             // A pause inside a bucket froze that bucket's rest only: the
             // other buckets and the actions after the group go on with
             // the packet as it was (Open vSwitch does the same). A

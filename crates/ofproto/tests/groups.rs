@@ -288,3 +288,49 @@ fn bundle_picks_a_live_member_and_follows_liveness() {
     of.set_port_up(2, false);
     assert!(outputs(&of.translate(&udp(1)).actions).is_empty(), "0xffff: no output");
 }
+
+/// A bucket runs as an action set, as the specification says and Open
+/// vSwitch does: one output (the last), field writes before it, and
+/// actions an action set cannot hold (controller with options, learn,
+/// stack) left out. Without an output, group or resubmit, nothing runs.
+#[test]
+fn buckets_run_as_action_sets() {
+    let mut of = bridge();
+    of.group_mod(ModCmd::Add, parse_group("group_id=4,type=all,bucket=output:4", 0).unwrap()).unwrap();
+    of.group_mod(
+        ModCmd::Add,
+        parse_group(
+            "group_id=3,type=all,bucket=output:2,set_field:10.9.9.9->nw_dst,controller(userdata=01,pause),push:reg0[],output:3,\
+             bucket=set_field:10.8.8.8->nw_dst,bucket=group:4",
+            0,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    add(&mut of, "in_port=1,ip,actions=group:3").unwrap();
+    let t = of.translate_key(&udp(1), 0);
+    assert_eq!(outputs(&t.actions), vec![3, 4], "{}", dpif::format_actions(&t.actions));
+    assert!(!t.actions.iter().any(|a| matches!(a, DpAction::Userspace { .. })), "no controller action");
+    let sets: Vec<u32> = t
+        .actions
+        .iter()
+        .filter_map(|a| if let DpAction::SetMasked { key, .. } = a { Some(key.nw_dst()) } else { None })
+        .collect();
+    // The first bucket's write, then its undo; the second bucket runs nothing.
+    assert_eq!(sets, vec![0x0a09_0909, 0x0a00_0002], "{}", dpif::format_actions(&t.actions));
+}
+
+/// write_actions keeps every field write (the set holds one per field, not
+/// one set_field in all), and a group in the set wins over an output.
+#[test]
+fn the_action_set_keeps_writes_to_different_fields_and_prefers_a_group() {
+    let mut of = bridge();
+    of.group_mod(ModCmd::Add, parse_group("group_id=5,type=all,bucket=output:4", 0).unwrap()).unwrap();
+    add(&mut of, "table=0,in_port=1,ip,actions=write_actions(set_field:10.9.9.9->nw_dst),goto_table:1").unwrap();
+    add(&mut of, "table=1,udp,actions=write_actions(set_field:7->udp_src,output:2),goto_table:2").unwrap();
+    add(&mut of, "table=2,udp,actions=write_actions(group:5)").unwrap();
+    let t = of.translate_key(&udp(1), 0);
+    assert_eq!(outputs(&t.actions), vec![4], "{}", dpif::format_actions(&t.actions));
+    let acts = dpif::format_actions(&t.actions);
+    assert!(acts.contains("10.9.9.9") && acts.contains("src=7"), "both writes: {acts}");
+}
