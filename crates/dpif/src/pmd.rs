@@ -220,6 +220,12 @@ pub struct Pmd {
     /// for it, so the hint can only be right or miss; a miss costs the
     /// compare and updates the hint. OVS's "simple match" serves the
     /// in_port-only case of this with a table of its own.
+    ///
+    /// Recirculated packets (after `ct(table=N)`, `pop_mpls`) have hints
+    /// of their own, after the ports' ones: one per hash of (recirculation
+    /// id, input port), [`RECIRC_HINTS`] of them. A firewall's second pass
+    /// (`recirc_id=N,ct_state=+trk+est,in_port=1`) is one megaflow for all
+    /// of a port's connections, which the EMC holds once per connection.
     port_hint: Vec<(u32, u32)>,
     free: Vec<u32>,
     n_flows: usize,
@@ -258,6 +264,9 @@ const SAMPLE_EVERY: u32 = 16;
 /// Ports numbered from this on get no port hint (the hints are a vector
 /// indexed by port number; OpenFlow port numbers are small in practice).
 const MAX_HINT_PORTS: usize = 4096;
+
+/// Hints for recirculated packets, by hash of (recirculation id, port).
+const RECIRC_HINTS: usize = 1024;
 
 /// The outcome of [`Pmd::validate`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -648,13 +657,21 @@ impl Pmd {
         Found::Flow(slot)
     }
 
-    /// The port hint `key` may use: fresh packets (recirc_id 0) of ports
-    /// numbered below [`MAX_HINT_PORTS`].
+    /// The hint `key` may use: its port's for fresh packets (recirc_id 0)
+    /// of ports numbered below [`MAX_HINT_PORTS`], else one of the
+    /// recirculation hints.
     #[inline]
     fn hint_index(&self, key: &FlowKey) -> Option<usize> {
         use flow::key::loc::{IN_PORT, RECIRC_ID};
-        let (port, recirc) = (IN_PORT.get(key), RECIRC_ID.get(key));
-        (self.cfg.port_hint && recirc == 0 && port < MAX_HINT_PORTS as u128).then_some(port as usize)
+        if !self.cfg.port_hint {
+            return None;
+        }
+        let (port, recirc) = (IN_PORT.get(key) as u64, RECIRC_ID.get(key) as u64);
+        if recirc == 0 {
+            return (port < MAX_HINT_PORTS as u64).then_some(port as usize);
+        }
+        let h = (recirc.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ port).wrapping_mul(0xff51_afd7_ed55_8ccd) >> 54;
+        Some(MAX_HINT_PORTS + h as usize % RECIRC_HINTS)
     }
 
     #[inline]

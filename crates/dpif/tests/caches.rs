@@ -76,12 +76,24 @@ fn port_hint_serves_a_ports_megaflow_and_follows_changes() {
     assert_eq!(&*p.actions_for_key(&k, &m, 0), &out(7)[..]);
     assert_eq!(&*p.actions_for_key(&udp_key(1, 9, 9, 9), &m, 0), &out(7)[..]);
     assert_eq!(p.stats().simple_hits, 50);
-    // Recirculated keys never use the hint of their port.
+    // Recirculated keys never use the hint of their port: they have
+    // hints of their own, by recirculation id and port.
     let mut r = udp_key(1, 0x0a00_0001, 0x0b00_0001, 53);
     r.set_recirc_id(5);
     let before = p.stats().simple_hits;
     p.actions_for_key(&r, &m, 0);
     assert_eq!(p.stats().simple_hits, before);
+    let mut r2 = udp_key(1, 0x0a00_0002, 0x0b00_0002, 53);
+    r2.set_recirc_id(5);
+    p.actions_for_key(&r2, &m, 0);
+    assert_eq!(p.stats().simple_hits, before + 1, "the second pass of another connection: the recirculation hint");
+    let mut r3 = r2;
+    r3.set_recirc_id(6);
+    p.actions_for_key(&r3, &m, 0);
+    assert_eq!(p.stats().simple_hits, before + 1, "another recirculation id: no hint yet");
+    // The fresh packets' hint was left alone.
+    p.actions_for_key(&udp_key(1, 7, 7, 7), &m, 0);
+    assert_eq!(p.stats().simple_hits, before + 2);
 }
 
 /// EMC hits on a second pass over many distinct keys, all under one

@@ -95,7 +95,7 @@ pub fn render(bridges: &[Arc<Shared>]) -> String {
             fam(
                 "xvs_pmd_simple_hits_total",
                 "counter",
-                "Packets served by their input port's last megaflow (the port hint, OVS's simple match).",
+                "Packets served by the last megaflow of their input port (the port hint, OVS's simple match), or of their recirculation id and port.",
                 l.clone(),
                 st.simple_hits as f64,
             );
