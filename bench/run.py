@@ -431,7 +431,7 @@ def main():
     ap.add_argument("--tx-flush-us", type=int, default=0,
                     help="transmit flush interval for xvs and OVS (OVS: other_config:tx-flush-interval)")
     ap.add_argument("--only", action="append", default=[],
-                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd); --only tunnel: Geneve encap and decap through br-int and br-phy, xvs against OVS; --only ovn: forwarding through OVN's pipeline (ovn-northd and ovn-controller program each switch), xvs against OVS; --only csum: partial UDP checksums (a local stack's tx offload) left to AF_XDP TX metadata (O5) or completed in software")
+                    help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd); --only vmct: conntrack between two VMs over vhost-user, xvs against OVS-DPDK; --only tunnel: Geneve encap and decap through br-int and br-phy, xvs against OVS; --only ovn: forwarding through OVN's pipeline (ovn-northd and ovn-controller program each switch), xvs against OVS; --only csum: partial UDP checksums (a local stack's tx offload) left to AF_XDP TX metadata (O5) or completed in software")
     a = ap.parse_args()
     global TX_FLUSH_US
     TX_FLUSH_US = a.tx_flush_us
@@ -592,6 +592,11 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import vmports
         vm_results = vmports.run(XVS, secs=a.seconds, log=progress)
+        sys.stderr.write("\n")
+    if any("vmct" == o for o in a.only) and shutil.which("dpdk-testpmd"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import vmports
+        vm_results += vmports.vm_conntrack(XVS, secs=max(a.seconds, 3), log=progress)
         sys.stderr.write("\n")
     # Native tunneling: Geneve encap and decap, xvs against OVS (tunnels.py).
     tunnel_results = None

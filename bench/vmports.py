@@ -29,6 +29,24 @@ xvs / OVS-DPDK ratios (the issue's goals: at least 5x the tap path, and at
 least OVS-DPDK's vhost pps).
 Run through run.py (`./bench.sh --only vm`) or alone as root:
 python3 bench/vmports.py [--xvs target/release/xvs] [--secs 3].
+
+Conntrack between VMs (`--only-ct`, `./bench.sh --only vmct`; issue 13's
+cases where the switch is the bottleneck: no kernel in the path, so the
+switch's own work decides). The VM to VM set-up above, testpmd `flowgen`
+with 10,000 flows per vNIC (UDP 10.254.0.0:1000 -> 10.253.x.y:1001),
+the same ovs-ofctl rules in xvs and OVS-DPDK:
+  forward    in_port=1 -> 2 and 2 -> 1: the baseline
+  one-way    ct(table=1,zone=N); +new -> ct(commit), +est -> output, each
+             vNIC in its own zone: connections that never see a reply
+  snat       one-way, committing with nat(src=10.3.N.1-10.3.N.254)
+  est        vNIC 2's frames are turned into replies of vNIC 1's (addresses
+             and ports swapped by `move`s, which makes its megaflows one
+             per flow) before ct(table=1): 10,000 established connections,
+             the issue's case (a)
+Unanswered UDP is +new on every frame in xvs (as in Linux and in OVS's
+kernel datapath), so one-way runs ct twice per frame in xvs (the check,
+then the commit); OVS's userspace tracker calls such a connection
+established from its third frame on and runs ct once.
 """
 import argparse, contextlib, os, re, shutil, signal, subprocess, tempfile, time
 
@@ -69,14 +87,14 @@ def sink_rx():
 
 
 class Testpmd:
-    def __init__(self, vdev, prefix, lcores=("-l", "0,1"), mbufs=8192):
+    def __init__(self, vdev, prefix, lcores=("-l", "0,1"), mbufs=8192, extra=()):
         self.out = tempfile.NamedTemporaryFile(prefix="xb-testpmd-", delete=False)
         self.prefix = prefix
         vdevs = [vdev] if isinstance(vdev, str) else list(vdev)
         self.p = subprocess.Popen(
             ["stdbuf", "-o0", "dpdk-testpmd", *lcores, "--no-huge", "-m", "512", "--no-pci",
              "--file-prefix", prefix, *[x for v in vdevs for x in ("--vdev", v)],
-             "--", "-i", f"--total-num-mbufs={mbufs}"],
+             "--", "-i", f"--total-num-mbufs={mbufs}", *extra],
             stdin=subprocess.PIPE, stdout=self.out, stderr=subprocess.STDOUT, text=True)
 
     def text(self):
@@ -236,12 +254,12 @@ def case(label, secs, vdev, start_switch, switch_first):
         return sent / secs, got / secs
 
 
-def vm2vm_case(label, secs, vdevs, start_switch, switch_first):
+def vm2vm_case(label, secs, vdevs, start_switch, switch_first, extra=()):
     """VM to VM: returns frames testpmd received per second, both vNICs."""
     cleanup()
     # testpmd wholly on CPU 0.
     with running(label, vdevs, start_switch, switch_first, "xbvv", lcores=("--lcores", "(0,1)@0"),
-                 mbufs=16384) as pmd:
+                 mbufs=16384, extra=extra) as pmd:
         pmd.cmd("set fwd flowgen")
         pmd.cmd("start")
         time.sleep(1)
@@ -283,6 +301,65 @@ def vm2vm(xvs, secs=3, log=print):
     return out
 
 
+SWAP = ("move:NXM_OF_IP_SRC[]->NXM_NX_REG0[],move:NXM_OF_IP_DST[]->NXM_OF_IP_SRC[],"
+        "move:NXM_NX_REG0[]->NXM_OF_IP_DST[],move:NXM_OF_UDP_SRC[]->NXM_NX_REG1[0..15],"
+        "move:NXM_OF_UDP_DST[]->NXM_OF_UDP_SRC[],move:NXM_NX_REG1[0..15]->NXM_OF_UDP_DST[]")
+
+
+def ct_flows(case):
+    """The rules of a conntrack case (see the module text)."""
+    if case == "forward":
+        return VV_FLOWS
+    lines = []
+    if case == "est":
+        lines = [
+            "table=0,priority=10,udp,in_port=1,actions=ct(table=1,zone=1)",
+            f"table=0,priority=10,udp,in_port=2,actions={SWAP},ct(table=1,zone=1)",
+            "table=1,priority=10,ip,in_port=1,ct_state=+trk+new,actions=ct(commit,zone=1),output:2",
+            "table=1,priority=10,ip,in_port=1,ct_state=+trk+est,actions=output:2",
+            "table=1,priority=10,ip,in_port=2,ct_state=+trk+est,actions=output:1",
+        ]
+    else:
+        nat = ",nat" if case == "snat" else ""
+        for p, q in ((1, 2), (2, 1)):
+            commit = f"ct(commit,zone={p},nat(src=10.3.{p}.1-10.3.{p}.254))" if nat else f"ct(commit,zone={p})"
+            lines += [
+                f"table=0,priority=10,ip,in_port={p},ct_state=-trk,actions=ct(table=1,zone={p}{nat})",
+                f"table=1,priority=10,ip,in_port={p},ct_state=+trk+new,actions={commit},output:{q}",
+                f"table=1,priority=10,ip,in_port={p},ct_state=+trk+est,actions=output:{q}",
+            ]
+    lines += ["table=0,priority=0,actions=drop", "table=1,priority=0,actions=drop"]
+    return "\n".join(lines) + "\n"
+
+
+def vm_conntrack(xvs, secs=3, flows=10000, log=print):
+    """Conntrack between two VMs, xvs against OVS-DPDK (see the module
+    text): one row per case and switch, frames the VMs received per
+    second."""
+    if not os.path.exists(OVS_DPDK):
+        log("conntrack between VMs: OVS-DPDK not installed (openvswitch-switch-dpdk): skipped")
+        return []
+    a, b = "/tmp/xb-vv-a.sock", "/tmp/xb-vv-b.sock"
+    vhost = [f"net_virtio_user0,path={a},server=1,queues=1", f"net_virtio_user1,path={b},server=1,queues=1"]
+    out = []
+    for case in ("forward", "one-way", "snat", "est"):
+        rules = ct_flows(case)
+        switches = [
+            ("xvs", lambda: xvs_switch(xvs, None, [f"vhu1,type=dpdkvhostuserclient,vhost-server-path={a}",
+                                                   f"vhu2,type=dpdkvhostuserclient,vhost-server-path={b}"], rules)),
+            ("ovs-dpdk", lambda: ovs_switch(None, [("vhu1", "dpdkvhostuserclient", [f"options:vhost-server-path={a}"]),
+                                                   ("vhu2", "dpdkvhostuserclient", [f"options:vhost-server-path={b}"])],
+                                            rules, dpdk=True)),
+        ]
+        for label, start in switches:
+            for f in (a, b):
+                quiet("rm", "-f", f)
+            log(f"conntrack between VMs, {case}, {label}: testpmd flowgen ({flows} flows per vNIC) for {secs} s")
+            pps = vm2vm_case(label, secs, vhost, start, True, extra=(f"--flowgen-flows={flows}",))
+            out.append({"kind": "vm-ct", "case": case, "path": label, "delivered_pps": pps})
+    return out
+
+
 def run(xvs, secs=3, log=print):
     vhost_sock = "/tmp/xb-vm-vhost.sock"
     quiet("rm", "-f", vhost_sock)
@@ -319,6 +396,15 @@ def ratios(rows, goals):
 
 
 def report(rows):
+    ct = [r for r in rows if r.get("kind") == "vm-ct"]
+    if ct:
+        print(f"\n{'conntrack, VM <-> VM':<22}{'xvs /s':>12}{'OVS-DPDK /s':>13}{'xvs / OVS':>11}")
+        goals = {"one-way": "", "snat": "goal (c) >= 1.5x", "est": "goal (a) >= 1.5x"}
+        for case in dict.fromkeys(r["case"] for r in ct):
+            by = {r["path"]: r["delivered_pps"] for r in ct if r["case"] == case}
+            x, o = by.get("xvs", 0), by.get("ovs-dpdk", 0)
+            ratio = f"{x / o:.2f}" if o else "-"
+            print(f"{case:<22}{x:>12.0f}{o:>13.0f}{ratio:>11}  {goals.get(case, '')}")
     vv = [r for r in rows if r.get("kind") == "vm-vm"]
     if vv:
         print(f"\n{'VM <-> VM (64 B)':<24}{'received/s':>13}")
@@ -339,5 +425,9 @@ if __name__ == "__main__":
     ap.add_argument("--xvs", default=os.environ.get("XVS", "target/release/xvs"))
     ap.add_argument("--secs", type=float, default=3)
     ap.add_argument("--only-vm2vm", action="store_true", help="only the VM to VM table")
+    ap.add_argument("--only-ct", action="store_true", help="only conntrack between VMs")
     a = ap.parse_args()
-    report(vm2vm(a.xvs, a.secs) if a.only_vm2vm else run(a.xvs, a.secs))
+    if a.only_ct:
+        report(vm_conntrack(a.xvs, a.secs))
+    else:
+        report(vm2vm(a.xvs, a.secs) if a.only_vm2vm else run(a.xvs, a.secs))
