@@ -266,6 +266,14 @@ class XvsOffloadAdaptive(XvsOffload):
     poll = "adaptive"
 
 
+class XvsOffloadNapi(XvsOffloadAdaptive):
+    """The same with `--napi-threads on`: the ports' receive work (the XDP
+    program and its redirects) runs in kernel threads, which the scheduler
+    puts on the core the sleeping poll thread leaves idle, instead of in
+    the softirq of the generator's core."""
+    extra = ["--napi-threads", "on"]
+
+
 class Ovs:
     name = "ovs"
 
@@ -442,7 +450,8 @@ def main():
     setup_rules = rule_file("setup", a.reps)
     switches = [("bare", None, None), ("afxdp-wire", Wire, None), ("linux-bridge", Bridge, None),
                 ("xvs NORMAL", Xvs, None), ("xvs offload NORMAL", XvsOffload, None),
-                ("xvs offload adaptive NORMAL", XvsOffloadAdaptive, None)]
+                ("xvs offload adaptive NORMAL", XvsOffloadAdaptive, None),
+                ("xvs offload napi-threads NORMAL", XvsOffloadNapi, None)]
     if have_ovs:
         switches.append(("ovs NORMAL", Ovs, None))
     if not a.quick:

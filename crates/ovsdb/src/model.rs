@@ -48,6 +48,10 @@ pub struct Desired {
     /// Open_vSwitch other_config:xdp-offload-pps: packets per second a flow
     /// needs before it is offloaded (default 1000).
     pub xdp_offload_pps: Option<u64>,
+    /// Open_vSwitch other_config:xdp-napi-threads: AF_XDP ports' kernel
+    /// receive work in threads of their own (`xvs switch --napi-threads`).
+    /// Off unless "true"; read when a bridge starts.
+    pub xdp_napi_threads: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -351,6 +355,12 @@ impl Desired {
         if let Some(v) = oc.get("xdp-offload") {
             match parse_bool("other_config:xdp-offload", v) {
                 Ok(b) => d.xdp_offload = b,
+                Err(e) => ovs.note(format!("Open_vSwitch {e}; ignored")),
+            }
+        }
+        if let Some(v) = oc.get("xdp-napi-threads") {
+            match parse_bool("other_config:xdp-napi-threads", v) {
+                Ok(b) => d.xdp_napi_threads = b,
                 Err(e) => ovs.note(format!("Open_vSwitch {e}; ignored")),
             }
         }
@@ -778,6 +788,15 @@ mod tests {
         assert!(d.xdp_offload && d.xdp_offload_pps.is_none());
         assert!(notes.iter().any(|n| n.contains("other_config:xdp-offload: \"no\" is not true or false")), "{notes:?}");
         assert!(notes.iter().any(|n| n.contains("other_config:xdp-offload-pps: \"0\"")), "{notes:?}");
+        // NAPI threads: off unless "true"; a bad value is named and ignored.
+        assert!(!set(&[]).0.xdp_napi_threads);
+        assert!(set(&[("xdp-napi-threads", "true")]).0.xdp_napi_threads);
+        let (d, notes) = set(&[("xdp-napi-threads", "yes")]);
+        assert!(!d.xdp_napi_threads);
+        assert!(
+            notes.iter().any(|n| n.contains("other_config:xdp-napi-threads: \"yes\" is not true or false")),
+            "{notes:?}"
+        );
     }
 
     #[test]

@@ -243,6 +243,8 @@ fn start_bridge(
         pmd: dpif::PmdConfig::default(),
         patches: Arc::clone(patches),
     })?;
+    // Read when the bridge starts, like pmd-maxsleep: its ports get it.
+    sw.set_napi_threads(d.xdp_napi_threads);
     if d.flow_restore_wait {
         let all = ofproto::parse_flow("", ofproto::Need::NoActions).expect("catch-all");
         let _ = sw.shared.ofproto.write().expect("ofproto lock").flow_mod(ofproto::FlowModCmd::Delete, &all);

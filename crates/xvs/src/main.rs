@@ -91,6 +91,13 @@ enum Cmd {
         /// Packets per second a flow needs before it is offloaded.
         #[arg(long, default_value_t = xvs::db::DEFAULT_OFFLOAD_PPS)]
         xdp_offload_pps: u64,
+        /// AF_XDP ports' kernel receive work (the XDP program, the fast
+        /// path's redirects) in kernel threads of their own (on|off), so an
+        /// idle core can take it from the sender's. For the fast path with
+        /// adaptive polling; with busy polling it competes with the poll
+        /// threads. README, "XDP fast path".
+        #[arg(long, default_value = "off")]
+        napi_threads: String,
         /// TCP/UDP checksums that local senders left to offload stay so
         /// through plain forwarding, for AF_XDP ports to have the kernel
         /// fill (TX metadata) (on|off). Off: completed in software on
@@ -319,6 +326,8 @@ struct OfArgs {
     metrics: Option<String>,
     /// `--tx-csum-offload` ([`dpif::PmdConfig::csum_offload`]).
     csum_offload: bool,
+    /// `--napi-threads` ([`xvs::switch::Switch::set_napi_threads`]).
+    napi_threads: bool,
 }
 
 /// Removes a bridge's `.mgmt` and `.snoop` sockets when dropped.
@@ -403,6 +412,7 @@ fn run_switch(
         xvs::commands::run(&sw, "del-flows", &[String::new()])?;
         xvs::commands::run(&sw, "add-flows", &[text]).with_context(|| format!("{}", f.display()))?;
     }
+    sw.set_napi_threads(of.napi_threads);
     for s in specs {
         let name = s.name.clone();
         let n = sw.add_port(s).with_context(|| format!("port {name}"))?;
@@ -466,6 +476,7 @@ fn main() -> ExitCode {
             db,
             xdp_offload,
             xdp_offload_pps,
+            napi_threads,
             tx_csum_offload,
             metrics,
             umem_frames,
@@ -493,6 +504,9 @@ fn main() -> ExitCode {
                 None if !matches!(xdp_offload.as_str(), "on" | "off") => {
                     Err(anyhow::anyhow!("--xdp-offload: '{xdp_offload}' is not on or off"))
                 }
+                None if !matches!(napi_threads.as_str(), "on" | "off") => {
+                    Err(anyhow::anyhow!("--napi-threads: '{napi_threads}' is not on or off"))
+                }
                 None if !matches!(tx_csum_offload.as_str(), "on" | "off") => {
                     Err(anyhow::anyhow!("--tx-csum-offload: '{tx_csum_offload}' is not on or off"))
                 }
@@ -516,6 +530,7 @@ fn main() -> ExitCode {
                         offload_pps: (xdp_offload == "on").then_some(xdp_offload_pps),
                         metrics,
                         csum_offload: tx_csum_offload == "on",
+                        napi_threads: napi_threads == "on",
                     },
                 ),
             },

@@ -142,6 +142,11 @@ pub struct Shared {
     /// The kernel fast path's manager, when offload is on
     /// ([`Switch::enable_offload`]).
     pub offload: Mutex<Option<Arc<crate::offload::Offloader>>>,
+    /// AF_XDP ports get their receive work (NAPI) in kernel threads of
+    /// their own ([`Switch::set_napi_threads`]), and the ports this switch
+    /// turned that on for (turned off again when they go).
+    napi_threads: AtomicBool,
+    napi_set: Mutex<Vec<String>>,
     pub bridge: String,
     /// The OpenFlow bridge. Written by the control thread; read by PMDs on
     /// cache misses, never waiting for a writer (see [`OfprotoLock`]).
@@ -330,6 +335,8 @@ impl Switch {
         let (packet_in_tx, packet_in_rx) = std::sync::mpsc::sync_channel(1024);
         let shared = Arc::new(Shared {
             offload: Mutex::new(None),
+            napi_threads: AtomicBool::new(false),
+            napi_set: Mutex::new(Vec::new()),
             packet_in_tx,
             packet_in_rx: Mutex::new(Some(packet_in_rx)),
             stats_req: AtomicU64::new(0),
@@ -400,13 +407,52 @@ impl Switch {
         let off = self.shared.offload.lock().expect("offload").clone();
         let fast = off.as_ref().and_then(|_| take_fast_path(&mut *dev));
         let name = spec.name.clone();
+        let afxdp = spec.kind == PortType::Afxdp;
         let n = self.attach(spec, dev, pmd)?;
+        if afxdp && self.shared.napi_threads.load(Ordering::Acquire) {
+            self.napi_thread(&name, true);
+        }
         if let (Some(o), Some(fp)) = (off, fast) {
             if let Ok(ifx) = bpf::ifindex(&name) {
                 o.add_port(n, ifx, fp);
             }
         }
         Ok(n)
+    }
+
+    /// Gives the AF_XDP ports added from now on kernel threads of their
+    /// own for their receive work (`/sys/class/net/DEV/threaded`), instead
+    /// of the softirq of whichever core sent the frame. With the XDP fast
+    /// path forwarding hot flows and the poll threads asleep (adaptive
+    /// polling), that work (the XDP program and the redirect) then runs on
+    /// an idle core rather than the sender's. With poll threads that spin
+    /// on the same cores, it competes with them: off by default.
+    pub fn set_napi_threads(&self, on: bool) {
+        self.shared.napi_threads.store(on, Ordering::Release);
+    }
+
+    /// Gives every port this switch turned NAPI threads on for back to
+    /// softirq. Before the devices are released: once the XDP program is
+    /// gone a veth may have no NAPI left, and the kernel then refuses the
+    /// change (EOPNOTSUPP).
+    fn napi_threads_off(&self) {
+        let set = std::mem::take(&mut *self.shared.napi_set.lock().expect("napi set"));
+        for dev in set {
+            if let Err(e) = std::fs::write(format!("/sys/class/net/{dev}/threaded"), "0") {
+                eprintln!("xvs: port {dev}: cannot turn its NAPI thread off: {e}");
+            }
+        }
+    }
+
+    /// Writes `dev`'s `threaded` setting (its NAPI exists once the XDP
+    /// program is attached), and remembers the ports it turned on.
+    fn napi_thread(&self, dev: &str, on: bool) {
+        let path = format!("/sys/class/net/{dev}/threaded");
+        match std::fs::write(&path, if on { "1" } else { "0" }) {
+            Ok(()) if on => self.shared.napi_set.lock().expect("napi set").push(dev.to_string()),
+            Ok(()) => {}
+            Err(e) => eprintln!("xvs: port {dev}: cannot set {path} to {}: {e}", on as u8),
+        }
     }
 
     /// Turns the kernel fast path on or off at run time (off removes every
@@ -519,6 +565,16 @@ impl Switch {
     /// detached) once the poll thread lets go of it.
     pub fn del_port(&self, name: &str) -> Result<()> {
         let sh = &self.shared;
+        // Before the device is released (see `shutdown`).
+        let was_set = {
+            let mut set = sh.napi_set.lock().expect("napi set");
+            let before = set.len();
+            set.retain(|d| d != name);
+            set.len() != before
+        };
+        if was_set {
+            self.napi_thread(name, false);
+        }
         let ofport = {
             let mut ports = sh.ports.write().expect("ports lock");
             let Some((&n, _)) = ports.iter().find(|(_, p)| p.spec.name == name) else {
@@ -584,6 +640,7 @@ impl Switch {
     /// The bridge is being removed, not merely stopped: its kernel devices
     /// (internal ports kept across restarts) go with it.
     pub fn release_devices(&self) {
+        self.napi_threads_off();
         for p in self.ports() {
             ports::release_device(&mut **p.dev.lock().expect("port lock"));
         }
@@ -690,6 +747,7 @@ impl Switch {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.napi_threads_off();
         self.shared.ports.write().expect("ports lock").clear();
         for u in &self.shared.umems {
             *u.lock().expect("umem") = None;

@@ -81,7 +81,7 @@ fn ping_with_resuming_controller(sw: &Sut, h1: &Host, h2: &Host) -> (u32, String
         out.lines().take(8).collect::<Vec<_>>().join("\n"),
         err.lines().take(6).collect::<Vec<_>>().join("\n")
     );
-    (got as u32, out + &err)
+    (got, out + &err)
 }
 
 /// Packets counted by the rules of `table` (summed).

@@ -23,6 +23,10 @@ struct Daemon {
 
 impl Daemon {
     fn start(tag: &str, hs: &[&Host]) -> Daemon {
+        Daemon::start_with(tag, hs, &[])
+    }
+
+    fn start_with(tag: &str, hs: &[&Host], extra: &[&str]) -> Daemon {
         let run_dir = format!("/tmp/xvs-fp{tag}-{}", std::process::id());
         let bridge = format!("brfp{tag}");
         let _ = std::fs::remove_dir_all(&run_dir);
@@ -39,6 +43,7 @@ impl Daemon {
             "--xdp-offload-pps",
             "200",
         ]);
+        cmd.args(extra);
         for h in hs {
             cmd.args(["--port", &format!("{},xdp-mode=native", h.port)]);
         }
@@ -185,4 +190,39 @@ fn a_port_that_cannot_take_redirects_keeps_its_flows_in_userspace() {
     assert!(again >= 29_000, "h1 -> h2 with GRO on: {again} of 30000");
     assert_eq!(off["closed_targets"], serde_json::json!([]), "{off}");
     assert!(off["kernel"]["hit"].as_u64().unwrap() > 20_000, "the stream went through the kernel: {off}");
+}
+
+/// `--napi-threads on`: the ports' receive work runs in kernel threads of
+/// their own while the switch runs (the fast path forwards through them as
+/// before), and goes back to softirq when the switch stops.
+#[test]
+fn napi_threads_carry_the_fast_path_and_go_when_the_switch_stops() {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h1 = Host::create(&format!("xvsfn{id}h1"), &format!("xn{id}h1"), "10.84.0.1/24", 1).unwrap();
+    let h2 = Host::create(&format!("xvsfn{id}h2"), &format!("xn{id}h2"), "10.84.0.2/24", 1).unwrap();
+    for h in [&h1, &h2] {
+        h.exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
+    }
+    let threaded = |h: &Host| std::fs::read_to_string(format!("/sys/class/net/{}/threaded", h.port)).unwrap();
+    assert_eq!(threaded(&h1).trim(), "0", "softirq before the switch");
+    let mut d = Daemon::start_with("n", &[&h1, &h2], &["--napi-threads", "on"]);
+    assert_eq!((threaded(&h1).trim(), threaded(&h2).trim()), ("1", "1"), "threaded while the switch runs");
+    d.ofctl(&["del-flows"]);
+    d.ofctl(&["add-flow", "priority=10,in_port=1,actions=output:2"]);
+    d.ofctl(&["add-flow", "priority=10,in_port=2,actions=output:1"]);
+    assert_eq!(h1.ping(&h2.ip, 2).unwrap(), 2);
+    let got = h1.udp_burst(&h2, 7004, 30_000, Some(15_000)).unwrap();
+    let off = d.json("offload-show")["offload"][0].clone();
+    eprintln!("h1 -> h2 with NAPI threads: {got} of 30000 arrived; offload: {off}");
+    assert!(got >= 29_000, "{got} of 30000");
+    assert!(off["kernel"]["hit"].as_u64().unwrap() > 20_000, "the stream went through the kernel: {off}");
+    // A clean stop (SIGTERM) gives the devices back as they were.
+    let pid = d.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let t0 = Instant::now();
+    while d.child.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!((threaded(&h1).trim(), threaded(&h2).trim()), ("0", "0"), "softirq again after the switch");
 }
