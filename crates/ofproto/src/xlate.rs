@@ -130,10 +130,16 @@ impl Ofproto {
             cx.do_action(a);
             cx.freeze_rest(cx.table, 0, &actions[i + 1..], &[]);
         }
+        self.slow_path_translation(cx)
+    }
+
+    /// The end of a translation outside the tables (packet-out, resume):
+    /// pending writes and a freeze are emitted, and the rules the actions
+    /// resubmitted through count the packet, as in OVS (the caller credits
+    /// them: no megaflow will).
+    fn slow_path_translation(&self, mut cx: Ctx<'_>) -> Translation {
         cx.commit();
         cx.finish_freeze(false);
-        // The rules the actions resubmitted through count the packet, as
-        // in OVS (the caller credits them: no megaflow will).
         let counters = self.counter_sets.get(&cx.counters);
         Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters, too_deep: cx.too_deep }
     }
@@ -144,10 +150,7 @@ impl Ofproto {
     pub fn translate_continuation(&self, key: &FlowKey, cont: &ofp_types::Continuation) -> Translation {
         let mut cx = Ctx::new(self, key, FlowKey::ALL_ONES, false);
         cx.resume_frozen(&cont.frames, &cont.action_set, &cont.stack);
-        cx.commit();
-        cx.finish_freeze(false);
-        let counters = self.counter_sets.get(&cx.counters);
-        Translation { actions: cx.actions, mask: FlowKey::ALL_ONES, counters, too_deep: cx.too_deep }
+        self.slow_path_translation(cx)
     }
 
     /// Like [`Ofproto::translate_key`], with the walk through the tables.
@@ -215,59 +218,55 @@ impl Ofproto {
 /// Anything else (controller with options, learn, clone, stack, bundle,
 /// output_reg, conjunction) is left out.
 fn action_set_list(set: &[Action]) -> Vec<Action> {
-    const SLOTS: usize = 6;
-    let mut slots: [Option<&Action>; SLOTS] = [None; SLOTS];
+    /// An action's place in an action set.
+    enum Class {
+        /// One of a kind, kept last-written, run in slot order.
+        Slot(usize),
+        /// A field write: all run, in order.
+        Write,
+        /// A final action of this rank: the highest (then the last) runs.
+        Final(u8),
+        /// Not an action-set action.
+        Left,
+    }
+    let class = |a: &Action| match a {
+        Action::PopVlan => Class::Slot(0),
+        Action::PopMpls(_) => Class::Slot(1),
+        Action::PushMpls(_) => Class::Slot(2),
+        Action::PushVlan(_) => Class::Slot(3),
+        Action::DecTtl | Action::DecTtlIds(_) => Class::Slot(4),
+        Action::DecMplsTtl => Class::Slot(5),
+        Action::SetField { .. }
+        | Action::Load { .. }
+        | Action::Move { .. }
+        | Action::SetNwTtl(_)
+        | Action::SetMplsTtl(_)
+        | Action::SetQueue(_) => Class::Write,
+        Action::Ct(_) => Class::Final(0),
+        Action::CtClear => Class::Final(1),
+        Action::Resubmit { .. } => Class::Final(2),
+        // `controller` without options is an output to the controller
+        // port on the wire.
+        Action::Output(_) | Action::OutputMaxLen(..) | Action::Controller { .. } => Class::Final(3),
+        Action::Group(_) => Class::Final(4),
+        Action::Conjunction { .. }
+        | Action::Learn(_)
+        | Action::ControllerNx(_)
+        | Action::OutputReg { .. }
+        | Action::Bundle(_)
+        | Action::StackPush(_)
+        | Action::StackPop(_)
+        | Action::Clone(_) => Class::Left,
+    };
+    let mut slots: [Option<&Action>; 6] = [None; 6];
     let mut writes = Vec::new();
     let mut last: Option<(u8, &Action)> = None;
     for a in set {
-        let slot = match a {
-            Action::PopVlan => Some(0),
-            Action::PopMpls(_) => Some(1),
-            Action::PushMpls(_) => Some(2),
-            Action::PushVlan(_) => Some(3),
-            Action::DecTtl | Action::DecTtlIds(_) => Some(4),
-            Action::DecMplsTtl => Some(5),
-            _ => None,
-        };
-        if let Some(i) = slot {
-            slots[i] = Some(a);
-            continue;
-        }
-        let rank = match a {
-            Action::Ct(_) => 0,
-            Action::CtClear => 1,
-            Action::Resubmit { .. } => 2,
-            // `controller` without options is an output to the
-            // controller port on the wire.
-            Action::Output(_) | Action::OutputMaxLen(..) | Action::Controller { .. } => 3,
-            Action::Group(_) => 4,
-            Action::SetField { .. }
-            | Action::Load { .. }
-            | Action::Move { .. }
-            | Action::SetNwTtl(_)
-            | Action::SetMplsTtl(_)
-            | Action::SetQueue(_) => {
-                writes.push(a.clone());
-                continue;
-            }
-            Action::Conjunction { .. }
-            | Action::Learn(_)
-            | Action::ControllerNx(_)
-            | Action::OutputReg { .. }
-            | Action::Bundle(_)
-            | Action::StackPush(_)
-            | Action::StackPop(_)
-            | Action::Clone(_) => continue,
-            Action::PopVlan
-            | Action::PopMpls(_)
-            | Action::PushMpls(_)
-            | Action::PushVlan(_)
-            | Action::DecTtl
-            | Action::DecTtlIds(_)
-            | Action::DecMplsTtl => unreachable!("slot actions are handled above"),
-        };
-        if last.is_none_or(|(r, _)| rank >= r) {
-            last = Some((rank, a));
+        match class(a) {
+            Class::Slot(i) => slots[i] = Some(a),
+            Class::Write => writes.push(a.clone()),
+            Class::Final(rank) if last.is_none_or(|(r, _)| rank >= r) => last = Some((rank, a)),
+            Class::Final(_) | Class::Left => {}
         }
     }
     let Some((_, last)) = last else { return Vec::new() };
@@ -501,12 +500,7 @@ impl<'a> Ctx<'a> {
                             }
                         }
                         Instruction::Write(acts) => {
-                            self.say(|| {
-                                format!(
-                                    "write_actions({})",
-                                    acts.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
-                                )
-                            });
+                            self.say(|| format!("write_actions({})", join_actions(acts)));
                             // Kept in the order written; which of them run, and
                             // in what order, is decided when the set runs
                             // (`action_set_list`), as in Open vSwitch.
@@ -1036,20 +1030,8 @@ impl<'a> Ctx<'a> {
                 // actions; field writes and VLAN changes are undone after
                 // (as for a group bucket), registers and the stack restored.
                 let stack = self.stack.clone();
-                let n = self.actions.len();
-                let froze = self.run_bucket(acts, false);
+                self.run_bucket(acts, false);
                 self.stack = stack;
-                // The datapath cannot fork a packet and continue after a
-                // recirculation: a ct(table=N) inside the clone ends this
-                // walk too. So does a pause (or a lookup after pop_mpls)
-                // inside it, as in Open vSwitch 3.1: the continuation holds
-                // the clone's rest, and nothing after the clone runs or is
-                // frozen. Anything else stopping (TTL exceeded) ends only
-                // the clone.
-                let recirculated = self.actions[n..].iter().any(|a| matches!(a, DpAction::Recirc(_)));
-                if !recirculated && !self.too_deep && !froze {
-                    self.stop = false;
-                }
             }
             Action::Learn(l) => self.learn(l),
             // Conjunctive flows are resolved at lookup (resolve_conjunction).
@@ -1414,22 +1396,13 @@ impl<'a> Ctx<'a> {
         for i in chosen {
             let b = &g.buckets[i];
             self.credit(&b.counters);
-            let n = self.actions.len();
             // A bucket is an action set (OpenFlow 1.3 5.6.1), run as Open
             // vSwitch runs one.
             let acts = action_set_list(&b.actions);
             if acts.len() != b.actions.len() {
                 self.say(|| format!("  bucket as an action set: {}", join_actions(&acts)));
             }
-            let froze = self.run_bucket(&acts, true);
-            // A pause inside a bucket froze that bucket's rest only: the
-            // other buckets and the actions after the group go on with
-            // the packet as it was (Open vSwitch does the same). A
-            // recirculation cannot be followed by more actions.
-            let recirculated = self.actions[n..].iter().any(|a| matches!(a, DpAction::Recirc(_)));
-            if froze && !recirculated && !self.too_deep {
-                self.stop = false;
-            }
+            self.run_bucket(&acts, true);
             if self.stop {
                 break;
             }
@@ -1443,10 +1416,21 @@ impl<'a> Ctx<'a> {
     /// A pause (or a lookup after `pop_mpls`) inside freezes the rest of
     /// the bucket, and the freeze ends at the bucket's end, as in Open
     /// vSwitch: the continuation (or recirculation) runs the bucket's
-    /// rest, not what follows the bucket. Returns whether that happened.
-    /// `group`: a group bucket, after which the walk goes on, so the
-    /// action set stays with it as well.
-    fn run_bucket(&mut self, actions: &[Action], group: bool) -> bool {
+    /// rest, not what follows the bucket.
+    ///
+    /// Whether the walk goes on after it (`stop` when this returns):
+    /// - never after a recirculation (a `ct(table=N)` inside): the
+    ///   datapath cannot fork a packet and go on after one; nor after the
+    ///   walk went too deep;
+    /// - after a group bucket (`group`) that froze, it does: the other
+    ///   buckets and the actions after the group run with the packet as it
+    ///   was (so the action set stays with the walk too); another stop in
+    ///   a bucket (TTL exceeded) ends the walk;
+    /// - after a clone that froze, it does not: Open vSwitch 3.1 runs and
+    ///   freezes nothing after such a clone; another stop in a clone ends
+    ///   only the clone.
+    fn run_bucket(&mut self, actions: &[Action], group: bool) {
+        let n = self.actions.len();
         self.commit();
         let saved = self.key;
         let outer_written = std::mem::replace(&mut self.written, FlowKey::ZERO);
@@ -1467,6 +1451,11 @@ impl<'a> Ctx<'a> {
         if froze {
             self.say(|| "  the freeze ends with this clone or bucket");
             self.finish_freeze(group);
+        }
+        let recirculated = self.actions[n..].iter().any(|a| matches!(a, DpAction::Recirc(_)));
+        let goes_on = if group { froze } else { !froze };
+        if goes_on && !recirculated && !self.too_deep {
+            self.stop = false;
         }
         self.commit();
         // Undo VLAN pushes/pops, then field writes.
@@ -1493,7 +1482,6 @@ impl<'a> Ctx<'a> {
             self.pending = undo;
             self.commit();
         }
-        froze
     }
 
     fn controller(&mut self, max_len: u16) {

@@ -14,11 +14,7 @@ use xvs::ovsref::Sut;
 
 #[test]
 fn paused_pipeline_resumes_with_its_registers() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let mk = |i: u32| Host::create(&format!("xvsct{id}h{i}"), &format!("xct{id}h{i}"), &format!("10.87.0.{i}/24"), 1);
-    let (h1, h2) = (mk(1).unwrap(), mk(2).unwrap());
-    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "cont", "brcont", &[&h1.port, &h2.port], &[]);
+    let (h1, h2, sw) = two_hosts_on_a_switch("ct", 0);
     let flows = [
         "table=0,priority=10,arp,in_port=1,actions=output:2",
         "table=0,priority=10,in_port=2,actions=output:1",
@@ -50,6 +46,27 @@ fn paused_pipeline_resumes_with_its_registers() {
     let n: u64 =
         dump.split("n_packets=").nth(1).and_then(|s| s.split(',').next()).and_then(|s| s.parse().ok()).unwrap_or(0);
     assert!(n >= 3, "{}: table 2 saw the resumed packets with reg0 and reg1 set: {dump}", sw.name());
+}
+
+/// Two hosts (10.87.NET.1 and .2) on ports 1 and 2 of a switch under
+/// test (xvs, or OVS 3.1 with `XVS_SWITCH=ovs`); `tag` keeps each test's
+/// namespaces, links and bridge apart.
+fn two_hosts_on_a_switch(tag: &str, net: u8) -> (Host, Host, Sut) {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let mk = |i: u32| {
+        Host::create(&format!("xvs{tag}{id}h{i}"), &format!("x{tag}{id}h{i}"), &format!("10.87.{net}.{i}/24"), 1)
+            .unwrap()
+    };
+    let (h1, h2) = (mk(1), mk(2));
+    let sw = Sut::start(
+        env!("CARGO_BIN_EXE_xvs"),
+        &format!("cont{tag}"),
+        &format!("brcont{tag}"),
+        &[&h1.port, &h2.port],
+        &[],
+    );
+    (h1, h2, sw)
 }
 
 /// Pings h2 from h1 (up to 3 answers, 10 s) while `ovs-ofctl monitor ...
@@ -106,11 +123,7 @@ fn add_flows(sw: &Sut, flows: &[&str], groups: &[&str]) {
 /// vSwitch 3.1's semantics: the walk ends with the clone's freeze).
 #[test]
 fn pause_inside_a_clone_resumes_the_clone_with_its_stack() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let mk = |i: u32| Host::create(&format!("xvscc{id}h{i}"), &format!("xcc{id}h{i}"), &format!("10.87.1.{i}/24"), 1);
-    let (h1, h2) = (mk(1).unwrap(), mk(2).unwrap());
-    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "contcl", "brcontcl", &[&h1.port, &h2.port], &[]);
+    let (h1, h2, sw) = two_hosts_on_a_switch("cc", 1);
     add_flows(
         &sw,
         &[
@@ -145,11 +158,7 @@ fn pause_inside_a_clone_resumes_the_clone_with_its_stack() {
 /// so the pause is one table down.)
 #[test]
 fn pause_under_a_group_bucket_resumes_the_bucket_and_the_walk_goes_on() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let mk = |i: u32| Host::create(&format!("xvscg{id}h{i}"), &format!("xcg{id}h{i}"), &format!("10.87.2.{i}/24"), 1);
-    let (h1, h2) = (mk(1).unwrap(), mk(2).unwrap());
-    let sw = Sut::start(env!("CARGO_BIN_EXE_xvs"), "contgr", "brcontgr", &[&h1.port, &h2.port], &[]);
+    let (h1, h2, sw) = two_hosts_on_a_switch("cg", 2);
     add_flows(
         &sw,
         &[
