@@ -146,7 +146,8 @@ impl Timeouts {
 pub struct Config {
     /// Connections in all zones together (Open vSwitch's default: 3,000,000).
     pub max_conns: usize,
-    /// Check TCP/UDP/ICMP checksums; a packet that fails is `+inv`.
+    /// Check IPv4 header and TCP/UDP/ICMP checksums (as Open vSwitch's
+    /// tracker does); a packet that fails is `+inv`.
     pub validate_checksums: bool,
     pub timeouts: Timeouts,
     /// Shards of the table (rounded up to a power of two).
@@ -542,7 +543,7 @@ impl Conntrack {
         if let Some((c, reply)) = found {
             return self.existing(frame, &p, act, c, reply, now_ms);
         }
-        if let Some((inner, at)) = p.inner {
+        if let Some((inner, at)) = p.inner.as_deref().copied() {
             return self.related(frame, &p, act, &inner, at, now_ms);
         }
         if !p.tuple.can_start() || p.tcp.is_some_and(|s| !tcp::valid_new(s.flags)) {

@@ -115,7 +115,7 @@ pub mod tcp_flags {
 }
 
 /// Where the headers of a trackable packet are, and what they say.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Parsed {
     pub tuple: Tuple,
     /// Offset of the IP header in the frame.
@@ -126,8 +126,10 @@ pub struct Parsed {
     pub end: usize,
     pub tcp: Option<TcpSeg>,
     /// For an ICMP error: the tuple of the quoted packet as that packet
-    /// carried it, and the offset of its IP header in the frame.
-    pub inner: Option<(Tuple, usize)>,
+    /// carried it, and the offset of its IP header in the frame. Boxed:
+    /// every tracked packet's `Parsed` is moved through a few returns, and
+    /// this rare part would double its size.
+    pub inner: Option<Box<(Tuple, usize)>>,
 }
 
 /// Why a packet cannot be tracked. All of them make the packet `+inv`
@@ -181,13 +183,14 @@ pub fn l3_offset(frame: &[u8]) -> Option<(usize, u16)> {
     Some((off + 2, ty))
 }
 
-/// Parses `frame` for tracking. `validate_l4` checks TCP/UDP/ICMP
-/// checksums (IPv4 header checksums are always checked).
-pub fn parse(frame: &[u8], validate_l4: bool) -> Result<Parsed, Untrackable> {
+/// Parses `frame` for tracking. `validate` checks the IPv4 header's and
+/// the TCP/UDP/ICMP checksums, as Open vSwitch's tracker does when it
+/// validates (a later pass over a packet already checked skips them).
+pub fn parse(frame: &[u8], validate: bool) -> Result<Parsed, Untrackable> {
     let (l3, ty) = l3_offset(frame).ok_or(Untrackable::Truncated)?;
     let ip = match ty {
-        0x0800 => parse_ip4(frame, l3, validate_l4, 0)?,
-        0x86dd => parse_ip6(frame, l3, validate_l4, 0)?,
+        0x0800 => parse_ip4(frame, l3, validate, 0)?,
+        0x86dd => parse_ip6(frame, l3, validate, 0)?,
         _ => return Err(Untrackable::NotIp),
     };
     Ok(ip)
@@ -196,6 +199,7 @@ pub fn parse(frame: &[u8], validate_l4: bool) -> Result<Parsed, Untrackable> {
 /// `depth` is 1 while parsing the packet an ICMP error quotes: it may be
 /// cut short after 8 bytes of transport header, and its checksums are not
 /// checked.
+#[inline]
 fn parse_ip4(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, Untrackable> {
     let h = b.get(l3..l3 + 20).ok_or(Untrackable::Truncated)?;
     if h[0] >> 4 != 4 {
@@ -210,7 +214,7 @@ fn parse_ip4(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, U
         if total < ihl || l3 + total > b.len() {
             return Err(Untrackable::Truncated);
         }
-        if wire::checksum::checksum(&b[l3..l3 + ihl]) != 0 {
+        if validate && wire::checksum::checksum(&b[l3..l3 + ihl]) != 0 {
             return Err(Untrackable::BadChecksum);
         }
         l3 + total
@@ -276,6 +280,7 @@ fn parse_ip6(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, U
     l4(b, l3, off, end, t, validate, depth)
 }
 
+#[inline]
 fn l4(
     b: &[u8],
     l3: usize,
@@ -357,7 +362,7 @@ fn l4(
                 }
                 t.sport = 0;
                 t.dport = (ty as u16) << 8 | code as u16;
-                p.inner = Some((inner.tuple, q));
+                p.inner = Some(Box::new((inner.tuple, q)));
             } else {
                 if !is_query(v6, ty) {
                     return Err(Untrackable::BadIcmpType);

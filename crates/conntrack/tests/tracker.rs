@@ -196,6 +196,12 @@ fn bad_checksum_and_garbage_are_invalid() {
     let mut f = udp(A, B, 1, 2);
     f[n - 1] ^= 0xff;
     assert_eq!(t.execute(&mut f, &commit(0), 0, None).state, cs::TRK | cs::NEW);
+    // A bad IPv4 header checksum: invalid when checking, tracked when not.
+    let mut f = udp(A, B, 3, 4);
+    f[14 + 10] ^= 0xff;
+    assert_eq!(t.execute(&mut f.clone(), &commit(0), 0, None).state, cs::TRK | cs::NEW);
+    let checking = Conntrack::new(Config::default());
+    assert_eq!(checking.execute(&mut f, &commit(0), 0, None).state, cs::TRK | cs::INV);
 }
 
 #[test]
