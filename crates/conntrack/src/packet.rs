@@ -199,7 +199,6 @@ pub fn parse(frame: &[u8], validate: bool) -> Result<Parsed, Untrackable> {
 /// `depth` is 1 while parsing the packet an ICMP error quotes: it may be
 /// cut short after 8 bytes of transport header, and its checksums are not
 /// checked.
-#[inline]
 fn parse_ip4(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, Untrackable> {
     let h = b.get(l3..l3 + 20).ok_or(Untrackable::Truncated)?;
     if h[0] >> 4 != 4 {
@@ -280,7 +279,6 @@ fn parse_ip6(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, U
     l4(b, l3, off, end, t, validate, depth)
 }
 
-#[inline]
 fn l4(
     b: &[u8],
     l3: usize,
