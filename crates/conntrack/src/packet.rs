@@ -188,18 +188,28 @@ pub fn l3_offset(frame: &[u8]) -> Option<(usize, u16)> {
 /// validates (a later pass over a packet already checked skips them).
 pub fn parse(frame: &[u8], validate: bool) -> Result<Parsed, Untrackable> {
     let (l3, ty) = l3_offset(frame).ok_or(Untrackable::Truncated)?;
-    let ip = match ty {
-        0x0800 => parse_ip4(frame, l3, validate, 0)?,
-        0x86dd => parse_ip6(frame, l3, validate, 0)?,
+    // Filled in place by the functions below: moving a `Parsed` through
+    // each of their returns cost more than the parse itself.
+    let mut p = Parsed::empty();
+    match ty {
+        0x0800 => parse_ip4(frame, l3, validate, 0, &mut p)?,
+        0x86dd => parse_ip6(frame, l3, validate, 0, &mut p)?,
         _ => return Err(Untrackable::NotIp),
-    };
-    Ok(ip)
+    }
+    Ok(p)
+}
+
+impl Parsed {
+    fn empty() -> Parsed {
+        let tuple = Tuple { src: 0, dst: 0, sport: 0, dport: 0, proto: 0, v6: false };
+        Parsed { tuple, l3: 0, l4: 0, end: 0, tcp: None, inner: None }
+    }
 }
 
 /// `depth` is 1 while parsing the packet an ICMP error quotes: it may be
 /// cut short after 8 bytes of transport header, and its checksums are not
 /// checked.
-fn parse_ip4(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, Untrackable> {
+fn parse_ip4(b: &[u8], l3: usize, validate: bool, depth: u8, p: &mut Parsed) -> Result<(), Untrackable> {
     let h = b.get(l3..l3 + 20).ok_or(Untrackable::Truncated)?;
     if h[0] >> 4 != 4 {
         return Err(Untrackable::Truncated);
@@ -227,10 +237,10 @@ fn parse_ip4(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, U
     let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]) as u128;
     let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]) as u128;
     let t = Tuple { src, dst, sport: 0, dport: 0, proto: h[9], v6: false };
-    l4(b, l3, l3 + ihl, end, t, validate, depth)
+    l4(b, l3, l3 + ihl, end, t, validate, depth, p)
 }
 
-fn parse_ip6(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, Untrackable> {
+fn parse_ip6(b: &[u8], l3: usize, validate: bool, depth: u8, p: &mut Parsed) -> Result<(), Untrackable> {
     let h = b.get(l3..l3 + 40).ok_or(Untrackable::Truncated)?;
     if h[0] >> 4 != 6 {
         return Err(Untrackable::Truncated);
@@ -276,9 +286,10 @@ fn parse_ip6(b: &[u8], l3: usize, validate: bool, depth: u8) -> Result<Parsed, U
         proto: next,
         v6: true,
     };
-    l4(b, l3, off, end, t, validate, depth)
+    l4(b, l3, off, end, t, validate, depth, p)
 }
 
+#[allow(clippy::too_many_arguments)] // reason: the parse's state, passed down without a struct
 fn l4(
     b: &[u8],
     l3: usize,
@@ -287,9 +298,10 @@ fn l4(
     mut t: Tuple,
     validate: bool,
     depth: u8,
-) -> Result<Parsed, Untrackable> {
+    p: &mut Parsed,
+) -> Result<(), Untrackable> {
     let seg = b.get(l4..end).ok_or(Untrackable::Truncated)?;
-    let mut p = Parsed { tuple: t, l3, l4, end, tcp: None, inner: None };
+    (p.l3, p.l4, p.end, p.tcp, p.inner) = (l3, l4, end, None, None);
     let csum_ok = |seg: &[u8]| -> bool {
         if !validate || depth > 0 {
             return true;
@@ -353,7 +365,8 @@ fn l4(
                     return Err(Untrackable::BadIcmpError);
                 }
                 let q = l4 + 8;
-                let inner = if v6 { parse_ip6(b, q, false, 1) } else { parse_ip4(b, q, false, 1) }
+                let mut inner = Parsed::empty();
+                if v6 { parse_ip6(b, q, false, 1, &mut inner) } else { parse_ip4(b, q, false, 1, &mut inner) }
                     .map_err(|_| Untrackable::BadIcmpError)?;
                 if inner.tuple.is_icmp() && !is_query(v6, (inner.tuple.dport >> 8) as u8) {
                     return Err(Untrackable::BadIcmpError);
@@ -372,7 +385,7 @@ fn l4(
         _ => {}
     }
     p.tuple = t;
-    Ok(p)
+    Ok(())
 }
 
 /// The window scale option of a TCP header's options, if present.
