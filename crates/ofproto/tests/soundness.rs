@@ -41,9 +41,19 @@ proptest! {
     }
 }
 
-fn trace_one(rules: &[&str], pkt: &str) -> (String, String) {
+/// A bridge with `rules` (ports 1-4, no VLAN ports).
+fn bridge_of(rules: &[&str]) -> ofproto::Ofproto {
     let rules: Vec<String> = rules.iter().map(|s| s.to_string()).collect();
-    let of = bridge(&rules, false).unwrap();
+    bridge(&rules, false).unwrap()
+}
+
+/// The recirculation a translation ends in, if any.
+fn recirc_id(t: &dpif::Translation) -> Option<u32> {
+    t.actions.iter().find_map(|a| if let dpif::DpAction::Recirc(id) = a { Some(*id) } else { None })
+}
+
+fn trace_one(rules: &[&str], pkt: &str) -> (String, String) {
+    let of = bridge_of(rules);
     let k = flow::Match::parse(pkt).unwrap().key;
     let t = of.translate_key(&k, 0);
     (flow::Match::new(k, t.mask).to_string(), dpif::format_actions(&t.actions))
@@ -180,21 +190,16 @@ fn registers_move_and_output_reg() {
 /// a different frozen state gets a different id.
 #[test]
 fn registers_survive_recirculation() {
-    use dpif::DpAction;
-    let rules: Vec<String> = [
+    let of = bridge_of(&[
         "table=0,priority=5,in_port=1,ip,actions=load:7->reg0[],set_field:0x5->metadata,ct(table=1)",
         "table=0,priority=5,in_port=3,ip,actions=load:8->reg0[],set_field:0x5->metadata,ct(table=1)",
         "table=1,priority=5,reg0=7,metadata=5,actions=output:2",
         "table=1,priority=4,actions=drop",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let of = bridge(&rules, false).unwrap();
+    ]);
     let recirc = |port: u32| {
         let k = flow::Match::parse(&format!("in_port={port},udp,nw_src=1.1.1.1,nw_dst=2.2.2.2")).unwrap().key;
         let t = of.translate_key(&k, 0);
-        let id = t.actions.iter().find_map(|a| if let DpAction::Recirc(id) = a { Some(*id) } else { None });
+        let id = recirc_id(&t);
         (k, id.expect("ct(table=1) recirculates"))
     };
     let (mut k, id) = recirc(1);
@@ -218,20 +223,16 @@ fn registers_survive_recirculation() {
 #[test]
 fn mid_rule_resubmit_after_pop_mpls_runs_the_rest_on_the_popped_frame() {
     use dpif::DpAction;
-    let rules: Vec<String> = [
+    let of = bridge_of(&[
         "table=0,priority=5,mpls,actions=pop_mpls:0x0800,resubmit(,2),resubmit(,3),load:1->reg1[]",
         "table=2,priority=5,ip,nw_dst=10.0.0.2,actions=load:7->reg0[]",
         "table=3,priority=5,reg0=7,actions=output:2",
         "table=3,priority=4,actions=output:3",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let of = bridge(&rules, false).unwrap();
+    ]);
     let k = flow::Match::parse("in_port=1,mpls,mpls_label=100,mpls_ttl=64").unwrap().key;
     let t = of.translate_key(&k, 0);
     let acts = dpif::format_actions(&t.actions);
-    let id = t.actions.iter().find_map(|a| if let DpAction::Recirc(id) = a { Some(*id) } else { None });
+    let id = recirc_id(&t);
     let id = id.unwrap_or_else(|| panic!("the popped frame recirculates: {acts}"));
     assert!(acts.starts_with("pop_mpls(eth_type=0x800)"), "{acts}");
     assert!(!acts.contains(",2") && !acts.contains(",3"), "nothing is output before the second pass: {acts}");
@@ -256,43 +257,31 @@ fn mid_rule_resubmit_after_pop_mpls_runs_the_rest_on_the_popped_frame() {
 /// (as in Open vSwitch 3.1) nothing after the clone runs in either pass.
 #[test]
 fn stack_and_clone_rest_survive_a_frozen_walk() {
-    use dpif::DpAction;
-    let rules: Vec<String> = [
+    let of = bridge_of(&[
         "table=0,priority=5,mpls,actions=load:9->reg4[],push:reg4[0..7],load:0->reg4[],pop_mpls:0x0800,resubmit(,2),pop:reg5[],resubmit(,3)",
         "table=2,priority=5,ip,actions=load:1->reg0[]",
         "table=3,priority=5,reg0=1,reg5=9,actions=output:2",
         "table=3,priority=4,actions=output:3",
         "table=1,priority=5,mpls,actions=clone(pop_mpls:0x0800,resubmit(,2),resubmit(,3)),output:4",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let of = bridge(&rules, false).unwrap();
-    let recirc = |t: &dpif::Translation| {
-        t.actions.iter().find_map(|a| if let DpAction::Recirc(id) = a { Some(*id) } else { None })
-    };
+    ]);
     let k = flow::Match::parse("in_port=1,mpls,mpls_label=100,mpls_ttl=64").unwrap().key;
     let t = of.translate_key(&k, 0);
-    let id = recirc(&t).unwrap_or_else(|| panic!("recirculates: {}", dpif::format_actions(&t.actions)));
+    let id = recirc_id(&t).unwrap_or_else(|| panic!("recirculates: {}", dpif::format_actions(&t.actions)));
     let mut k2 = flow::Match::parse("in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2").unwrap().key;
     k2.set_recirc_id(id);
     assert_eq!(dpif::format_actions(&of.translate_key(&k2, 0).actions), "2", "reg5 came back from the stack");
 
     // The clone: the first pass recirculates from inside it, and output:4
     // after the clone runs in neither pass.
-    let rules: Vec<String> = [
+    let of1 = bridge_of(&[
         "table=0,priority=5,mpls,actions=clone(pop_mpls:0x0800,resubmit(,2),resubmit(,3)),output:4",
         "table=2,priority=5,ip,actions=load:1->reg0[]",
         "table=3,priority=5,reg0=1,actions=output:2",
         "table=3,priority=4,actions=output:3",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let of1 = bridge(&rules, false).unwrap();
+    ]);
     let t = of1.translate_key(&k, 0);
     let acts = dpif::format_actions(&t.actions);
-    let id = recirc(&t).unwrap_or_else(|| panic!("the clone recirculates: {acts}"));
+    let id = recirc_id(&t).unwrap_or_else(|| panic!("the clone recirculates: {acts}"));
     assert!(!acts.split(',').any(|a| a == "4"), "nothing after the clone: {acts}");
     let mut k3 = flow::Match::parse("in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2").unwrap().key;
     k3.set_recirc_id(id);

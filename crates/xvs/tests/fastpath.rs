@@ -87,6 +87,30 @@ impl Drop for Daemon {
     }
 }
 
+impl Daemon {
+    /// Port 1 to port 2 and back, the only rules.
+    fn port_to_port(&self) {
+        self.ofctl(&["del-flows"]);
+        self.ofctl(&["add-flow", "priority=10,in_port=1,actions=output:2"]);
+        self.ofctl(&["add-flow", "priority=10,in_port=2,actions=output:1"]);
+    }
+}
+
+/// Two hosts 10.NET.0.1 and .2, with GRO on or off inside each (`gro`);
+/// `tag` keeps each test's namespaces and links apart.
+fn two_hosts(tag: &str, net: u8, gro: [&str; 2]) -> (Host, Host) {
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let mk = |i: usize| {
+        let h =
+            Host::create(&format!("xvsf{tag}{id}h{i}"), &format!("x{tag}{id}h{i}"), &format!("10.{net}.0.{i}/24"), 1)
+                .unwrap();
+        h.exec(&["ethtool", "-K", "eth0", "gro", gro[i - 1]]).unwrap();
+        h
+    };
+    (mk(1), mk(2))
+}
+
 fn n_packets(dump: &str, needle: &str) -> u64 {
     let l = dump.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle} in {dump}"));
     l.split("n_packets=").nth(1).unwrap().split(',').next().unwrap().parse().unwrap()
@@ -94,17 +118,9 @@ fn n_packets(dump: &str, needle: &str) -> u64 {
 
 #[test]
 fn hot_flows_move_into_the_kernel_and_rule_changes_apply_at_once() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let h1 = Host::create(&format!("xvsfp{id}h1"), &format!("xf{id}h1"), "10.82.0.1/24", 1).unwrap();
-    let h2 = Host::create(&format!("xvsfp{id}h2"), &format!("xf{id}h2"), "10.82.0.2/24", 1).unwrap();
-    for h in [&h1, &h2] {
-        h.exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
-    }
+    let (h1, h2) = two_hosts("p", 82, ["on", "on"]);
     let d = Daemon::start("h", &[&h1, &h2]);
-    d.ofctl(&["del-flows"]);
-    d.ofctl(&["add-flow", "priority=10,in_port=1,actions=output:2"]);
-    d.ofctl(&["add-flow", "priority=10,in_port=2,actions=output:1"]);
+    d.port_to_port();
     assert_eq!(h1.ping(&h2.ip, 2).unwrap(), 2);
     let rx0 = d.json("pmd-stats")["pmds"][0]["packets"].as_u64().unwrap();
     let got = h1.udp_burst(&h2, 7000, 30_000, Some(15_000)).unwrap();
@@ -155,16 +171,9 @@ fn hot_flows_move_into_the_kernel_and_rule_changes_apply_at_once() {
 /// turned on at h2, the next stream moves into the kernel.
 #[test]
 fn a_port_that_cannot_take_redirects_keeps_its_flows_in_userspace() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let h1 = Host::create(&format!("xvsfd{id}h1"), &format!("xg{id}h1"), "10.83.0.1/24", 1).unwrap();
-    let h2 = Host::create(&format!("xvsfd{id}h2"), &format!("xg{id}h2"), "10.83.0.2/24", 1).unwrap();
-    h1.exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
-    h2.exec(&["ethtool", "-K", "eth0", "gro", "off"]).unwrap();
+    let (h1, h2) = two_hosts("d", 83, ["on", "off"]);
     let d = Daemon::start("d", &[&h1, &h2]);
-    d.ofctl(&["del-flows"]);
-    d.ofctl(&["add-flow", "priority=10,in_port=1,actions=output:2"]);
-    d.ofctl(&["add-flow", "priority=10,in_port=2,actions=output:1"]);
+    d.port_to_port();
     assert_eq!(h1.ping(&h2.ip, 2).unwrap(), 2);
     let got = h1.udp_burst(&h2, 7000, 30_000, Some(15_000)).unwrap();
     let off = d.json("offload-show")["offload"][0].clone();
@@ -197,20 +206,12 @@ fn a_port_that_cannot_take_redirects_keeps_its_flows_in_userspace() {
 /// before), and goes back to softirq when the switch stops.
 #[test]
 fn napi_threads_carry_the_fast_path_and_go_when_the_switch_stops() {
-    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let id = std::process::id() % 1000;
-    let h1 = Host::create(&format!("xvsfn{id}h1"), &format!("xn{id}h1"), "10.84.0.1/24", 1).unwrap();
-    let h2 = Host::create(&format!("xvsfn{id}h2"), &format!("xn{id}h2"), "10.84.0.2/24", 1).unwrap();
-    for h in [&h1, &h2] {
-        h.exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
-    }
+    let (h1, h2) = two_hosts("n", 84, ["on", "on"]);
     let threaded = |h: &Host| std::fs::read_to_string(format!("/sys/class/net/{}/threaded", h.port)).unwrap();
     assert_eq!(threaded(&h1).trim(), "0", "softirq before the switch");
     let mut d = Daemon::start_with("n", &[&h1, &h2], &["--napi-threads", "on"]);
     assert_eq!((threaded(&h1).trim(), threaded(&h2).trim()), ("1", "1"), "threaded while the switch runs");
-    d.ofctl(&["del-flows"]);
-    d.ofctl(&["add-flow", "priority=10,in_port=1,actions=output:2"]);
-    d.ofctl(&["add-flow", "priority=10,in_port=2,actions=output:1"]);
+    d.port_to_port();
     assert_eq!(h1.ping(&h2.ip, 2).unwrap(), 2);
     let got = h1.udp_burst(&h2, 7004, 30_000, Some(15_000)).unwrap();
     let off = d.json("offload-show")["offload"][0].clone();
