@@ -38,15 +38,86 @@ pub enum UserspaceReason {
     InvalidTtl,
 }
 
+/// How many key words a rewrite keeps inline; one that touches more (a
+/// tunnel's many fields) keeps whole keys behind a box.
+pub const SET_INLINE_WORDS: usize = 6;
+
+/// The value and mask of a masked rewrite, kept as the few key words it
+/// touches. Written out as two whole keys, every `SetMasked` took 640
+/// bytes; with one megaflow per connection (an address swap in front of
+/// `ct`) the action lists no longer fit in the caches, and reading them
+/// cost more than running them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[allow(clippy::large_enum_variant)] // reason: actions live in per-megaflow lists; boxing SetMasked would add a pointer chase per rewrite
+pub enum SetFields {
+    /// Words `idx[..n]` of key and mask; unused places stay zero.
+    Inline {
+        n: u8,
+        idx: [u8; SET_INLINE_WORDS],
+        key: [u64; SET_INLINE_WORDS],
+        mask: [u64; SET_INLINE_WORDS],
+    },
+    Wide(Box<(FlowKey, FlowMask)>),
+}
+
+impl SetFields {
+    /// The rewrite of the bits of `mask` to `key`'s; `key` may also carry
+    /// words outside the mask (the protocol, for printing), which are kept.
+    pub fn new(key: &FlowKey, mask: &FlowMask) -> SetFields {
+        let used = (0..flow::key::WORDS).filter(|&i| key.w[i] != 0 || mask.w[i] != 0);
+        if used.clone().count() > SET_INLINE_WORDS {
+            return SetFields::Wide(Box::new((*key, *mask)));
+        }
+        let (mut n, mut idx, mut k, mut m) =
+            (0, [0u8; SET_INLINE_WORDS], [0u64; SET_INLINE_WORDS], [0u64; SET_INLINE_WORDS]);
+        for i in used {
+            (idx[n], k[n], m[n]) = (i as u8, key.w[i], mask.w[i]);
+            n += 1;
+        }
+        SetFields::Inline { n: n as u8, idx, key: k, mask: m }
+    }
+
+    /// Calls `f(word, key, mask)` for each word the rewrite keeps.
+    #[inline]
+    pub fn for_each_word(&self, mut f: impl FnMut(usize, u64, u64)) {
+        match self {
+            SetFields::Inline { n, idx, key, mask } => {
+                for j in 0..*n as usize {
+                    f(idx[j] as usize, key[j], mask[j]);
+                }
+            }
+            SetFields::Wide(b) => {
+                for i in 0..flow::key::WORDS {
+                    if b.0.w[i] != 0 || b.1.w[i] != 0 {
+                        f(i, b.0.w[i], b.1.w[i]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The value as a whole key.
+    pub fn key(&self) -> FlowKey {
+        let mut k = FlowKey::ZERO;
+        self.for_each_word(|i, v, _| k.w[i] = v);
+        k
+    }
+
+    /// The mask as a whole key.
+    pub fn mask(&self) -> FlowMask {
+        let mut m = FlowKey::ZERO;
+        self.for_each_word(|i, _, mk| m.w[i] = mk);
+        m
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DpAction {
     /// Send a copy of the packet, as it is now, to datapath port N.
     Output(u32),
     /// Rewrite header fields: for every bit set in `mask`, the packet's
     /// field takes the bit of `key`. Only fields whose headers the packet
     /// has are touched; checksums are updated.
-    SetMasked { key: FlowKey, mask: FlowMask },
+    SetMasked(SetFields),
     /// Push an 802.1Q (tpid 0x8100) or 802.1ad (0x88a8) tag with this TCI
     /// (the "present" bit 0x1000 is not written to the wire).
     PushVlan { tpid: u16, tci: u16 },
@@ -145,7 +216,8 @@ impl fmt::Display for DpAction {
                 (lse >> 8) & 1
             ),
             DpAction::PopMpls { ethertype } => write!(f, "pop_mpls(eth_type={ethertype:#x})"),
-            DpAction::SetMasked { key, mask } => {
+            DpAction::SetMasked(set) => {
+                let (key, mask) = (&set.key(), &set.mask());
                 let is_v6 = key.is_ipv6();
                 let is_arp = key.dl_type() == flow::key::ethertype::ARP;
                 let tp = match key.nw_proto() {
@@ -307,8 +379,43 @@ mod tests {
         key.set_dl_type(0x0800);
         key.set_nw_tos(0x20);
         mask.set_nw_tos(0xfc);
-        let a = [DpAction::SetMasked { key, mask }, DpAction::Output(4)];
+        let a = [DpAction::SetMasked(SetFields::new(&key, &mask)), DpAction::Output(4)];
         assert_eq!(format_actions(&a), "set(ipv4(tos=0x20/0xfc)),4");
         assert_eq!(format_actions(&[]), "drop");
+    }
+}
+
+#[cfg(test)]
+mod size {
+    use super::*;
+
+    /// Megaflows keep their actions inline; a rewrite that grew back to
+    /// two whole keys would make every action 700 bytes again.
+    #[test]
+    fn actions_stay_small() {
+        assert!(std::mem::size_of::<DpAction>() <= 160, "{}", std::mem::size_of::<DpAction>());
+    }
+
+    #[test]
+    fn set_fields_keep_key_and_mask() {
+        let (mut key, mut mask) = (FlowKey::ZERO, FlowKey::ZERO);
+        key.set_dl_type(0x0800);
+        key.set_nw_src(0x0a00_0001);
+        mask.set_nw_src(u32::MAX);
+        key.set_tp_dst(53);
+        mask.set_tp_dst(u16::MAX);
+        let s = SetFields::new(&key, &mask);
+        assert!(matches!(s, SetFields::Inline { .. }));
+        assert_eq!((s.key(), s.mask()), (key, mask));
+        // More words than fit inline: kept whole.
+        let (mut k2, mut m2) = (FlowKey::ZERO, FlowKey::ZERO);
+        for i in 0..=SET_INLINE_WORDS {
+            k2.w[i] = i as u64 + 1;
+            m2.w[i] = u64::MAX;
+        }
+        let w = SetFields::new(&k2, &m2);
+        assert!(matches!(w, SetFields::Wide(_)));
+        assert_eq!((w.key(), w.mask()), (k2, m2));
+        assert_eq!(SetFields::new(&k2, &m2), w);
     }
 }

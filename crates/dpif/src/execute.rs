@@ -6,7 +6,7 @@
 //! incrementally (RFC 1624). The key is kept in step with the bytes, so a
 //! later action sees earlier rewrites.
 
-use crate::actions::DpAction;
+use crate::actions::{DpAction, SetFields};
 use flow::key::{ethertype, ipproto, loc, mac_to_bytes, FlowKey, FRAG_ANY, FRAG_LATER, STAGE_L2, VLAN_PRESENT};
 use flow::Layout;
 use netdev::Packet;
@@ -125,7 +125,7 @@ pub fn execute(
                 }
                 out.push(*port, pkt.clone());
             }
-            DpAction::SetMasked { key: v, mask } => set_masked(&mut pkt, key, &layout, v, mask),
+            DpAction::SetMasked(set) => set_masked(&mut pkt, key, &layout, set),
             DpAction::PushVlan { tpid, tci } => {
                 pkt.insert_bytes(12, 4);
                 let d = pkt.data_mut();
@@ -202,10 +202,10 @@ pub fn execute(
                         let dscp = key.nw_tos() >> 2;
                         let new = crate::meter::remark_dscp(dscp, levels);
                         if new != dscp {
-                            let (mut v, mut mk) = (*key, FlowKey::ZERO);
-                            v.set_nw_tos((new << 2) | (key.nw_tos() & 3));
+                            let (mut v, mut mk) = (FlowKey::ZERO, FlowKey::ZERO);
+                            v.set_nw_tos(new << 2);
                             mk.set_nw_tos(0xfc);
-                            set_masked(&mut pkt, key, &layout, &v, &mk);
+                            set_masked(&mut pkt, key, &layout, &SetFields::new(&v, &mk));
                         }
                     }
                 }
@@ -542,14 +542,17 @@ fn ip_end(key: &FlowKey, l3: usize, d: &[u8]) -> usize {
     end.min(d.len())
 }
 
-fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, v: &FlowKey, m: &FlowKey) {
+fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, set: &SetFields) {
     let d = pkt.data_mut();
     let w = writable(key, layout, d);
-    let m = &m.and(&w);
     let old = *key;
-    for i in 0..flow::key::WORDS {
-        key.w[i] = (key.w[i] & !m.w[i]) | (v.w[i] & m.w[i]);
-    }
+    let mut m = FlowKey::ZERO;
+    set.for_each_word(|i, v, mk| {
+        let mk = mk & w.w[i];
+        m.w[i] = mk;
+        key.w[i] = (key.w[i] & !mk) | (v & mk);
+    });
+    let m = &m;
     // Ethernet.
     if m.dl_dst() != 0 {
         d[0..6].copy_from_slice(&mac_to_bytes(key.dl_dst()));

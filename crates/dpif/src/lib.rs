@@ -46,7 +46,7 @@ pub mod pmd;
 
 pub mod meter;
 pub use actions::{
-    format_actions, CounterRef, CounterSet, DpAction, FlowCounters, Translation, Upcall, UserspaceExtra,
+    format_actions, CounterRef, CounterSet, DpAction, FlowCounters, SetFields, Translation, Upcall, UserspaceExtra,
     UserspaceReason,
 };
 pub use execute::{OutQueues, Sink};

@@ -226,7 +226,14 @@ pub struct Pmd {
     /// id, input port), [`RECIRC_HINTS`] of them. A firewall's second pass
     /// (`recirc_id=N,ct_state=+trk+est,in_port=1`) is one megaflow for all
     /// of a port's connections, which the EMC holds once per connection.
-    port_hint: Vec<(u32, u32)>,
+    ///
+    /// Each hint also counts its misses in a row. A port whose packets each
+    /// have a megaflow of their own (an address swap makes one per
+    /// connection) would miss every time, and the miss is not free: it
+    /// reads the last megaflow's own copy of its mask, which the megaflow
+    /// classifier never touches. After [`HINT_GIVE_UP`] misses in a row the
+    /// hint is tried on one packet in [`HINT_RETRY`] only, until it hits.
+    port_hint: Vec<(u32, u32, u32)>,
     free: Vec<u32>,
     n_flows: usize,
     generation: u64,
@@ -267,6 +274,11 @@ const MAX_HINT_PORTS: usize = 4096;
 
 /// Hints for recirculated packets, by hash of (recirculation id, port).
 const RECIRC_HINTS: usize = 1024;
+
+/// Misses in a row after which a hint is tried only now and then.
+const HINT_GIVE_UP: u32 = 8;
+/// How often a hint that gave up is tried again: one packet in this many.
+const HINT_RETRY: u32 = 32;
 
 /// The outcome of [`Pmd::validate`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -593,14 +605,19 @@ impl Pmd {
     fn lookup(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Found {
         let hint = self.hint_index(key);
         if let Some(h) = hint {
-            if let Some(&(slot, ver)) = self.port_hint.get(h) {
-                if self.slot_version.get(slot as usize) == Some(&ver)
-                    && self.flows[slot as usize].as_ref().is_some_and(|f| f.m.matches(key))
-                    && self.validate(slot, upcall) == Validity::Valid
-                {
-                    self.stats.simple_hits += 1;
-                    return Found::Flow(slot);
+            if let Some(&(slot, ver, misses)) = self.port_hint.get(h) {
+                if misses < HINT_GIVE_UP || misses % HINT_RETRY == 0 {
+                    if self.slot_version.get(slot as usize) == Some(&ver)
+                        && self.flows[slot as usize].as_ref().is_some_and(|f| f.m.matches(key))
+                        && self.validate(slot, upcall) == Validity::Valid
+                    {
+                        self.port_hint[h].2 = 0;
+                        self.stats.simple_hits += 1;
+                        return Found::Flow(slot);
+                    }
                 }
+                // (Wrapping after 4 billion misses only retries sooner.)
+                self.port_hint[h].2 = misses.wrapping_add(1);
             }
         }
         // With the EMC off (0) the full-key hash is not needed at all.
@@ -678,9 +695,10 @@ impl Pmd {
     fn set_hint(&mut self, hint: Option<usize>, slot: u32) {
         let Some(h) = hint else { return };
         if h >= self.port_hint.len() {
-            self.port_hint.resize(h + 1, (u32::MAX, 0));
+            self.port_hint.resize(h + 1, (u32::MAX, 0, 0));
         }
-        self.port_hint[h] = (slot, self.slot_version[slot as usize]);
+        let e = &mut self.port_hint[h];
+        (e.0, e.1) = (slot, self.slot_version[slot as usize]);
     }
 
     /// Adds an upcall that started at `t0` to the latency counters.

@@ -51,7 +51,7 @@ fn run(frame: Vec<u8>, actions: Vec<DpAction>) -> Rec {
 fn set(f: impl Fn(&mut FlowKey, &mut FlowKey)) -> DpAction {
     let (mut key, mut mask) = (FlowKey::ZERO, FlowKey::ZERO);
     f(&mut key, &mut mask);
-    DpAction::SetMasked { key, mask }
+    DpAction::SetMasked(dpif::SetFields::new(&key, &mask))
 }
 
 const A: [u8; 6] = [2, 0, 0, 0, 0, 1];

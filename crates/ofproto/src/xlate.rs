@@ -14,7 +14,7 @@ use crate::actions::ofpp;
 use crate::actions::{Action, Instruction, OfPort};
 use crate::bridge::{Ofproto, TableMiss};
 use crate::normal::{is_multicast, Learned, VlanMode};
-use dpif::{DpAction, Translation, UserspaceReason};
+use dpif::{DpAction, SetFields, Translation, UserspaceReason};
 use flow::key::{ethertype, loc, FlowKey, STAGE_L3, STAGE_L4, VLAN_PRESENT, WORDS};
 use std::sync::Arc;
 
@@ -290,7 +290,7 @@ fn drop_dead_actions(actions: &mut Vec<DpAction>) {
     while matches!(
         actions.last(),
         Some(
-            DpAction::SetMasked { .. }
+            DpAction::SetMasked(_)
                 | DpAction::PushVlan { .. }
                 | DpAction::PopVlan
                 | DpAction::CtClear
@@ -709,7 +709,7 @@ impl<'a> Ctx<'a> {
     fn commit(&mut self) {
         if !self.pending.is_zero() {
             self.written.or_assign(&self.pending);
-            self.actions.push(DpAction::SetMasked { key: self.key.and(&self.pending), mask: self.pending });
+            let mut key = self.key.and(&self.pending);
             // The set action's key also carries the protocol (dl_type for
             // L3 writes, nw_proto for L4 writes) so it prints by protocol.
             // Those fields are never written (the mask excludes them), and
@@ -720,14 +720,13 @@ impl<'a> Ctx<'a> {
             let dl = if l3 { self.key.dl_type() } else { 0 };
             let proto = if l4 { self.key.nw_proto() } else { 0 };
             // (arp_op lives in nw_proto's place and is written: kept.)
-            if let Some(DpAction::SetMasked { key, mask }) = self.actions.last_mut() {
-                if mask.dl_type() == 0 {
-                    key.set_dl_type(dl);
-                }
-                if mask.nw_proto() == 0 {
-                    key.set_nw_proto(proto);
-                }
+            if self.pending.dl_type() == 0 {
+                key.set_dl_type(dl);
             }
+            if self.pending.nw_proto() == 0 {
+                key.set_nw_proto(proto);
+            }
+            self.actions.push(DpAction::SetMasked(SetFields::new(&key, &self.pending)));
             self.pending = FlowKey::ZERO;
         }
     }

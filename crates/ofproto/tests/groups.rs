@@ -149,7 +149,7 @@ fn all_group_buckets_do_not_leak_writes() {
     let sets: Vec<u32> = t
         .actions
         .iter()
-        .filter_map(|a| if let DpAction::SetMasked { key, .. } = a { Some(key.nw_dst()) } else { None })
+        .filter_map(|a| if let DpAction::SetMasked(set) = a { Some(set.key().nw_dst()) } else { None })
         .collect();
     assert_eq!(sets, vec![0x0a09_0909, 0x0a00_0002]);
     assert_eq!(t.mask.nw_dst(), u32::MAX, "the restored value is consulted");
@@ -314,7 +314,7 @@ fn buckets_run_as_action_sets() {
     let sets: Vec<u32> = t
         .actions
         .iter()
-        .filter_map(|a| if let DpAction::SetMasked { key, .. } = a { Some(key.nw_dst()) } else { None })
+        .filter_map(|a| if let DpAction::SetMasked(set) = a { Some(set.key().nw_dst()) } else { None })
         .collect();
     // The first bucket's write, then its undo; the second bucket runs nothing.
     assert_eq!(sets, vec![0x0a09_0909, 0x0a00_0002], "{}", dpif::format_actions(&t.actions));

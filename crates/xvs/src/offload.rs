@@ -168,7 +168,7 @@ pub fn plan(actions: &[DpAction], ifindex: &dyn Fn(u32) -> Option<u32>) -> Resul
                 a.vlan_tci = tci & !VLAN_PRESENT;
                 stage = 2;
             }
-            DpAction::SetMasked { key, mask } => set_plan(key, mask, &mut a)?,
+            DpAction::SetMasked(set) => set_plan(&set.key(), &set.mask(), &mut a)?,
             DpAction::Output(p) => out = Some(*p),
             other => return Err(NotOffloadable::Action(other.to_string())),
         }
