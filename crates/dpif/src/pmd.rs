@@ -135,25 +135,30 @@ pub struct MegaflowInfo {
     pub used_ms: u64,
 }
 
+/// Laid out in declaration order so that what a hit reads and writes
+/// (actions, generation, counts, last use) shares the first cache line and
+/// the next: with one megaflow per connection, most hits find the megaflow
+/// out of cache, and every line it spans is another miss.
+#[repr(C)]
 struct Megaflow {
-    m: Match,
     actions: Vec<DpAction>,
-    /// The key whose translation created this megaflow (for revalidation).
-    orig: FlowKey,
     /// Rule generation this megaflow was last known valid at.
     generation: u64,
-    /// Its translation hit the resubmit depth limit.
-    too_deep: bool,
-    subtable: usize,
     packets: u64,
     bytes: u64,
     used_ms: u64,
+    pushed_packets: u64,
+    /// Its translation hit the resubmit depth limit.
+    too_deep: bool,
+    subtable: usize,
     /// Slow-path counters this megaflow's packets are credited to (shared
     /// with other megaflows that went through the same rules), and how
     /// much of `packets`/`bytes` they have already received.
     counters: CounterSet,
-    pushed_packets: u64,
     pushed_bytes: u64,
+    m: Match,
+    /// The key whose translation created this megaflow (for revalidation).
+    orig: FlowKey,
 }
 
 impl Megaflow {

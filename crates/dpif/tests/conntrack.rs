@@ -36,8 +36,12 @@ fn firewall(ct: &CtRef, nat: Option<Nat>) -> Model {
     // and with A as the original tuple's source (ct_label, ct_nw_src and
     // ct_nw_proto are matched after the recirculation).
     let commit = CtAction { label: Some((1 << 64, 1 << 64)), ..zone(true, nat) };
-    m.add(10, "recirc_id=0,ip", vec![DpAction::Ct(ct.clone(), zone(false, lookup_nat)), DpAction::Recirc(1)]);
-    m.add(10, "recirc_id=1,in_port=1,ct_state=+trk+new", vec![DpAction::Ct(ct.clone(), commit), DpAction::Output(2)]);
+    m.add(10, "recirc_id=0,ip", vec![DpAction::Ct(ct.clone(), Box::new(zone(false, lookup_nat))), DpAction::Recirc(1)]);
+    m.add(
+        10,
+        "recirc_id=1,in_port=1,ct_state=+trk+new",
+        vec![DpAction::Ct(ct.clone(), Box::new(commit)), DpAction::Output(2)],
+    );
     m.add(10, "recirc_id=1,in_port=1,ct_state=+trk+est", vec![DpAction::Output(2)]);
     m.add(
         10,

@@ -934,7 +934,7 @@ impl<'a> Ctx<'a> {
                 // Field writes so far reach the tracker.
                 self.commit();
                 let params = spec.params_for(&self.key);
-                self.actions.push(DpAction::Ct(self.of.conntrack.clone(), params));
+                self.actions.push(DpAction::Ct(self.of.conntrack.clone(), Box::new(params)));
                 if let Some(t) = spec.table {
                     let id = self.of.recirc.id_for(&crate::ct::Frozen::capture(t, &self.key));
                     self.say(|| format!("  recirculate as {id:#x}, resuming in table {t}"));
