@@ -5,34 +5,167 @@
 
 use flow::key::{finish, hash_word, WORDS};
 use flow::FlowKey;
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
+/// How many of a megaflow's masked key words it keeps beside its hot
+/// fields, in its subtable's word order: a subtable with no more non-zero
+/// mask words than this is matched on those copies alone, without reading
+/// the megaflow's whole key (five cache lines, cold for one megaflow per
+/// connection).
+pub const MATCH_INLINE: usize = 6;
+
+/// What the final compare of a lookup reads of a stored megaflow: its
+/// inline words (valid when its subtable has at most [`MATCH_INLINE`]
+/// words) and its whole masked key.
+pub struct Stored<'a> {
+    pub words: &'a [u64; MATCH_INLINE],
+    pub key: &'a FlowKey,
+}
+
+/// A subtable's index: megaflow slots by masked-key hash, in buckets of
+/// one cache line (eight 32-bit tags, then their eight slots), open
+/// addressing with linear probing over buckets. A lookup reads one
+/// bucket, where a general-purpose map reads its control bytes and then
+/// its entries (two lines, both cold for a subtable of one megaflow per
+/// connection). Several slots may carry one tag (equal hashes, or a
+/// duplicate megaflow): the caller compares keys. The bucket index comes
+/// from the tag, so growing never needs the keys.
 #[derive(Default)]
-pub(crate) struct IdHasher(u64);
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
+struct SlotTable {
+    buckets: Vec<SlotBucket>,
+    /// Live entries and tombstones.
+    used: usize,
+    live: usize,
+}
+
+const SLOT_WAYS: usize = 8;
+const TAG_EMPTY: u32 = 0;
+const TAG_TOMB: u32 = 2;
+
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct SlotBucket {
+    tags: [u32; SLOT_WAYS],
+    slots: [u32; SLOT_WAYS],
+}
+
+impl SlotTable {
+    /// The tag of hash `h`: odd, so never empty or a tombstone.
+    #[inline]
+    fn tag(h: u64) -> u32 {
+        (h as u32) | 1
     }
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("only u64 keys")
+
+    #[inline]
+    fn start(&self, tag: u32) -> usize {
+        (tag >> 1) as usize & (self.buckets.len() - 1)
     }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
+
+    /// Calls `f` on each slot stored under `h`'s tag until it returns true;
+    /// returns that slot.
+    #[inline]
+    fn find(&self, h: u64, mut f: impl FnMut(u32) -> bool) -> Option<u32> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let t = Self::tag(h);
+        let n = self.buckets.len();
+        let mut b = self.start(t);
+        for _ in 0..n {
+            let bk = &self.buckets[b];
+            for i in 0..SLOT_WAYS {
+                if bk.tags[i] == t && f(bk.slots[i]) {
+                    return Some(bk.slots[i]);
+                }
+            }
+            if bk.tags.contains(&TAG_EMPTY) {
+                return None;
+            }
+            b = (b + 1) & (n - 1);
+        }
+        None
+    }
+
+    fn insert(&mut self, h: u64, slot: u32) {
+        if (self.used + 1) * 4 > self.buckets.len() * SLOT_WAYS * 3 {
+            // Over three quarters used: grow if live entries need it, else
+            // rebuild at the same size to drop the tombstones.
+            let want = if (self.live + 1) * 2 > self.buckets.len() * SLOT_WAYS {
+                self.buckets.len() * 2
+            } else {
+                self.buckets.len()
+            };
+            self.rebuild(want.max(1));
+        }
+        self.place(Self::tag(h), slot);
+        self.live += 1;
+    }
+
+    fn place(&mut self, t: u32, slot: u32) {
+        let n = self.buckets.len();
+        let mut b = self.start(t);
+        loop {
+            let bk = &mut self.buckets[b];
+            if let Some(i) = bk.tags.iter().position(|&x| x == TAG_EMPTY || x == TAG_TOMB) {
+                if bk.tags[i] == TAG_EMPTY {
+                    self.used += 1;
+                }
+                bk.tags[i] = t;
+                bk.slots[i] = slot;
+                return;
+            }
+            b = (b + 1) & (n - 1);
+        }
+    }
+
+    /// Removes the entry of `slot` under `h`; false if there is none.
+    fn remove(&mut self, h: u64, slot: u32) -> bool {
+        if self.buckets.is_empty() {
+            return false;
+        }
+        let t = Self::tag(h);
+        let n = self.buckets.len();
+        let mut b = self.start(t);
+        for _ in 0..n {
+            let bk = &mut self.buckets[b];
+            for i in 0..SLOT_WAYS {
+                if bk.tags[i] == t && bk.slots[i] == slot {
+                    bk.tags[i] = TAG_TOMB;
+                    self.live -= 1;
+                    if self.live == 0 {
+                        // Nothing left: start clean (no tombstones).
+                        self.buckets.iter_mut().for_each(|b| *b = SlotBucket::default());
+                        self.used = 0;
+                    }
+                    return true;
+                }
+            }
+            if bk.tags.contains(&TAG_EMPTY) {
+                return false;
+            }
+            b = (b + 1) & (n - 1);
+        }
+        false
+    }
+
+    fn rebuild(&mut self, n: usize) {
+        let old = std::mem::replace(&mut self.buckets, vec![SlotBucket::default(); n]);
+        self.used = 0;
+        for bk in &old {
+            for i in 0..SLOT_WAYS {
+                if bk.tags[i] & 1 == 1 {
+                    self.place(bk.tags[i], bk.slots[i]);
+                }
+            }
+        }
     }
 }
-pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 pub(crate) struct Subtable {
     pub mask: FlowKey,
     words: Vec<u8>,
-    /// Masked-key hash -> megaflow slot, inline: no pointer to chase on
-    /// the hot path.
-    map: IdMap<u32>,
-    /// Further slots under a hash already in `map` (a duplicate megaflow
-    /// or a 64-bit hash collision; normally empty).
-    more: IdMap<Vec<u32>>,
+    /// Masked-key hash -> megaflow slots.
+    map: SlotTable,
     pub hits: u64,
     pub n: usize,
 }
@@ -40,7 +173,7 @@ pub(crate) struct Subtable {
 impl Subtable {
     fn new(mask: FlowKey) -> Subtable {
         let words = (0..WORDS).filter(|&i| mask.w[i] != 0).map(|i| i as u8).collect();
-        Subtable { mask, words, map: IdMap::default(), more: IdMap::default(), hits: 0, n: 0 }
+        Subtable { mask, words, map: SlotTable::default(), hits: 0, n: 0 }
     }
 
     #[inline]
@@ -65,28 +198,45 @@ pub(crate) struct Dpcls {
 }
 
 impl Dpcls {
-    /// Finds the megaflow slot matching `key`; `masked_key_of(slot)` gives
-    /// each live slot's masked key for the final compare. Only the mask's
-    /// non-zero words are hashed and compared (a masked key is zero
-    /// elsewhere); nothing is allocated.
+    /// Finds the megaflow slot matching `key`; `stored(slot)` gives each
+    /// live slot's masked key (and its inline words) for the final
+    /// compare. Only the mask's non-zero words are hashed and compared (a
+    /// masked key is zero elsewhere); nothing is allocated.
     #[inline]
-    pub fn lookup<'a>(&mut self, key: &FlowKey, masked_key_of: impl Fn(u32) -> Option<&'a FlowKey>) -> Option<u32> {
+    pub fn lookup<'a>(&mut self, key: &FlowKey, stored: impl Fn(u32) -> Option<Stored<'a>>) -> Option<u32> {
         for &si in &self.order {
             self.probes += 1;
             let st = &mut self.subtables[si];
             let h = st.hash(key);
-            if let Some(&first) = st.map.get(&h) {
-                let more = if st.more.is_empty() { &[][..] } else { st.more.get(&h).map_or(&[][..], |v| &v[..]) };
-                for s in std::iter::once(first).chain(more.iter().copied()) {
-                    let Some(mk) = masked_key_of(s) else { continue };
-                    if st.words.iter().all(|&w| key.w[w as usize] & st.mask.w[w as usize] == mk.w[w as usize]) {
-                        st.hits += 1;
-                        return Some(s);
-                    }
+            let (words, mask) = (&st.words, &st.mask);
+            let found = st.map.find(h, |s| {
+                let Some(m) = stored(s) else { return false };
+                if words.len() <= MATCH_INLINE {
+                    words.iter().zip(m.words).all(|(&w, &v)| key.w[w as usize] & mask.w[w as usize] == v)
+                } else {
+                    words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == m.key.w[w as usize])
                 }
+            });
+            if let Some(s) = found {
+                st.hits += 1;
+                return Some(s);
             }
         }
         None
+    }
+
+    /// The inline words a megaflow with `masked_key` in subtable `si`
+    /// keeps (zero past the subtable's words, or all zero when it has more
+    /// than [`MATCH_INLINE`]).
+    pub fn inline_words(&self, si: usize, masked_key: &FlowKey) -> [u64; MATCH_INLINE] {
+        let mut out = [0; MATCH_INLINE];
+        let words = &self.subtables[si].words;
+        if words.len() <= MATCH_INLINE {
+            for (o, &w) in out.iter_mut().zip(words) {
+                *o = masked_key.w[w as usize];
+            }
+        }
+        out
     }
 
     pub fn insert(&mut self, masked_key: &FlowKey, mask: &FlowKey, slot: u32) -> usize {
@@ -108,12 +258,7 @@ impl Dpcls {
         }
         let st = &mut self.subtables[si];
         let h = st.hash(masked_key);
-        match st.map.entry(h) {
-            Entry::Vacant(e) => {
-                e.insert(slot);
-            }
-            Entry::Occupied(_) => st.more.entry(h).or_default().push(slot),
-        }
+        st.map.insert(h, slot);
         st.n += 1;
         si
     }
@@ -121,23 +266,9 @@ impl Dpcls {
     pub fn remove(&mut self, masked_key: &FlowKey, si: usize, slot: u32) {
         let st = &mut self.subtables[si];
         let h = st.hash(masked_key);
-        if st.map.get(&h) == Some(&slot) {
-            // Promote a further slot under this hash, if any.
-            match st.more.get_mut(&h).and_then(|v| v.pop()) {
-                Some(next) => {
-                    st.map.insert(h, next);
-                }
-                None => {
-                    st.map.remove(&h);
-                }
-            }
-        } else if let Some(v) = st.more.get_mut(&h) {
-            v.retain(|&s| s != slot);
+        if st.map.remove(h, slot) {
+            st.n -= 1;
         }
-        if st.more.get(&h).is_some_and(|v| v.is_empty()) {
-            st.more.remove(&h);
-        }
-        st.n -= 1;
     }
 
     /// Re-sorts subtables by hits since the last call and drops empty ones
@@ -185,8 +316,10 @@ mod tests {
         let mut c = Dpcls::default();
         let si: Vec<usize> = (0..4).map(|s| c.insert(&stored[s], &masks[s.min(2)], s as u32)).collect();
         assert_eq!(si, vec![0, 1, 2, 2]);
-        let lookup =
-            |c: &mut Dpcls, k: &FlowKey, live: &[bool]| c.lookup(k, |s| live[s as usize].then(|| &stored[s as usize]));
+        let ws: Vec<[u64; MATCH_INLINE]> = (0..4).map(|s| c.inline_words(si[s], &stored[s])).collect();
+        let lookup = |c: &mut Dpcls, k: &FlowKey, live: &[bool]| {
+            c.lookup(k, |s| live[s as usize].then(|| Stored { words: &ws[s as usize], key: &stored[s as usize] }))
+        };
         // Insertion order first: mask 0 answers.
         assert_eq!(lookup(&mut c, &key, &[true; 4]), Some(0));
         assert_eq!(lookup(&mut c, &other, &[true; 4]), Some(0));
@@ -231,6 +364,8 @@ mod tests {
         k.w[0] = 5;
         k.w[9] = 6;
         let stored = [k, k, k];
+        let w = [5, 6, 0, 0, 0, 0];
+        let at = |s: u32| Stored { words: &w, key: &stored[s as usize] };
         for first_out in [0u32, 1] {
             let mut c = Dpcls::default();
             let si = c.insert(&k, &m, 0);
@@ -239,15 +374,59 @@ mod tests {
             let mut live = [true; 3];
             c.remove(&k, si, first_out);
             live[first_out as usize] = false;
-            let found = c.lookup(&k, |s| live[s as usize].then(|| &stored[s as usize])).unwrap();
+            assert_eq!(c.inline_words(si, &k), w);
+            let found = c.lookup(&k, |s| live[s as usize].then(|| at(s))).unwrap();
             assert!(live[found as usize]);
             c.remove(&k, si, found);
             live[found as usize] = false;
-            let last = c.lookup(&k, |s| live[s as usize].then(|| &stored[s as usize])).unwrap();
+            let last = c.lookup(&k, |s| live[s as usize].then(|| at(s))).unwrap();
             assert!(live[last as usize]);
             c.remove(&k, si, last);
-            assert_eq!(c.lookup(&k, |s| Some(&stored[s as usize])), None);
-            assert!(c.subtables[si].map.is_empty() && c.subtables[si].more.is_empty());
+            assert_eq!(c.lookup(&k, |s| Some(at(s))), None);
+            assert_eq!((c.subtables[si].map.live, c.subtables[si].n), (0, 0));
+        }
+    }
+
+    /// Many megaflows in one subtable, some with more words than fit
+    /// inline, inserted and removed in turns: every live one is found by
+    /// its own key, no removed one is, through the index's growth and its
+    /// tombstones.
+    #[test]
+    fn the_index_keeps_every_live_megaflow_through_growth_and_removals() {
+        for wide in [false, true] {
+            let words: Vec<usize> = if wide { (0..MATCH_INLINE + 2).map(|i| i * 4).collect() } else { vec![0, 9, 28] };
+            let m = mask(&words);
+            let key_of = |i: u64| {
+                let mut k = FlowKey::ZERO;
+                for (j, &w) in words.iter().enumerate() {
+                    k.w[w] = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(j as u32 * 7) | 1;
+                }
+                k
+            };
+            let n = 5_000u64;
+            let keys: Vec<FlowKey> = (0..n).map(key_of).collect();
+            let mut c = Dpcls::default();
+            let mut si = 0;
+            for (i, k) in keys.iter().enumerate() {
+                si = c.insert(k, &m, i as u32);
+            }
+            let ws: Vec<[u64; MATCH_INLINE]> = keys.iter().map(|k| c.inline_words(si, k)).collect();
+            let mut live = vec![true; n as usize];
+            // Remove every third, then put half of those back.
+            for i in (0..n as usize).step_by(3) {
+                c.remove(&keys[i], si, i as u32);
+                live[i] = false;
+            }
+            for i in (0..n as usize).step_by(6) {
+                c.insert(&keys[i], &m, i as u32);
+                live[i] = true;
+            }
+            for (i, k) in keys.iter().enumerate() {
+                let got = c
+                    .lookup(k, |s| live[s as usize].then(|| Stored { words: &ws[s as usize], key: &keys[s as usize] }));
+                assert_eq!(got, live[i].then_some(i as u32), "key {i}, wide {wide}");
+            }
+            assert_eq!(c.subtables[si].n, live.iter().filter(|&&l| l).count());
         }
     }
 }

@@ -148,6 +148,9 @@ struct Megaflow {
     bytes: u64,
     used_ms: u64,
     pushed_packets: u64,
+    /// The masked key's words for the classifier's compare (see
+    /// [`crate::dpcls::MATCH_INLINE`]), in the second line.
+    mwords: [u64; crate::dpcls::MATCH_INLINE],
     /// Its translation hit the resubmit depth limit.
     too_deep: bool,
     subtable: usize,
@@ -642,7 +645,11 @@ impl Pmd {
         let probes0 = self.dpcls.probes;
         loop {
             let flows = &self.flows;
-            let Some(slot) = self.dpcls.lookup(key, |s| flows[s as usize].as_ref().map(|f| &f.m.key)) else { break };
+            let Some(slot) = self.dpcls.lookup(key, |s| {
+                flows[s as usize].as_ref().map(|f| crate::dpcls::Stored { words: &f.mwords, key: &f.m.key })
+            }) else {
+                break;
+            };
             match self.validate(slot, upcall) {
                 Validity::Valid => {
                     let probes = self.dpcls.probes - probes0;
@@ -736,7 +743,9 @@ impl Pmd {
             }
         };
         let subtable = self.dpcls.insert(&m.key, &m.mask, slot);
+        let mwords = self.dpcls.inline_words(subtable, &m.key);
         self.flows[slot as usize] = Some(Megaflow {
+            mwords,
             m,
             actions: t.actions,
             counters: t.counters,
