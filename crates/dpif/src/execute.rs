@@ -227,10 +227,23 @@ fn run_ct(
     hint: &mut Option<conntrack::Tracked>,
     now_ms: u64,
 ) {
-    let r = track(ct, params, pkt.data_mut(), key, hint, now_ms);
-    if r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0 {
-        if let Ok(p) = conntrack::packet::parse(pkt.data(), false) {
-            let t = p.tuple;
+    let (r, matched) = track(ct, params, pkt.data_mut(), key, hint, now_ms);
+    use conntrack::cs::{DNAT, REL, RPL, SNAT};
+    if r.state & (SNAT | DNAT) != 0 {
+        // The packet now carries its connection's translated tuple: the
+        // reply tuple reversed, or for a reply the original reversed. Only
+        // a related ICMP error, whose outer header is translated on its
+        // own, is read back from its bytes (a third parse per packet).
+        let from_conn = hint.as_ref().filter(|_| matched && r.state & REL == 0).map(|h| {
+            if r.state & RPL != 0 {
+                h.conn.orig.reverse()
+            } else {
+                h.conn.reply.reverse()
+            }
+        });
+        let reparse = || conntrack::packet::parse(pkt.data(), false).ok().map(|p| p.tuple);
+        debug_assert!(from_conn.is_none() || from_conn == reparse(), "translated tuple");
+        if let Some(t) = from_conn.or_else(reparse) {
             if t.v6 {
                 key.set_ipv6_src(t.src);
                 key.set_ipv6_dst(t.dst);
@@ -274,7 +287,7 @@ fn run_ct_fragment(
         Defragged::Complete { whole, frags } => (whole, frags),
     };
     let mut whole = whole;
-    let r = track(ct, params, &mut whole, key, &mut out.ct_hint, now_ms);
+    let (r, _) = track(ct, params, &mut whole, key, &mut out.ct_hint, now_ms);
     let nat = r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0;
     let mut recirc = Vec::new();
     for mut f in frags {
@@ -311,14 +324,15 @@ fn track(
     key: &mut FlowKey,
     hint: &mut Option<conntrack::Tracked>,
     now_ms: u64,
-) -> conntrack::CtResult {
+) -> (conntrack::CtResult, bool) {
     // What an earlier ct() in this zone made of the packet (across a
     // recirculation its key keeps it).
     let prev = if key.ct_zone() == params.zone { key.ct_state() } else { 0 };
     let mut r = ct.execute_tracked(frame, params, now_ms, hint.as_ref(), prev);
     // The matched connection moves into the hint (the callers read only the
-    // verdict's other fields).
-    if r.tracked.is_some() {
+    // verdict's other fields, and whether there was one).
+    let matched = r.tracked.is_some();
+    if matched {
         *hint = r.tracked.take();
     }
     key.set_ct_state(r.state);
@@ -332,7 +346,7 @@ fn track(
     let ports = o.filter(|o| o.has_ports());
     key.set_ct_tp_src(ports.map_or(0, |o| o.sport));
     key.set_ct_tp_dst(ports.map_or(0, |o| o.dport));
-    r
+    (r, matched)
 }
 
 fn shift(l: Layout, by: i32) -> Layout {
