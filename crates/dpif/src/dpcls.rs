@@ -61,10 +61,10 @@ impl SlotTable {
         (tag >> 1) as usize & (self.buckets.len() - 1)
     }
 
-    /// Calls `f` on each slot stored under `h`'s tag until it returns true;
-    /// returns that slot.
+    /// The place (bucket, way) of the first entry under `h`'s tag whose
+    /// slot `f` accepts, probing until a bucket with a never-used way.
     #[inline]
-    fn find(&self, h: u64, mut f: impl FnMut(u32) -> bool) -> Option<u32> {
+    fn locate(&self, h: u64, mut f: impl FnMut(u32) -> bool) -> Option<(usize, usize)> {
         if self.buckets.is_empty() {
             return None;
         }
@@ -75,7 +75,7 @@ impl SlotTable {
             let bk = &self.buckets[b];
             for i in 0..SLOT_WAYS {
                 if bk.tags[i] == t && f(bk.slots[i]) {
-                    return Some(bk.slots[i]);
+                    return Some((b, i));
                 }
             }
             if bk.tags.contains(&TAG_EMPTY) {
@@ -84,6 +84,12 @@ impl SlotTable {
             b = (b + 1) & (n - 1);
         }
         None
+    }
+
+    /// The first slot under `h`'s tag that `f` accepts.
+    #[inline]
+    fn find(&self, h: u64, f: impl FnMut(u32) -> bool) -> Option<u32> {
+        self.locate(h, f).map(|(b, i)| self.buckets[b].slots[i])
     }
 
     fn insert(&mut self, h: u64, slot: u32) {
@@ -120,32 +126,15 @@ impl SlotTable {
 
     /// Removes the entry of `slot` under `h`; false if there is none.
     fn remove(&mut self, h: u64, slot: u32) -> bool {
-        if self.buckets.is_empty() {
-            return false;
+        let Some((b, i)) = self.locate(h, |s| s == slot) else { return false };
+        self.buckets[b].tags[i] = TAG_TOMB;
+        self.live -= 1;
+        if self.live == 0 {
+            // Nothing left: start clean (no tombstones).
+            self.buckets.iter_mut().for_each(|b| *b = SlotBucket::default());
+            self.used = 0;
         }
-        let t = Self::tag(h);
-        let n = self.buckets.len();
-        let mut b = self.start(t);
-        for _ in 0..n {
-            let bk = &mut self.buckets[b];
-            for i in 0..SLOT_WAYS {
-                if bk.tags[i] == t && bk.slots[i] == slot {
-                    bk.tags[i] = TAG_TOMB;
-                    self.live -= 1;
-                    if self.live == 0 {
-                        // Nothing left: start clean (no tombstones).
-                        self.buckets.iter_mut().for_each(|b| *b = SlotBucket::default());
-                        self.used = 0;
-                    }
-                    return true;
-                }
-            }
-            if bk.tags.contains(&TAG_EMPTY) {
-                return false;
-            }
-            b = (b + 1) & (n - 1);
-        }
-        false
+        true
     }
 
     fn rebuild(&mut self, n: usize) {
