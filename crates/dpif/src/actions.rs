@@ -385,11 +385,6 @@ mod tests {
         assert_eq!(format_actions(&a), "set(ipv4(tos=0x20/0xfc)),4");
         assert_eq!(format_actions(&[]), "drop");
     }
-}
-
-#[cfg(test)]
-mod size {
-    use super::*;
 
     /// Megaflows keep their actions inline; a rewrite that grew back to
     /// two whole keys would make every action 700 bytes again.
