@@ -222,9 +222,6 @@ impl<V, H: Hasher + Default + ShardOf> Sharded<V, H> {
     fn len(&self) -> usize {
         self.maps.iter().map(HashMap::len).sum()
     }
-    fn iter(&self) -> impl Iterator<Item = (&u64, &V)> {
-        self.maps.iter().flat_map(|m| m.iter())
-    }
     fn values(&self) -> impl Iterator<Item = &V> {
         self.maps.iter().flat_map(|m| m.values())
     }
@@ -244,6 +241,7 @@ impl<V, H: Hasher + Default + ShardOf> Sharded<V, H> {
 /// has the same one), so it is not stored again: a mask is 320 bytes, a
 /// third of what a rule costs.
 struct Rule<T> {
+    id: RuleId,
     /// The masked key.
     key: FlowKey,
     priority: u32,
@@ -259,6 +257,8 @@ struct Rule<T> {
 #[derive(Clone, Copy, Debug)]
 struct Ref {
     priority: u32,
+    /// Where the rule is in [`RuleStore::slab`].
+    slot: u32,
     id: RuleId,
     added: u64,
     removed: u64,
@@ -336,8 +336,8 @@ struct Group {
     next: Option<Box<Group>>,
 }
 
-/// The key of a stored rule, for group comparisons.
-type KeyOf<'a> = &'a dyn Fn(RuleId) -> &'a FlowKey;
+/// The key of a stored rule (by its slot), for group comparisons.
+type KeyOf<'a> = &'a dyn Fn(u32) -> &'a FlowKey;
 
 struct Subtable {
     mask: FlowKey,
@@ -470,7 +470,7 @@ impl Subtable {
     fn group(&self, h: u64, key: &FlowKey, keyof: KeyOf) -> Option<&Group> {
         let mut g = self.groups.get(&h)?;
         loop {
-            if self.key_eq(key, keyof(g.rules.head.id)) {
+            if self.key_eq(key, keyof(g.rules.head.slot)) {
                 return Some(g);
             }
             g = g.next.as_deref()?;
@@ -491,7 +491,7 @@ impl Subtable {
         let mask = self.mask;
         let words = &self.words;
         let eq = |g: &Group| {
-            let gk = keyof(g.rules.head.id);
+            let gk = keyof(g.rules.head.slot);
             words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == gk.w[w as usize])
         };
         let mut g = self.groups.get_mut(&h)?;
@@ -518,12 +518,94 @@ fn st_shrink(st: &mut Subtable) {
     }
 }
 
-type RuleMap<T> = Sharded<Box<Rule<T>>, Mix>;
+/// The stored rules. A lookup reaches a rule through its slot in `slab`,
+/// one index, where a map by id took a hash probe (and a translation
+/// through OVN's pipeline took three per table: the group's key, the
+/// conjunction check and the rule's actions). Callers hold ids; `by_id`
+/// finds their slots.
+struct RuleStore<T> {
+    slab: Vec<Option<Box<Rule<T>>>>,
+    /// Empty slots of `slab`, reused first.
+    free: Vec<u32>,
+    by_id: Sharded<u32, Mix>,
+}
 
-/// The stored (masked) key of rule `id`, which must be stored.
+impl<T> Default for RuleStore<T> {
+    fn default() -> Self {
+        RuleStore { slab: Vec::new(), free: Vec::new(), by_id: Sharded::default() }
+    }
+}
+
+impl<T> RuleStore<T> {
+    /// The rule in `slot`, which must hold one.
+    #[inline]
+    fn at(&self, slot: u32) -> &Rule<T> {
+        self.slab[slot as usize].as_deref().expect("a referenced slot holds a rule")
+    }
+
+    fn get(&self, id: RuleId) -> Option<&Rule<T>> {
+        self.by_id.get(&id).map(|&s| self.at(s))
+    }
+
+    fn get_mut(&mut self, id: RuleId) -> Option<&mut Rule<T>> {
+        let s = *self.by_id.get(&id)?;
+        self.slab[s as usize].as_deref_mut()
+    }
+
+    fn insert(&mut self, r: Box<Rule<T>>) -> u32 {
+        let id = r.id;
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s as usize] = Some(r);
+                s
+            }
+            None => {
+                self.slab.push(Some(r));
+                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 rules")
+            }
+        };
+        self.by_id.insert(id, slot);
+        slot
+    }
+
+    fn remove(&mut self, id: RuleId) -> Option<Box<Rule<T>>> {
+        let s = self.by_id.remove(&id)?;
+        self.free.push(s);
+        self.slab[s as usize].take()
+    }
+
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Rule<T>> {
+        self.slab.iter().filter_map(|r| r.as_deref())
+    }
+
+    /// Gives memory back once mostly empty: the empty slots at the end of
+    /// the slab go, and the maps shrink.
+    fn shrink_sparse(&mut self) {
+        self.by_id.shrink_sparse();
+        if !sparse(self.len(), self.slab.len()) {
+            return;
+        }
+        let before = self.slab.len();
+        while self.slab.last().is_some_and(Option::is_none) {
+            self.slab.pop();
+        }
+        if self.slab.len() < before {
+            let n = self.slab.len() as u32;
+            self.free.retain(|&s| s < n);
+            self.slab.shrink_to_fit();
+            self.free.shrink_to_fit();
+        }
+    }
+}
+
+/// The stored (masked) key of the rule in `slot`, which must hold one.
 #[inline]
-fn key_of<T>(rules: &RuleMap<T>, id: RuleId) -> &FlowKey {
-    &rules.get(&id).expect("a group's head rule is stored").key
+fn key_of<T>(rules: &RuleStore<T>, slot: u32) -> &FlowKey {
+    &rules.at(slot).key
 }
 
 /// An OpenFlow flow table: prioritized wildcarded rules carrying a `T`.
@@ -532,7 +614,7 @@ pub struct Classifier<T> {
     /// aligned keys), and a hash map keeps up to twice its entries' room
     /// as empty slots; boxed, an empty slot costs 16 bytes. Lookups never
     /// touch this map (groups hold what they need inline).
-    rules: RuleMap<T>,
+    rules: RuleStore<T>,
     next_id: RuleId,
     /// Subtable slots; `None` slots are free (listed in `free_subtables`).
     subtables: Vec<Option<Subtable>>,
@@ -564,7 +646,7 @@ impl<T> Default for Classifier<T> {
 impl<T> Classifier<T> {
     pub fn new() -> Self {
         Classifier {
-            rules: RuleMap::default(),
+            rules: RuleStore::default(),
             next_id: 0,
             subtables: Vec::new(),
             free_subtables: Vec::new(),
@@ -630,7 +712,17 @@ impl<T> Classifier<T> {
         for (s, &h) in hs.iter().enumerate().take(last) {
             *st.stage_sets[s].entry(h).or_insert(0) += 1;
         }
-        let r = Ref { priority, id, added: version, removed: LIVE };
+        let slot = self.rules.insert(Box::new(Rule {
+            id,
+            key: m.key,
+            priority,
+            data,
+            added: version,
+            removed: LIVE,
+            subtable: si,
+            hash: hs[last],
+        }));
+        let r = Ref { priority, slot, id, added: version, removed: LIVE };
         let rules = &self.rules;
         match st.group_mut(hs[last], &m.key, &|x| key_of(rules, x)) {
             Some(g) => {
@@ -674,10 +766,6 @@ impl<T> Classifier<T> {
                 bits[si / 64] |= 1 << (si % 64);
             }
         }
-        self.rules.insert(
-            id,
-            Box::new(Rule { key: m.key, priority, data, added: version, removed: LIVE, subtable: si, hash: hs[last] }),
-        );
         if old_max.is_none_or(|p| priority > p) {
             self.update_order(si);
         }
@@ -687,14 +775,14 @@ impl<T> Classifier<T> {
     /// Makes a rule invisible from `version` on (readers at earlier
     /// versions still see it). Removing twice keeps the first version.
     pub fn remove(&mut self, id: RuleId, version: u64) {
-        let Some(r) = self.rules.get_mut(&id) else { return };
+        let Some(r) = self.rules.get_mut(id) else { return };
         if r.removed != LIVE {
             return;
         }
         r.removed = version.max(r.added);
         let (removed, si, h) = (r.removed, r.subtable, r.hash);
         let rules = &self.rules;
-        let key = key_of(rules, id);
+        let key = &rules.get(id).expect("just found").key;
         let st = self.subtables[si].as_mut().expect("live subtable");
         let g = st.group_of_stored(h, key, &|x| key_of(rules, x)).expect("rule is in its group");
         g.rules.iter_mut().find(|x| x.id == id).expect("rule is in its group").removed = removed;
@@ -715,7 +803,7 @@ impl<T> Classifier<T> {
         let mut freed = 0;
         let mut pending = std::mem::take(&mut self.removed).into_iter();
         for id in pending.by_ref() {
-            match self.rules.get(&id) {
+            match self.rules.get(id) {
                 Some(r) if r.removed <= oldest_live_version => {}
                 Some(_) => {
                     keep.push(id);
@@ -727,11 +815,11 @@ impl<T> Classifier<T> {
             // Out of its group first: the group's key is its head rule's.
             {
                 let rules = &self.rules;
-                let r = rules.get(&id).expect("checked above");
+                let r = rules.get(id).expect("checked above");
                 let st = self.subtables[r.subtable].as_mut().expect("live subtable");
                 Self::unlink(st, r.hash, &r.key, id, &|x| key_of(rules, x));
             }
-            let r = self.rules.remove(&id).expect("checked above");
+            let r = self.rules.remove(id).expect("checked above");
             let si = r.subtable;
             let st = self.subtables[si].as_mut().expect("live subtable");
             let hs = st.stage_hashes(&r.key);
@@ -840,28 +928,46 @@ impl<T> Classifier<T> {
 
     /// The rule's match, priority and data (while not purged).
     pub fn get(&self, id: RuleId) -> Option<(RuleMatch<'_>, u32, &T)> {
-        let r = self.rules.get(&id)?;
+        let r = self.rules.get(id)?;
         let mask = &self.subtables[r.subtable].as_ref().expect("a stored rule's subtable is live").mask;
         Some((RuleMatch { key: &r.key, mask }, r.priority, &r.data))
     }
 
     pub fn get_mut(&mut self, id: RuleId) -> Option<(RuleMatch<'_>, u32, &mut T)> {
-        let r = self.rules.get_mut(&id)?;
+        let r = self.rules.get_mut(id)?;
         let mask = &self.subtables[r.subtable].as_ref().expect("a stored rule's subtable is live").mask;
-        let Rule { key, priority, data, .. } = &mut **r;
+        let Rule { key, priority, data, .. } = r;
         Some((RuleMatch { key, mask }, *priority, data))
     }
 
     /// The versions `[added, removed)` in which the rule is visible
     /// (`removed == u64::MAX` while not removed).
     pub fn versions(&self, id: RuleId) -> Option<(u64, u64)> {
-        self.rules.get(&id).map(|r| (r.added, r.removed))
+        self.rules.get(id).map(|r| (r.added, r.removed))
     }
 
     /// The highest-priority rule matching `key` among those visible at
     /// `version` (ties: lowest id). ORs into `wc` the key bits the answer
     /// depended on: any key agreeing with `key` on `wc` gets the same one.
     pub fn lookup(&self, key: &FlowKey, version: u64, wc: &mut FlowKey) -> Option<RuleId> {
+        self.lookup_ref(key, version, wc).map(|r| r.id)
+    }
+
+    /// [`Classifier::lookup`], returning the rule's id, match, priority
+    /// and data at once (no second look-up by id).
+    pub fn lookup_rule(
+        &self,
+        key: &FlowKey,
+        version: u64,
+        wc: &mut FlowKey,
+    ) -> Option<(RuleId, RuleMatch<'_>, u32, &T)> {
+        let r = self.lookup_ref(key, version, wc)?;
+        let rule = self.rules.at(r.slot);
+        let mask = &self.st(rule.subtable).mask;
+        Some((r.id, RuleMatch { key: &rule.key, mask }, rule.priority, &rule.data))
+    }
+
+    fn lookup_ref(&self, key: &FlowKey, version: u64, wc: &mut FlowKey) -> Option<Ref> {
         let mut best: Option<Ref> = None;
         // Trie walks, done at most once per field and only when needed.
         let mut walks: [Option<Walk>; N_TRIES] = [None; N_TRIES];
@@ -886,11 +992,11 @@ impl<T> Classifier<T> {
                 wc.set_metadata(u64::MAX);
                 continue;
             }
+            let n = st.n_stages as usize;
+            let keyof: KeyOf = &|x| key_of(&self.rules, x);
             let mut h = BASIS;
             let mut from = 0;
-            let n = st.n_stages as usize;
             // A catch-all subtable has no stages, only its one group.
-            let keyof: KeyOf = &|x| key_of(&self.rules, x);
             let mut group = if n == 0 { st.group(finish(BASIS), key, keyof) } else { None };
             for s in 0..n {
                 let to = st.ends[s] as usize;
@@ -940,7 +1046,7 @@ impl<T> Classifier<T> {
                 }
             }
         }
-        best.map(|r| r.id)
+        best
     }
 
     /// True if a prefix trie proves no rule of `st` matches `key`, having
@@ -1018,7 +1124,7 @@ impl<T> Classifier<T> {
                 let mut g = Some(head);
                 while let Some(x) = g {
                     // A catch-all selects every group without looking.
-                    if m.mask == FlowKey::ZERO || key_of(&self.rules, x.rules.head.id).eq_masked(&m.key, &m.mask) {
+                    if m.mask == FlowKey::ZERO || key_of(&self.rules, x.rules.head.slot).eq_masked(&m.key, &m.mask) {
                         out.extend(x.rules.iter().filter(|r| r.visible(version)).map(|r| r.id));
                     }
                     g = x.next.as_deref();
@@ -1032,7 +1138,7 @@ impl<T> Classifier<T> {
     /// The rules visible at `version`, in increasing id order.
     pub fn iter(&self, version: u64) -> impl Iterator<Item = RuleId> + '_ {
         let mut ids: Vec<RuleId> =
-            self.rules.iter().filter(|(_, r)| r.added <= version && version < r.removed).map(|(&id, _)| id).collect();
+            self.rules.values().filter(|r| r.added <= version && version < r.removed).map(|r| r.id).collect();
         ids.sort_unstable();
         ids.into_iter()
     }

@@ -349,3 +349,56 @@ fn purge_some_frees_in_steps_and_lookups_never_see_the_removed() {
     let again = c.insert(m("tcp,nw_dst=10.0.1.7,tp_dst=80"), 5, 7, 3);
     assert_eq!(c.lookup(&k, 3, &mut FlowKey::default()), Some(again));
 }
+
+/// One subtable growing to 20 keys and shrinking to 2 (its rules stored,
+/// freed and their slots reused): every lookup on the way finds the right
+/// rule, and the staged megaflows stay as narrow as the stage that decided.
+#[test]
+fn a_subtable_answers_alike_as_it_grows_and_shrinks() {
+    let mut c: Classifier<u32> = Classifier::new();
+    let rule = |i: u32| m(&format!("udp,nw_dst=10.0.0.{i},tp_dst=80"));
+    let full =
+        only(&[(loc::DL_TYPE, 0xffff), (loc::NW_PROTO, 0xff), (loc::NW_DST, 0xffff_ffff), (loc::TP_DST, 0xffff)]);
+    let check = |c: &Classifier<u32>, live: &[(u32, u64)]| {
+        for i in 1..=24u32 {
+            let want = live.iter().find(|&&(j, _)| j == i).map(|&(j, _)| j);
+            let mut wc = FlowKey::ZERO;
+            let got = c.lookup(&key(&format!("udp,nw_dst=10.0.0.{i},tp_dst=80")), 1000, &mut wc);
+            assert_eq!(got.map(|id| *c.get(id).unwrap().2), want, "10.0.0.{i} with {} keys", live.len());
+            if want.is_some() {
+                assert_eq!(wc, full, "a hit reads the whole mask");
+            }
+            // The right address, another port: missed at L4, whole mask read.
+            let mut wc = FlowKey::ZERO;
+            assert_eq!(c.lookup(&key(&format!("udp,nw_dst=10.0.0.{i},tp_dst=81")), 1000, &mut wc), None);
+            if want.is_some() {
+                assert_eq!(wc, full, "an L4 miss after an L3 hit reads the ports");
+            }
+        }
+        // An address no rule has: missed at L3, so no port bits.
+        let mut wc = FlowKey::ZERO;
+        assert_eq!(c.lookup(&key("udp,nw_dst=10.0.1.1,tp_dst=80"), 1000, &mut wc), None);
+        assert_eq!(wc.w.iter().zip(&only(&[(loc::TP_DST, 0xffff)]).w).map(|(a, b)| a & b).sum::<u64>(), 0);
+    };
+    let mut live: Vec<(u32, u64)> = Vec::new();
+    for i in 1..=20u32 {
+        let id = c.insert(rule(i), 10, i, 1);
+        live.push((i, id));
+        check(&c, &live);
+    }
+    assert_eq!(c.n_subtables(), 1);
+    // Down to two keys, then up again (into freed slots).
+    let mut v = 2;
+    while live.len() > 2 {
+        let (_, id) = live.remove(0);
+        c.remove(id, v);
+        c.purge(v);
+        v += 1;
+        check(&c, &live);
+    }
+    for i in 21..=24u32 {
+        let id = c.insert(rule(i), 10, i, 1);
+        live.push((i, id));
+        check(&c, &live);
+    }
+}

@@ -322,6 +322,19 @@ impl dpif::Upcall for Ofproto {
     }
 }
 
+/// Whether a rule's only actions are `conjunction`s (one or more).
+fn conjunctive(r: &crate::Rule) -> bool {
+    let mut any = false;
+    let only = r.instructions.iter().all(|i| match i {
+        Instruction::Apply(a) => a.iter().all(|a| {
+            any |= matches!(a, Action::Conjunction { .. });
+            matches!(a, Action::Conjunction { .. })
+        }),
+        _ => false,
+    });
+    only && any
+}
+
 impl<'a> Ctx<'a> {
     fn new(of: &'a Ofproto, key: &FlowKey, wc: FlowKey, trace: bool) -> Ctx<'a> {
         Ctx {
@@ -418,9 +431,13 @@ impl<'a> Ctx<'a> {
         self.table = table;
         let cls = &self.of.tables[table as usize];
         self.credit_table(table, false);
-        let hit = cls.lookup(&self.key, self.version, &mut self.wc);
-        let hit = self.resolve_conjunction(table, hit);
-        match hit.and_then(|id| cls.get(id)) {
+        let hit = match cls.lookup_rule(&self.key, self.version, &mut self.wc) {
+            Some((_, _, _, r)) if conjunctive(r) => {
+                self.resolve_conjunction(table).and_then(|id| cls.get(id).map(|(m, p, r)| (id, m, p, r)))
+            }
+            h => h,
+        };
+        match hit {
             None => {
                 self.say(|| format!("{table:2}. No match."));
                 match self.of.table_miss {
@@ -442,7 +459,7 @@ impl<'a> Ctx<'a> {
                     }
                 }
             }
-            Some((m, prio, rule)) => {
+            Some((hit_id, m, prio, rule)) => {
                 self.credit_table(table, true);
                 // The datapath credits packets through `counters`; the
                 // translation itself only marks the rule used.
@@ -457,7 +474,7 @@ impl<'a> Ctx<'a> {
                     format!("{table:2}. {desc}{cookie_s}")
                 });
                 self.cookie = rule.cookie;
-                let outer_rule = self.rule.replace((table, hit.expect("a matched rule has an id")));
+                let outer_rule = self.rule.replace((table, hit_id));
                 self.indent += 4;
                 let instructions = &rule.instructions;
                 if instructions.is_empty() {
@@ -783,31 +800,16 @@ impl<'a> Ctx<'a> {
     }
 
     /// Conjunctive matches (`conjunction(id,k/n)` flows and the flow that
-    /// matches `conj_id=id`), as `ovs-fields(7)` defines them. When the
-    /// highest-priority match `hit` is a conjunctive flow, every flow of
+    /// matches `conj_id=id`), as `ovs-fields(7)` defines them. Called when
+    /// the highest-priority match is a conjunctive flow: every flow of
     /// the table is weighed (each one's match bits consulted, so the
     /// megaflow stays exact): at each priority, from the highest, a
     /// conjunction whose every clause has a matching flow leads to the
     /// `conj_id` flow found with `conj_id` set; an ordinary flow of higher
     /// priority than the remaining conjunctions wins otherwise. A linear
     /// walk, taken only in tables whose best match is conjunctive.
-    fn resolve_conjunction(&mut self, table: u8, hit: Option<classifier::RuleId>) -> Option<classifier::RuleId> {
+    fn resolve_conjunction(&mut self, table: u8) -> Option<classifier::RuleId> {
         let cls = &self.of.tables[table as usize];
-        let conjunctive = |r: &crate::Rule| {
-            let mut any = false;
-            let only = r.instructions.iter().all(|i| match i {
-                Instruction::Apply(a) => a.iter().all(|a| {
-                    any |= matches!(a, Action::Conjunction { .. });
-                    matches!(a, Action::Conjunction { .. })
-                }),
-                _ => false,
-            });
-            only && any
-        };
-        let id = hit?;
-        if !cls.get(id).is_some_and(|(_, _, r)| conjunctive(r)) {
-            return hit;
-        }
         let mut clauses: Vec<(u32, u32, u8, u8)> = Vec::new();
         let mut plain: Option<(u32, classifier::RuleId)> = None;
         let better = |p: u32, id: classifier::RuleId, cur: Option<(u32, classifier::RuleId)>| {
