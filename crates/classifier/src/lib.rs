@@ -181,58 +181,101 @@ impl ShardOf for Mix {
 
 const SHARDS: usize = 16;
 
-/// A map from `u64` split into 16 maps by the key's bits. A hash map grows
-/// by rehashing every entry at once, and the classifier grows while a writer
-/// holds the lock that lookups wait for: at 114,688 rules one growth of the
-/// rule map and a subtable's maps stalled forwarding for up to 13.5 ms.
-/// Split, each growth moves a sixteenth of the entries, and the shards fill
-/// up at slightly different times, so one change meets at most a few.
+/// A map from `u64` that splits into 16 maps by the key's bits once it is
+/// large. A hash map grows by rehashing every entry at once, and the
+/// classifier grows while a writer holds the lock that lookups wait for: at
+/// 114,688 rules one growth of the rule map and a subtable's maps stalled
+/// forwarding for up to 13.5 ms. Split, each growth moves a sixteenth of
+/// the entries, and the shards fill up at slightly different times, so one
+/// change meets at most a few. Small maps (most of a pipeline's subtables)
+/// stay one map: a lookup then reads the one header that sits in its
+/// subtable's first lines, not one of sixteen spread over half a kilobyte.
 struct Sharded<V, H> {
-    maps: [HashMap<u64, V, BuildHasherDefault<H>>; SHARDS],
+    one: HashMap<u64, V, BuildHasherDefault<H>>,
+    /// Once split, the shards (and `one` stays empty).
+    split: Option<Box<[HashMap<u64, V, BuildHasherDefault<H>>; SHARDS]>>,
 }
+
+/// Entries at which a [`Sharded`] map splits.
+const SPLIT_AT: usize = 4096;
 
 impl<V, H: Hasher + Default + ShardOf> Default for Sharded<V, H> {
     fn default() -> Self {
-        Sharded { maps: std::array::from_fn(|_| HashMap::default()) }
+        Sharded { one: HashMap::default(), split: None }
     }
 }
 
 impl<V, H: Hasher + Default + ShardOf> Sharded<V, H> {
     #[inline]
+    fn map(&self, k: u64) -> &HashMap<u64, V, BuildHasherDefault<H>> {
+        match &self.split {
+            None => &self.one,
+            Some(s) => &s[H::shard(k)],
+        }
+    }
+    #[inline]
+    fn map_mut(&mut self, k: u64) -> &mut HashMap<u64, V, BuildHasherDefault<H>> {
+        match &mut self.split {
+            None => &mut self.one,
+            Some(s) => &mut s[H::shard(k)],
+        }
+    }
+    /// Before an insert: a full single map splits.
+    fn grow(&mut self) {
+        if self.split.is_none() && self.one.len() >= SPLIT_AT {
+            let mut s: Box<[HashMap<u64, V, BuildHasherDefault<H>>; SHARDS]> =
+                Box::new(std::array::from_fn(|_| HashMap::default()));
+            for (k, v) in self.one.drain() {
+                s[H::shard(k)].insert(k, v);
+            }
+            self.one = HashMap::default();
+            self.split = Some(s);
+        }
+    }
+    fn maps(&self) -> impl Iterator<Item = &HashMap<u64, V, BuildHasherDefault<H>>> {
+        std::iter::once(&self.one).chain(self.split.iter().flat_map(|s| s.iter()))
+    }
+    #[inline]
     fn get(&self, k: &u64) -> Option<&V> {
-        self.maps[H::shard(*k)].get(k)
+        self.map(*k).get(k)
     }
     #[inline]
     fn get_mut(&mut self, k: &u64) -> Option<&mut V> {
-        self.maps[H::shard(*k)].get_mut(k)
+        self.map_mut(*k).get_mut(k)
     }
     #[inline]
     fn contains_key(&self, k: &u64) -> bool {
-        self.maps[H::shard(*k)].contains_key(k)
+        self.map(*k).contains_key(k)
     }
     fn insert(&mut self, k: u64, v: V) -> Option<V> {
-        self.maps[H::shard(k)].insert(k, v)
+        self.grow();
+        self.map_mut(k).insert(k, v)
     }
     fn remove(&mut self, k: &u64) -> Option<V> {
-        self.maps[H::shard(*k)].remove(k)
+        self.map_mut(*k).remove(k)
     }
     fn entry(&mut self, k: u64) -> std::collections::hash_map::Entry<'_, u64, V> {
-        self.maps[H::shard(k)].entry(k)
+        self.grow();
+        self.map_mut(k).entry(k)
     }
     fn len(&self) -> usize {
-        self.maps.iter().map(HashMap::len).sum()
+        self.maps().map(HashMap::len).sum()
     }
     fn values(&self) -> impl Iterator<Item = &V> {
-        self.maps.iter().flat_map(|m| m.values())
+        self.maps().flat_map(|m| m.values())
     }
-    /// Gives memory back from shards that are mostly empty (hash maps never
+    /// Gives memory back from maps that are mostly empty (hash maps never
     /// shrink by themselves: after deleting 200,000 rules they would keep
     /// their size forever).
     fn shrink_sparse(&mut self) {
-        for m in &mut self.maps {
+        let shrink = |m: &mut HashMap<u64, V, BuildHasherDefault<H>>| {
             if sparse(m.len(), m.capacity()) {
                 m.shrink_to_fit();
             }
+        };
+        shrink(&mut self.one);
+        for m in self.split.iter_mut().flat_map(|s| s.iter_mut()) {
+            shrink(m);
         }
     }
 }
@@ -339,10 +382,15 @@ struct Group {
 /// The key of a stored rule (by its slot), for group comparisons.
 type KeyOf<'a> = &'a dyn Fn(u32) -> &'a FlowKey;
 
+/// What a lookup reads of a subtable comes first, in one cache line (a
+/// subtable is 2.5 KB, most of it its maps' headers and its mask; through
+/// OVN's pipeline a translation visits about a hundred subtables, and
+/// reading their fields from all over each one was a good part of its time).
+#[repr(C)]
 struct Subtable {
-    mask: FlowKey,
-    /// Indices of the non-zero mask words, in key order.
-    words: Vec<u8>,
+    /// `(index, mask)` of the non-zero mask words, in key order: `words`
+    /// with their mask values, side by side.
+    wm: Box<[(u8, u64)]>,
     /// The stages that have mask words: `words[..ends[i]]` are the words up
     /// to and including the `i`-th of them. `n_stages` of them are used.
     ends: [u8; 4],
@@ -351,6 +399,10 @@ struct Subtable {
     /// apply) and L4 (the port tries), if any.
     l3: u8,
     l4: u8,
+    has_trie: bool,
+    mask: FlowKey,
+    /// Indices of the non-zero mask words, in key order.
+    words: Vec<u8>,
     /// For each used stage but the last: rule count per hash of the stage
     /// prefix of the rule keys.
     stage_sets: [HashKeyed<u32>; 3],
@@ -364,7 +416,6 @@ struct Subtable {
     /// Port masks that are not prefixes (`tp_src=0x7/0xff`) get a trie of
     /// their own, over the masked port, as Open vSwitch's ports trie does.
     masked_ports: [Option<Box<MaskedTrie>>; 2],
-    has_trie: bool,
     /// The mask matches all of `metadata`: the subtable takes part in
     /// metadata partitioning (see [`Classifier::lookup`]).
     partitioned: bool,
@@ -421,6 +472,7 @@ impl Subtable {
         let has_trie = plen.iter().any(|&p| p > 0) || masked_ports.iter().any(Option::is_some);
         debug_assert!(!has_trie || l3 != u8::MAX || l4 != u8::MAX);
         Subtable {
+            wm: words.iter().map(|&w| (w, mask.w[w as usize])).collect(),
             mask,
             words,
             ends,
@@ -464,7 +516,7 @@ impl Subtable {
 
     #[inline]
     fn key_eq(&self, key: &FlowKey, masked: &FlowKey) -> bool {
-        self.words.iter().all(|&w| key.w[w as usize] & self.mask.w[w as usize] == masked.w[w as usize])
+        self.wm.iter().all(|&(w, m)| key.w[w as usize] & m == masked.w[w as usize])
     }
 
     fn group(&self, h: u64, key: &FlowKey, keyof: KeyOf) -> Option<&Group> {
@@ -621,7 +673,9 @@ pub struct Classifier<T> {
     free_subtables: Vec<usize>,
     by_mask: HashMap<FlowKey, usize>,
     /// (max priority, subtable index) of non-empty subtables, highest first.
-    order: Vec<(u32, usize)>,
+    /// (It also says whether the subtable is partitioned, so a lookup
+    /// skips other datapaths' subtables without reading them.)
+    order: Vec<(u32, usize, bool)>,
     tries: [Trie; N_TRIES],
     /// Ids of removed rules not purged yet.
     removed: Vec<RuleId>,
@@ -666,8 +720,8 @@ impl<T> Classifier<T> {
     /// Re-sorts `order` after subtable `si`'s maximum priority changed.
     fn update_order(&mut self, si: usize) {
         let st = self.st(si);
-        let entry = (st.n_rules > 0).then(|| (st.max_priority(), si));
-        let pos = self.order.iter().position(|&(_, i)| i == si);
+        let entry = (st.n_rules > 0).then(|| (st.max_priority(), si, st.partitioned));
+        let pos = self.order.iter().position(|&(_, i, _)| i == si);
         match (pos, entry) {
             (Some(p), Some(e)) if self.order[p] == e => return,
             (Some(p), _) => {
@@ -677,7 +731,7 @@ impl<T> Classifier<T> {
         }
         if let Some(e) = entry {
             // Stable among equal priorities: older subtables first.
-            let at = self.order.partition_point(|&(p, _)| p >= e.0);
+            let at = self.order.partition_point(|&(p, _, _)| p >= e.0);
             self.order.insert(at, e);
         }
     }
@@ -980,18 +1034,18 @@ impl<T> Classifier<T> {
         } else {
             self.partitions.get(&key.metadata()).map_or(&[][..], Vec::as_slice)
         };
-        'subtables: for &(maxp, si) in &self.order {
+        'subtables: for &(maxp, si, partitioned) in &self.order {
             if let Some(b) = &best {
                 // Equal priority could still win with a lower id.
                 if maxp < b.priority {
                     break;
                 }
             }
-            let st = self.st(si);
-            if st.partitioned && partition.get(si / 64).is_none_or(|w| w & (1 << (si % 64)) == 0) {
+            if partitioned && partition.get(si / 64).is_none_or(|w| w & (1 << (si % 64)) == 0) {
                 wc.set_metadata(u64::MAX);
                 continue;
             }
+            let st = self.st(si);
             let n = st.n_stages as usize;
             let keyof: KeyOf = &|x| key_of(&self.rules, x);
             let mut h = BASIS;
@@ -1001,8 +1055,8 @@ impl<T> Classifier<T> {
             for s in 0..n {
                 let to = st.ends[s] as usize;
                 let mut h2 = h;
-                for &w in &st.words[from..to] {
-                    h2 = hash_word(h2, key.w[w as usize] & st.mask.w[w as usize]);
+                for &(w, m) in &st.wm[from..to] {
+                    h2 = hash_word(h2, key.w[w as usize] & m);
                 }
                 let fh = finish(h2);
                 let hit = if s + 1 < n {
@@ -1017,15 +1071,13 @@ impl<T> Classifier<T> {
                 if !hit
                     && (s == st.l3 as usize || s == st.l4 as usize)
                     && st.has_trie
-                    && !st.words[from..to]
-                        .iter()
-                        .all(|&w| wc.w[w as usize] & st.mask.w[w as usize] == st.mask.w[w as usize])
+                    && !st.wm[from..to].iter().all(|&(w, m)| wc.w[w as usize] & m == m)
                     && self.trie_skips(st, s == st.l4 as usize, key, &mut walks, wc)
                 {
                     continue 'subtables;
                 }
-                for &w in &st.words[from..to] {
-                    wc.w[w as usize] |= st.mask.w[w as usize];
+                for &(w, m) in &st.wm[from..to] {
+                    wc.w[w as usize] |= m;
                 }
                 if !hit {
                     continue 'subtables;

@@ -402,3 +402,30 @@ fn a_subtable_answers_alike_as_it_grows_and_shrinks() {
         check(&c, &live);
     }
 }
+
+/// A subtable past the size at which its maps split into shards (and the
+/// rule store's id map with it), then mostly emptied: every key is found
+/// before and after, and a removed one is not.
+#[test]
+fn large_subtables_split_their_maps_and_keep_every_rule() {
+    let mut c: Classifier<u32> = Classifier::new();
+    let addr = |i: u32| format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff);
+    let ids: Vec<_> = (0..10_000u32).map(|i| c.insert(m(&format!("ip,nw_dst={}", addr(i))), 10, i, 1)).collect();
+    let find = |c: &Classifier<u32>, i: u32| {
+        let mut wc = FlowKey::ZERO;
+        c.lookup(&key(&format!("ip,nw_dst={}", addr(i))), 10, &mut wc).map(|id| *c.get(id).unwrap().2)
+    };
+    for i in (0..10_000).step_by(7) {
+        assert_eq!(find(&c, i), Some(i));
+    }
+    for (i, &id) in ids.iter().enumerate() {
+        if i % 10 != 0 {
+            c.remove(id, 2);
+        }
+    }
+    c.purge(2);
+    assert_eq!(c.n_stored(), 1000);
+    for i in 0..10_000 {
+        assert_eq!(find(&c, i), (i % 10 == 0).then_some(i), "{}", addr(i));
+    }
+}
