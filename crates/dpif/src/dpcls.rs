@@ -165,6 +165,19 @@ impl Subtable {
         Subtable { mask, words, map: SlotTable::default(), hits: 0, n: 0 }
     }
 
+    /// Whether `key` matches the megaflow `m` of this subtable: only the
+    /// mask's non-zero words are compared, on the inline copies when there
+    /// are few enough.
+    #[inline]
+    fn matches(&self, key: &FlowKey, m: &Stored) -> bool {
+        let (words, mask) = (&self.words, &self.mask);
+        if words.len() <= MATCH_INLINE {
+            words.iter().zip(m.words).all(|(&w, &v)| key.w[w as usize] & mask.w[w as usize] == v)
+        } else {
+            words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == m.key.w[w as usize])
+        }
+    }
+
     #[inline]
     pub fn hash(&self, key: &FlowKey) -> u64 {
         let mut h = 0x51_7cc1_b727_220a;
@@ -197,21 +210,21 @@ impl Dpcls {
             self.probes += 1;
             let st = &mut self.subtables[si];
             let h = st.hash(key);
-            let (words, mask) = (&st.words, &st.mask);
-            let found = st.map.find(h, |s| {
-                let Some(m) = stored(s) else { return false };
-                if words.len() <= MATCH_INLINE {
-                    words.iter().zip(m.words).all(|(&w, &v)| key.w[w as usize] & mask.w[w as usize] == v)
-                } else {
-                    words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == m.key.w[w as usize])
-                }
-            });
+            let found = st.map.find(h, |s| stored(s).is_some_and(|m| st.matches(key, &m)));
             if let Some(s) = found {
                 st.hits += 1;
                 return Some(s);
             }
         }
         None
+    }
+
+    /// Whether `key` matches megaflow `m` of subtable `si` (as a lookup
+    /// would compare it: the mask's words only, where a whole-key compare
+    /// reads all 40 words of the key, the mask and the megaflow's key).
+    #[inline]
+    pub fn matches(&self, si: usize, key: &FlowKey, m: &Stored) -> bool {
+        self.subtables[si].matches(key, m)
     }
 
     /// The inline words a megaflow with `masked_key` in subtable `si`

@@ -616,7 +616,10 @@ impl Pmd {
             if let Some(&(slot, ver, misses)) = self.port_hint.get(h) {
                 if misses < HINT_GIVE_UP || misses % HINT_RETRY == 0 {
                     if self.slot_version.get(slot as usize) == Some(&ver)
-                        && self.flows[slot as usize].as_ref().is_some_and(|f| f.m.matches(key))
+                        && self.flows[slot as usize].as_ref().is_some_and(|f| {
+                            let m = crate::dpcls::Stored { words: &f.mwords, key: &f.m.key };
+                            self.dpcls.matches(f.subtable, key, &m)
+                        })
                         && self.validate(slot, upcall) == Validity::Valid
                     {
                         self.port_hint[h].2 = 0;
