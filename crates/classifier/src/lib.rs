@@ -118,9 +118,10 @@ fn trie_eth_ok(i: usize, dl_type: u16) -> bool {
     }
 }
 
-/// Hasher for keys that already are well-mixed 64-bit hashes.
+/// Hasher for keys that already are well-mixed 64-bit hashes (a `u64`
+/// key is used as it is; also for `ofproto`'s interned counter lists).
 #[derive(Default)]
-struct PassThrough(u64);
+pub struct PassThrough(u64);
 impl Hasher for PassThrough {
     #[inline]
     fn finish(&self) -> u64 {
@@ -388,10 +389,9 @@ type KeyOf<'a> = &'a dyn Fn(u32) -> &'a FlowKey;
 /// reading their fields from all over each one was a good part of its time).
 #[repr(C)]
 struct Subtable {
-    /// `(index, mask)` of the non-zero mask words, in key order: `words`
-    /// with their mask values, side by side.
+    /// `(index, mask)` of the non-zero mask words, in key order.
     wm: Box<[(u8, u64)]>,
-    /// The stages that have mask words: `words[..ends[i]]` are the words up
+    /// The stages that have mask words: `wm[..ends[i]]` are the words up
     /// to and including the `i`-th of them. `n_stages` of them are used.
     ends: [u8; 4],
     n_stages: u8,
@@ -401,8 +401,6 @@ struct Subtable {
     l4: u8,
     has_trie: bool,
     mask: FlowKey,
-    /// Indices of the non-zero mask words, in key order.
-    words: Vec<u8>,
     /// For each used stage but the last: rule count per hash of the stage
     /// prefix of the rule keys.
     stage_sets: [HashKeyed<u32>; 3],
@@ -474,7 +472,6 @@ impl Subtable {
         Subtable {
             wm: words.iter().map(|&w| (w, mask.w[w as usize])).collect(),
             mask,
-            words,
             ends,
             n_stages: n_stages as u8,
             l3,
@@ -501,8 +498,8 @@ impl Subtable {
         let mut h = BASIS;
         let mut from = 0;
         for (o, &end) in out.iter_mut().zip(&self.ends[..self.n_stages as usize]) {
-            for &w in &self.words[from..end as usize] {
-                h = hash_word(h, key.w[w as usize] & self.mask.w[w as usize]);
+            for &(w, m) in &self.wm[from..end as usize] {
+                h = hash_word(h, key.w[w as usize] & m);
             }
             *o = finish(h);
             from = end as usize;
@@ -540,11 +537,10 @@ impl Subtable {
     }
 
     fn group_mut(&mut self, h: u64, key: &FlowKey, keyof: KeyOf) -> Option<&mut Group> {
-        let mask = self.mask;
-        let words = &self.words;
+        let wm = &self.wm;
         let eq = |g: &Group| {
             let gk = keyof(g.rules.head.slot);
-            words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == gk.w[w as usize])
+            wm.iter().all(|&(w, m)| key.w[w as usize] & m == gk.w[w as usize])
         };
         let mut g = self.groups.get_mut(&h)?;
         loop {

@@ -221,7 +221,7 @@ impl Dpcls {
 
     /// Whether `key` matches megaflow `m` of subtable `si` (as a lookup
     /// would compare it: the mask's words only, where a whole-key compare
-    /// reads all 40 words of the key, the mask and the megaflow's key).
+    /// reads all 39 words of the key, the mask and the megaflow's key).
     #[inline]
     pub fn matches(&self, si: usize, key: &FlowKey, m: &Stored) -> bool {
         self.subtables[si].matches(key, m)
