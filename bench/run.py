@@ -16,6 +16,10 @@ import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, temp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XVS = os.environ.get("XVS_BIN") or os.path.join(ROOT, "target/release/xvs")
 TX_FLUSH_US = 0
+# "afpacket": the AF_PACKET sender; "xdp": `pktgen --xdp`, which transmits
+# from inside the kernel (several times faster; needs XDP on the receiving
+# veth, so cases without it, the Linux bridge, are skipped).
+GEN = "afpacket"
 WIRE = os.path.join(ROOT, "target/release/examples/wire")
 OVN_BENCH = os.environ.get("XVS_OVN_BENCH") or os.path.join(os.path.dirname(XVS), "examples/ovn_bench")
 G, S, GP, SP = "xbgen", "xbsink", "xbg0", "xbs0"
@@ -135,7 +139,7 @@ def run_once(topo, size, flows, secs, pid, first=0, tid=None, partial=False):
     gen = sh("ip", "netns", "exec", G, "taskset", "-c", "0", XVS, "util", "pktgen", "--dev", "eth0",
              "--src-mac", topo.gmac, "--dst-mac", topo.smac, "--size", str(size - 4),
              "--flows", str(flows), "--first-flow", str(first), "--seconds", str(secs),
-             *(["--partial-csum"] if partial else []))
+             *(["--partial-csum"] if partial else []), *(["--xdp"] if GEN == "xdp" else []))
     c1, s1 = cpu_of(pid) if pid else 0.0, softirq()
     t1, k1, a1 = thread_times(pid, tid), cpu_times(1), cpu_times("")
     out = sink.communicate(timeout=secs + 10)[0]
@@ -440,9 +444,14 @@ def main():
                     help="transmit flush interval for xvs and OVS (OVS: other_config:tx-flush-interval)")
     ap.add_argument("--only", action="append", default=[],
                     help="run only cases whose switch label contains this (repeatable), e.g. --only 'flow setup'; --only churn: loss of a ping while 200k rules are added and deleted; --only vm: a VM's frames over vhost-user and over tap (needs dpdk-testpmd); --only vmct: conntrack between two VMs over vhost-user, xvs against OVS-DPDK; --only tunnel: Geneve encap and decap through br-int and br-phy, xvs against OVS; --only ovn: forwarding through OVN's pipeline (ovn-northd and ovn-controller program each switch), xvs against OVS; --only csum: partial UDP checksums (a local stack's tx offload) left to AF_XDP TX metadata (O5) or completed in software")
+    ap.add_argument("--gen", choices=["afpacket", "xdp"], default="afpacket",
+                    help="the generator: afpacket (a packet socket, the default) or xdp (pktgen --xdp: an XDP "
+                         "program in live-frames mode redirects into the veth, several times faster, so the "
+                         "switch is the bottleneck; the Linux bridge case, which runs no XDP, is skipped)")
     a = ap.parse_args()
-    global TX_FLUSH_US
+    global TX_FLUSH_US, GEN
     TX_FLUSH_US = a.tx_flush_us
+    GEN = a.gen
     sizes = [64, 1514] if a.quick else [64, 256, 512, 1514]
     flowset = [1, 1000] if a.quick else [1, 100, 1000]
     have_ovs = shutil.which("ovs-vswitchd") is not None and not a.no_ovs

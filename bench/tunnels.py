@@ -15,8 +15,13 @@ for both if OVS lists it in iface_types, else system. Before measuring,
 the sink pings 172.31.9.1 (ARP both ways, MAC learning on br-phy) and the
 remote's neighbour entry is set with `ovs-appctl tnl/neigh/set`.
 
-Cases, 64-byte inner frames, 1 and 1000 inner flows:
-* encap: `xvs util pktgen` (AF_PACKET, CPU 0) in the VM namespace sends
+Cases, 64-byte inner frames, 1 and 1000 inner flows. The generator is
+`xvs util pktgen --xdp` on CPU 0: an XDP program run in live-frames mode
+that redirects its frames into its veth, so the peer's XDP (the switch's
+AF_XDP port) takes them without an skb, several times faster than a packet
+socket; the switch is the bottleneck (`--gen afpacket`: the AF_PACKET
+sender, which a switch keeps up with).
+* encap: the generator in the VM namespace sends
   UDP frames (1000 flows: 1000 source and destination addresses); the
   sink namespace receives the Geneve frames.
 * decap: the same generator in the sink namespace sends pre-built Geneve
@@ -255,7 +260,7 @@ def quiet_ok(*a):
     return subprocess.run(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
 
-def measure(xvs, sw, case, flows, secs):
+def measure(xvs, sw, case, flows, secs, gen_kind="xdp"):
     """(offered pps, delivered pps) of one case: the sink's rx_packets over
     `secs` seconds after a WARM-second warm-up."""
     gen_ns, sink_ns = (VM, SINK) if case == "encap" else (SINK, VM)
@@ -269,7 +274,7 @@ def measure(xvs, sw, case, flows, secs):
         while not os.path.exists(ready) and time.time() - t < 5:
             time.sleep(0.02)
         gen = ["ip", "netns", "exec", gen_ns, "taskset", "-c", "0", xvs, "util", "pktgen", "--dev", "eth0",
-               "--seconds", str(WARM + secs + 0.5)]
+               "--seconds", str(WARM + secs + 0.5)] + (["--xdp"] if gen_kind == "xdp" else [])
         if case == "encap":
             gen += ["--src-mac", mac_of(VM, "eth0"), "--dst-mac", REMOTE_VM_MAC, "--size", "60",
                     "--flows", str(flows)]
@@ -300,10 +305,15 @@ def measure(xvs, sw, case, flows, secs):
                 os.unlink(f)
 
 
+GENERATORS = {
+    "xdp": "xvs util pktgen --xdp (an XDP program in live-frames mode redirecting into the veth) on CPU 0",
+    "afpacket": "xvs util pktgen (AF_PACKET) on CPU 0",
+}
+
 CASES = [("encap", 1), ("encap", 1000), ("decap", 1), ("decap", 1000)]
 
 
-def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True):
+def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kind="xdp"):
     """Every rep sets up each switch afresh and runs all cases through it,
     xvs and OVS alternating; the rows hold the median over reps."""
     names = ["xvs"] + (["ovs"] if with_ovs and shutil.which("ovs-vswitchd") else [])
@@ -320,7 +330,7 @@ def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True):
                     info[n] = {"port_type": sw.ptype, "xdp_mode": sw.xdp_mode, "iface_types": sw.iface_types}
                     for c, f in CASES:
                         log(f"tunnel: {n} {c}, {f} inner flows, {secs:g} s (rep {r + 1}/{reps})")
-                        off, fwd = measure(xvs, sw, c, f, secs)
+                        off, fwd = measure(xvs, sw, c, f, secs, gen_kind)
                         got[(n, c, f)].append((off, fwd))
                         if fwd < 1:
                             sys.stderr.write(f"\n{n} {c} {f} flows: nothing arrived\n{sw.diagnose()}\n")
@@ -339,7 +349,8 @@ def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True):
             row[f"{n}_pps"] = statistics.median(x[1] for x in v)
             row[f"{n}_runs"] = [x[1] for x in v]
         rows.append(row)
-    return {"rows": rows, "switches": info, "seconds": secs, "warmup": WARM, "reps": reps}
+    return {"rows": rows, "switches": info, "seconds": secs, "warmup": WARM, "reps": reps,
+            "generator": GENERATORS[gen_kind]}
 
 
 def report(res):
@@ -365,13 +376,16 @@ def main():
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--port-type", help="afxdp or system for both switches (default: afxdp if OVS offers it)")
     ap.add_argument("--no-ovs", action="store_true")
+    ap.add_argument("--gen", choices=sorted(GENERATORS), default="xdp",
+                    help="xdp (default): the generator transmits from inside the kernel, several times what "
+                         "afpacket (a packet socket) offers, so the switch is the bottleneck")
     ap.add_argument("--out", default=os.path.join(root, "bench-out"))
     a = ap.parse_args()
     res = run(os.path.abspath(a.xvs), a.secs, a.reps, log=lambda m: sys.stderr.write(f"{m}\n"),
-              port_type=a.port_type, with_ovs=not a.no_ovs)
+              port_type=a.port_type, with_ovs=not a.no_ovs, gen_kind=a.gen)
     res["meta"] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "kernel": os.uname().release,
                    "ncpu": os.cpu_count(), "loadavg_at_end": os.getloadavg()[0],
-                   "generator": "xvs util pktgen (AF_PACKET) on CPU 0",
+                   "generator": GENERATORS[a.gen],
                    "sink": "XDP count+drop; rx_packets of its veth", "switch_cpu": "pmd-cpu-mask=0x2"}
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "results-tunnel.json")

@@ -455,3 +455,94 @@ impl TestProgram {
         Ok((r.return_value, out))
     }
 }
+
+/// Bytes of each template [`XdpGen`] writes over a frame (`XVS_GEN_HDR` in
+/// the C).
+pub const GEN_HDR: usize = 256;
+
+/// A benchmark generator that transmits from inside the kernel: the
+/// `xvs_pktgen` program, run unattached with `BPF_PROG_TEST_RUN` in live-frames
+/// mode, redirects each repetition's frame to a device, cycling through up to
+/// millions of templates. Into a veth whose peer runs XDP (an AF_XDP port)
+/// no skb is built, so one core offers several times what a packet socket
+/// can: enough to make the switch, not the generator, the bottleneck.
+///
+/// All templates have one length, and may differ only in their first
+/// [`GEN_HDR`] bytes (headers: addresses, ports, tunnel fields); the rest of
+/// every frame is the first template's.
+pub struct XdpGen {
+    ebpf: Ebpf,
+    first: Vec<u8>,
+}
+
+impl XdpGen {
+    /// Loads the program with `frames` as templates, sending to `ifindex`
+    /// (in the caller's network namespace).
+    pub fn load(ifindex: u32, frames: &[Vec<u8>]) -> Result<XdpGen, Error> {
+        let bad = |m: String| Error::Io(io::Error::new(io::ErrorKind::InvalidInput, m));
+        let first = frames.first().ok_or_else(|| bad("no frames to send".into()))?.clone();
+        let len = first.len();
+        if !(14..=3000).contains(&len) {
+            return Err(bad(format!("frame length {len}: must be 14-3000 bytes")));
+        }
+        // The program copies whole 8-byte words within the frame: the bytes
+        // after the last full word come from the first template only.
+        let words_end = (len.min(GEN_HDR)) & !7;
+        let mut copy = 0usize;
+        for (i, f) in frames.iter().enumerate() {
+            if f.len() != len {
+                return Err(bad(format!("frame {i} is {} bytes, frame 0 is {len}: all must be one length", f.len())));
+            }
+            if let Some(last) = (0..len).rev().find(|&b| f[b] != first[b]) {
+                if last >= words_end {
+                    return Err(bad(format!(
+                        "frame {i} differs from frame 0 at byte {last}: templates may differ only in their first {words_end} bytes"
+                    )));
+                }
+                copy = copy.max((last + 1).next_multiple_of(8));
+            }
+        }
+        let n = u32::try_from(frames.len()).map_err(|_| bad("too many frames".into()))?;
+        let mut ebpf = EbpfLoader::new().map_max_entries("xvs_gen_frames", n).load(&OBJECT.bytes)?;
+        let prog: &mut Xdp = ebpf
+            .program_mut("xvs_pktgen")
+            .ok_or_else(|| Error::Io(io::Error::other("program xvs_pktgen missing from object")))?
+            .try_into()?;
+        prog.load()?;
+        if n > 1 {
+            let map =
+                ebpf.map_mut("xvs_gen_frames").ok_or_else(|| Error::Io(io::Error::other("xvs_gen_frames missing")))?;
+            let mut arr: aya::maps::Array<&mut MapData, [u8; GEN_HDR]> = aya::maps::Array::try_from(map)?;
+            for (i, f) in frames.iter().enumerate() {
+                let mut v = [0u8; GEN_HDR];
+                let k = len.min(GEN_HDR);
+                v[..k].copy_from_slice(&f[..k]);
+                arr.set(i as u32, v, 0)?;
+            }
+        }
+        let map = ebpf.map_mut("xvs_gen_conf").ok_or_else(|| Error::Io(io::Error::other("xvs_gen_conf missing")))?;
+        let mut conf: aya::maps::Array<&mut MapData, [u32; 4]> = aya::maps::Array::try_from(map)?;
+        conf.set(0, [ifindex, n, copy as u32, 0], 0)?;
+        Ok(XdpGen { ebpf, first })
+    }
+
+    /// Sends `count` frames in the calling thread (which the kernel keeps on
+    /// its CPU for the call), `batch` at a time (0: the kernel's default,
+    /// 64). Frames the device refuses (its peer's ring full) are dropped
+    /// by the kernel uncounted here: count at the receiver.
+    pub fn send(&mut self, count: u32, batch: u32) -> Result<(), Error> {
+        use aya::programs::{TestRun, TestRunAttrs, TestRunOptions};
+        let prog: &Xdp = self
+            .ebpf
+            .program("xvs_pktgen")
+            .ok_or_else(|| Error::Io(io::Error::other("program missing")))?
+            .try_into()?;
+        prog.test_run(TestRunOptions {
+            data_in: Some(&self.first),
+            repeat: count,
+            attrs: TestRunAttrs::new().xdp_live_frames(batch),
+            ..TestRunOptions::default()
+        })?;
+        Ok(())
+    }
+}

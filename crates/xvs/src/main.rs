@@ -276,6 +276,12 @@ enum UtilCmd {
         /// leaves them: the pseudo-header sum only.
         #[arg(long)]
         partial_csum: bool,
+        /// Send from inside the kernel (an XDP program run in live-frames
+        /// mode, kernel >= 5.18) instead of an AF_PACKET socket: several
+        /// times the rate, into a veth whose peer runs XDP (an AF_XDP
+        /// port). All frames must have one length.
+        #[arg(long)]
+        xdp: bool,
     },
     XdpSink {
         #[arg(long)]
@@ -562,21 +568,31 @@ fn main() -> ExitCode {
             UtilCmd::TcpRecv { port, max_ms, ready_file } => xvs::util::tcp_recv(port, max_ms, ready_file.as_deref()),
             UtilCmd::TcpSend { dst, bytes, timeout_ms } => xvs::util::tcp_send(&dst, bytes, timeout_ms),
             UtilCmd::SendRaw { dev, frames } => xvs::util::send_raw(&dev, &frames),
-            UtilCmd::Pktgen { dev, src_mac, dst_mac, frames_file, size, flows, first_flow, seconds, partial_csum } => {
-                match frames_file {
-                    Some(f) => xvs::util::pktgen_frames(&dev, &f, seconds),
-                    None => xvs::util::pktgen(
-                        &dev,
-                        src_mac.as_deref().unwrap_or_default(),
-                        dst_mac.as_deref().unwrap_or_default(),
-                        size,
-                        first_flow,
-                        flows,
-                        seconds,
-                        partial_csum,
-                    ),
-                }
-            }
+            UtilCmd::Pktgen {
+                dev,
+                src_mac,
+                dst_mac,
+                frames_file,
+                size,
+                flows,
+                first_flow,
+                seconds,
+                partial_csum,
+                xdp,
+            } => match frames_file {
+                Some(f) => xvs::util::pktgen_frames(&dev, &f, seconds, xdp),
+                None => xvs::util::pktgen(
+                    &dev,
+                    src_mac.as_deref().unwrap_or_default(),
+                    dst_mac.as_deref().unwrap_or_default(),
+                    size,
+                    first_flow,
+                    flows,
+                    seconds,
+                    partial_csum,
+                    xdp,
+                ),
+            },
             UtilCmd::XdpSink { dev, seconds, ready_file } => xvs::util::xdp_sink(&dev, seconds, ready_file.as_deref()),
         }
         .and_then(|s| out(&format!("{s}\n"))),

@@ -872,6 +872,19 @@ impl Sink for PortSink<'_> {
 /// Iterations a poll thread skips a system-call queue that was empty.
 const RX_BACKOFF: u32 = 15;
 
+/// Adaptive polling: how long a poll thread must have moved nothing before
+/// it sleeps in poll(2) (and at least 2,000 empty iterations). Arrivals come
+/// in bursts with gaps of a few hundred microseconds under load (the
+/// sender's core alternates between producing frames and running the
+/// receive path); a thread that slept in such a gap woke too late, with its
+/// ring overflowed. A millisecond is longer than those gaps and still lets
+/// an idle switch sleep at once.
+const IDLE_BEFORE_SLEEP: Duration = Duration::from_millis(1);
+
+/// The longest an idle poll thread sleeps before it looks at its queues
+/// (and the rule generation, port changes and statistics requests) again.
+const MAX_SLEEP_MS: i32 = 10;
+
 /// Megaflow slots a poll thread checks for expiry per 50 ms slice.
 const SWEEP_SLOTS: usize = 2048;
 
@@ -886,6 +899,10 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
     let mut last_sweep = 0u64;
     let mut last_push = 0u64;
     let mut idle_iters = 0u32;
+    // When this thread last moved a packet (adaptive polling sleeps only
+    // after IDLE_BEFORE_SLEEP without any).
+    let mut last_moved = Instant::now();
+    let mut sleep_ms = 1;
     let mut userspace_dropped = 0u64;
     let mut stats_served = 0u64;
     let mut tx_pending: Vec<u32> = Vec::new();
@@ -979,13 +996,24 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             report.busy_ns += t0.elapsed().as_nanos() as u64;
             report.busy_iterations += 1;
             idle_iters = 0;
+            last_moved = t0;
+            sleep_ms = 1;
         } else {
             idle_iters = idle_iters.saturating_add(1);
             if parked > 0 {
                 // Parked packets are retried at once, never slept on.
-            } else if sh.poll_mode == PollMode::Adaptive && idle_iters > 2000 {
+            } else if sh.poll_mode == PollMode::Adaptive
+                && idle_iters > 2000
+                && t0.duration_since(last_moved) >= IDLE_BEFORE_SLEEP
+            {
                 let ts = Instant::now();
-                wait_for_packets(&rxqs);
+                // Sleeps grow while nothing comes (1, 2, 4, 8, 10 ms) when
+                // every queue can wake the thread: an idle thread that woke
+                // every millisecond preempted a busy one on the same core
+                // (two bridges' threads pinned together), which then lost
+                // frames at its receive ring.
+                let all_wake = wait_for_packets(&rxqs, sleep_ms);
+                sleep_ms = if all_wake { (sleep_ms * 2).min(MAX_SLEEP_MS) } else { 1 };
                 // Woken by a readable queue: poll every queue at once.
                 rx_skip.iter_mut().for_each(|s| *s = 0);
                 report.sleep_iterations += 1;
@@ -1064,13 +1092,17 @@ fn run_peers(sh: &Shared, pkts: &mut Vec<Packet>) {
 
 /// Sleeps until a polled queue is readable, or 1 ms (ports without a file
 /// descriptor are re-polled on the tick).
-fn wait_for_packets(rxqs: &[(Arc<Port>, usize)]) {
+/// Sleeps until a queue is readable or `timeout_ms` passed. Returns whether
+/// every queue has a descriptor to wake on: a queue without one (vhost-user,
+/// whose guest does not kick) is only seen when the timeout ends.
+fn wait_for_packets(rxqs: &[(Arc<Port>, usize)], timeout_ms: i32) -> bool {
     let fds: Vec<i32> = rxqs.iter().filter_map(|(p, q)| p.dev.lock().ok().and_then(|d| d.rx_fd(*q))).collect();
     if fds.is_empty() {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(timeout_ms as u64));
     } else {
-        ports::poll_readable(&fds, 1);
+        ports::poll_readable(&fds, timeout_ms);
     }
+    fds.len() == rxqs.len()
 }
 
 /// The poll threads' latest reports; `with_flows` asks each to publish its

@@ -174,6 +174,7 @@ pub fn pktgen(
     flows: u32,
     seconds: f64,
     partial_csum: bool,
+    xdp: bool,
 ) -> Result<String> {
     let mac = |m: &str| -> Result<[u8; 6]> {
         let v = flow::matching::parse_mac(m).with_context(|| format!("bad MAC {m}"))?;
@@ -183,7 +184,7 @@ pub fn pktgen(
     if !(60..=1514).contains(&size) {
         bail!("--size must be 60-1514 (frame without FCS)");
     }
-    let frames: Vec<netdev::Packet> = (first..first.saturating_add(flows.max(1)))
+    let frames: Vec<Vec<u8>> = (first..first.saturating_add(flows.max(1)))
         .map(|i| {
             let (s, d, sp) = flow_tuple(i);
             let mut f = wire::build::Frame::new(src, dst)
@@ -195,16 +196,16 @@ pub fn pktgen(
                 let udp_len = f.len() - 34;
                 f[40..42].copy_from_slice(&wire::checksum::partial_v4(s, d, 17, udp_len).to_be_bytes());
             }
-            netdev::Packet::from_slice(&f)
+            f
         })
         .collect();
-    send_for(dev, &frames, seconds)
+    send_for(dev, &frames, seconds, xdp)
 }
 
 /// Sends the frames in `path` (hex, one frame per line) round robin out of
 /// `dev` through an AF_PACKET socket for `seconds`, as [`pktgen`] does:
 /// for frames pktgen cannot build, such as pre-encapsulated tunnel frames.
-pub fn pktgen_frames(dev: &str, path: &std::path::Path, seconds: f64) -> Result<String> {
+pub fn pktgen_frames(dev: &str, path: &std::path::Path, seconds: f64, xdp: bool) -> Result<String> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let frames = text
         .lines()
@@ -215,18 +216,26 @@ pub fn pktgen_frames(dev: &str, path: &std::path::Path, seconds: f64) -> Result<
             (0..h.len().div_ceil(2))
                 .map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2).unwrap_or("x"), 16))
                 .collect::<Result<Vec<u8>, _>>()
-                .map(|f| netdev::Packet::from_slice(&f))
         })
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("{}: frames must be hex, one a line", path.display()))?;
     if frames.is_empty() {
         bail!("{}: no frames", path.display());
     }
-    send_for(dev, &frames, seconds)
+    send_for(dev, &frames, seconds, xdp)
 }
 
-fn send_for(dev: &str, frames: &[netdev::Packet], seconds: f64) -> Result<String> {
+/// Sends `frames` round robin out of `dev` for `seconds`: through an
+/// AF_PACKET socket, or with `xdp` from inside the kernel ([`bpf::XdpGen`]:
+/// several times the rate, into a veth whose peer runs XDP, such as a
+/// switch's AF_XDP port; frames the peer cannot take are dropped uncounted
+/// here, so count at the receiver).
+fn send_for(dev: &str, frames: &[Vec<u8>], seconds: f64, xdp: bool) -> Result<String> {
+    if xdp {
+        return send_for_xdp(dev, frames, seconds);
+    }
     use netdev::Netdev;
+    let frames: Vec<netdev::Packet> = frames.iter().map(|f| netdev::Packet::from_slice(f)).collect();
     let mut port = netdev_linux::AfPacketPort::open(dev).with_context(|| format!("opening {dev}"))?;
     let start = Instant::now();
     let mut batch = Vec::with_capacity(64);
@@ -246,6 +255,31 @@ fn send_for(dev: &str, frames: &[netdev::Packet], seconds: f64) -> Result<String
         st.tx_dropped,
         st.tx_packets as f64 / secs
     ))
+}
+
+fn send_for_xdp(dev: &str, frames: &[Vec<u8>], seconds: f64) -> Result<String> {
+    let ifindex = bpf::ifindex(dev).with_context(|| format!("--dev {dev}"))?;
+    let mut g = bpf::XdpGen::load(ifindex, frames).context("loading the XDP generator")?;
+    // Each call ends with a pause of several milliseconds (the kernel
+    // tears down the run's page pool), during which nothing is sent: a first
+    // short call measures the rate, then one call covers the rest of the
+    // run, so the switch sees a steady stream rather than bursts with gaps.
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut count: u64 = 1 << 16;
+    loop {
+        let t = Instant::now();
+        g.send(count as u32, 0).with_context(|| format!("sending to {dev}"))?;
+        sent += count;
+        let left = seconds - start.elapsed().as_secs_f64();
+        if left <= 0.0 {
+            break;
+        }
+        let rate = count as f64 / t.elapsed().as_secs_f64().max(1e-6);
+        count = ((rate * left) as u64).clamp(1 << 12, u32::MAX as u64);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(format!("sent {sent} dropped 0 seconds {secs:.3} pps {:.0} (xdp)", sent as f64 / secs))
 }
 
 /// Attaches the counting XDP sink to `dev`, waits `seconds`, prints the
