@@ -75,7 +75,10 @@ fn two_hosts_on_a_switch(tag: &str, net: u8) -> (Host, Host, Sut) {
 /// with resume, what it sends on stderr).
 fn ping_with_resuming_controller(sw: &Sut, h1: &Host, h2: &Host) -> (u32, String) {
     let target = format!("unix:{}/{}.mgmt", sw.run_dir, sw.bridge);
+    // Its control socket goes into the switch's run directory: the
+    // default, /var/run/openvswitch, need not exist on a fresh machine.
     let mut mon = Command::new("ovs-ofctl")
+        .env("OVS_RUNDIR", &sw.run_dir)
         .args(["-O", "OpenFlow15", "-P", "nxt_packet_in2", "monitor", &target, "resume"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -123,9 +123,11 @@ fn controller_userdata_arrives_in_packet_in2_with_the_pipeline_metadata() {
     sw.ofctl_ok(&["-OOpenFlow15", "add-flow", flow]);
     let dump = sw.ofctl_ok(&["-OOpenFlow15", "dump-flows"]);
     assert!(dump.contains("controller(max_len=64,userdata=01.02.03)"), "{dump}");
-    let _ = std::fs::create_dir_all("/var/run/openvswitch");
     let target = format!("unix:{}/{}.mgmt", sw.run_dir, sw.bridge);
+    // The monitor's control socket goes into the switch's run directory
+    // (the default, /var/run/openvswitch, need not exist).
     let mon = std::process::Command::new("timeout")
+        .env("OVS_RUNDIR", &sw.run_dir)
         .args(["5", "stdbuf", "-o0", "ovs-ofctl", "-OOpenFlow15", "monitor", &target, "65534", "-P", "nxt_packet_in2"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
