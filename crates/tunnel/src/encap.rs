@@ -201,6 +201,15 @@ pub fn overhead(spec: &EncapSpec, meta: &TunnelMeta) -> usize {
 /// IPv4/IPv6, UDP (Geneve, VXLAN) or GRE, the tunnel header, then `inner`.
 /// `ip_id` is the outer IPv4 identification.
 pub fn push(spec: &EncapSpec, meta: &TunnelMeta, inner: &[u8], ip_id: u16, out: &mut Vec<u8>) {
+    header(spec, meta, inner.len(), ip_id, out);
+    out.extend_from_slice(inner);
+    finish(spec, meta, out);
+}
+
+/// The outer headers alone (everything [`push`] puts in front of an
+/// `inner_len`-byte frame) into `out`, so a caller can write them into the
+/// headroom of the packet itself; then [`finish`] over the whole frame.
+pub fn header(spec: &EncapSpec, meta: &TunnelMeta, inner_len: usize, ip_id: u16, out: &mut Vec<u8>) {
     out.clear();
     let th = tunnel_header(spec, meta);
     out.extend_from_slice(&spec.eth_dst);
@@ -208,7 +217,7 @@ pub fn push(spec: &EncapSpec, meta: &TunnelMeta, inner: &[u8], ip_id: u16, out: 
     out.extend_from_slice(&(if meta.v6 { 0x86ddu16 } else { 0x0800 }).to_be_bytes());
     let l3 = out.len();
     let udp = spec.kind != Kind::Gre;
-    let l4_len = if udp { 8 } else { 0 } + th.len() + inner.len();
+    let l4_len = if udp { 8 } else { 0 } + th.len() + inner_len;
     let proto = if udp { 17 } else { 47 };
     if meta.v6 {
         let vtf = 0x6000_0000u32 | (meta.tos as u32) << 20;
@@ -229,7 +238,6 @@ pub fn push(spec: &EncapSpec, meta: &TunnelMeta, inner: &[u8], ip_id: u16, out: 
         let c = checksum(&out[l3..l3 + 20]);
         out[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
     }
-    let l4 = out.len();
     if udp {
         out.extend_from_slice(&meta.tp_src.to_be_bytes());
         out.extend_from_slice(&spec.dst_port.to_be_bytes());
@@ -237,21 +245,28 @@ pub fn push(spec: &EncapSpec, meta: &TunnelMeta, inner: &[u8], ip_id: u16, out: 
         out.extend_from_slice(&[0, 0]);
     }
     out.extend_from_slice(&th);
-    out.extend_from_slice(inner);
+}
+
+/// Fills the outer checksums that cover the payload (UDP when asked for,
+/// and always over IPv6; GRE when asked for) in `frame`: what [`header`]
+/// made, followed by the inner frame.
+pub fn finish(spec: &EncapSpec, meta: &TunnelMeta, frame: &mut [u8]) {
+    let l4 = 14 + if meta.v6 { 40 } else { 20 };
+    let udp = spec.kind != Kind::Gre;
     // IPv6 UDP always: a zero UDP checksum over IPv6 is only accepted by
     // receivers that opt in (RFC 6935), and OVS computes it there too.
     if udp && (spec.csum || meta.flags & flags::CSUM != 0 || meta.v6) {
         let c = if meta.v6 {
-            l4_checksum_v6(meta.src, meta.dst, 17, &out[l4..])
+            l4_checksum_v6(meta.src, meta.dst, 17, &frame[l4..])
         } else {
-            l4_checksum_v4(meta.src as u32, meta.dst as u32, 17, &out[l4..])
+            l4_checksum_v4(meta.src as u32, meta.dst as u32, 17, &frame[l4..])
         };
         let c = if c == 0 { 0xffff } else { c };
-        out[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+        frame[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
     } else if !udp && spec.csum {
         // GRE checksum: over the GRE header and payload.
-        let c = checksum(&out[l4..]);
-        out[l4 + 4..l4 + 6].copy_from_slice(&c.to_be_bytes());
+        let c = checksum(&frame[l4..]);
+        frame[l4 + 4..l4 + 6].copy_from_slice(&c.to_be_bytes());
     }
 }
 

@@ -466,6 +466,19 @@ impl BridgeTnl {
             q.push_back(pkt);
         }
     }
+
+    /// [`BridgeTnl::push`] for several packets under one lock; drains `pkts`.
+    fn push_all(&self, pkts: &mut Vec<Packet>, env: &TnlEnv) {
+        let mut q = self.inject.lock().expect("inject queue");
+        let room = QUEUE.saturating_sub(q.len()).min(pkts.len());
+        let lost = pkts.len() - room;
+        q.extend(pkts.drain(..room));
+        pkts.clear();
+        drop(q);
+        if lost > 0 {
+            env.count_drop("tnl_queue_full", lost as u64);
+        }
+    }
 }
 
 /// The (IP, MAC) an ARP or ND frame tells about its sender.
@@ -636,10 +649,13 @@ impl TunnelPort {
         Ok(h)
     }
 
-    /// Encapsulates one packet; the frame to send and the bridge, or the
-    /// drop reason.
-    fn encap(&mut self, pkt: &Packet, tlv: &[TlvMapping]) -> Result<(Packet, Arc<BridgeTnl>), &'static str> {
-        let cfg = self.state.cfg.clone();
+    /// Encapsulates one packet in place (the outer headers go into its
+    /// headroom, so a frame received on an AF_XDP port stays in its UMEM
+    /// frame and leaves through a port of the same UMEM without a copy);
+    /// the frame to send and the bridge, or the drop reason.
+    fn encap(&mut self, mut pkt: Packet, tlv: &[TlvMapping]) -> Result<(Packet, Arc<BridgeTnl>), &'static str> {
+        let state = Arc::clone(&self.state);
+        let cfg = &state.cfg;
         let mut k = FlowKey::ZERO;
         if let Some(t) = &pkt.tnl {
             for (i, w) in TNL_WORDS.iter().enumerate() {
@@ -653,13 +669,22 @@ impl TunnelPort {
         let hop = self.next_hop(dst)?;
         let hash = pkt.rx_hash.unwrap_or_else(|| netdev::packet::frame_flow_hash(pkt.data()));
         self.ip_id = self.ip_id.wrapping_add(1);
-        let frame = build_frame(&self.env, &cfg, &hop, dst, &k, pkt.data(), hash, self.ip_id, tlv, &mut self.buf);
-        Ok((frame, hop.bridge))
+        // A checksum the inner frame still owes is finished before the outer
+        // headers hide it from every later offload.
+        if pkt.csum_partial.is_some() {
+            pkt.complete_checksum();
+        }
+        build_frame(&self.env, cfg, &hop, dst, &k, &mut pkt, hash, self.ip_id, tlv, &mut self.buf);
+        pkt.tnl = None;
+        pkt.rx_hash = None;
+        pkt.in_port = 0;
+        Ok((pkt, hop.bridge))
     }
 }
 
-/// Encapsulates `inner` for port configuration `cfg` towards `dst` via
-/// `hop`, with the tunnel fields of `k`; `hash` picks the UDP source port.
+/// Encapsulates `pkt` in place for port configuration `cfg` towards `dst`
+/// via `hop`, with the tunnel fields of `k`; `hash` picks the UDP source
+/// port. `buf` is scratch space for the outer headers.
 #[allow(clippy::too_many_arguments)] // reason: one packet's encapsulation context
 fn build_frame(
     env: &TnlEnv,
@@ -667,12 +692,13 @@ fn build_frame(
     hop: &NextHop,
     dst: u128,
     k: &FlowKey,
-    inner: &[u8],
+    pkt: &mut Packet,
     hash: u32,
     ip_id: u16,
     tlv: &[TlvMapping],
     buf: &mut Vec<u8>,
-) -> Packet {
+) {
+    let inner = pkt.data();
     let v6 = tunnel::route::unmapped(dst).is_none();
     let src = if cfg.local_flow { flow_local(k, v6).unwrap_or(hop.src) } else { hop.src };
     // The inner IP header's TOS / traffic class and TTL / hop limit.
@@ -727,11 +753,14 @@ fn build_frame(
         dst_port: cfg.dst_port,
         csum: cfg.csum,
     };
-    if encap::overhead(&spec, &meta) - 14 + inner.len() > hop.bridge.mtu.load(Ordering::Relaxed) as usize {
+    let inner_len = inner.len();
+    encap::header(&spec, &meta, inner_len, ip_id, buf);
+    if buf.len() - 14 + inner_len > hop.bridge.mtu.load(Ordering::Relaxed) as usize {
         env.over_mtu.fetch_add(1, Ordering::Relaxed);
     }
-    encap::push(&spec, &meta, inner, ip_id, buf);
-    Packet::from_slice(buf)
+    pkt.insert_bytes(0, buf.len());
+    pkt.data_mut()[..buf.len()].copy_from_slice(buf);
+    encap::finish(&spec, &meta, pkt.data_mut());
 }
 
 impl Drop for TunnelPort {
@@ -780,18 +809,33 @@ impl Netdev for TunnelPort {
 
     fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
         let tlv = self.env.tlv.read().expect("tnl tlv").get(&self.state.bridge).cloned().unwrap_or_default();
+        // Frames for one underlay bridge go into its queue together (one
+        // lock per run of them, not per frame).
+        let mut run: Option<(Arc<BridgeTnl>, Vec<Packet>)> = None;
         for p in pkts.drain(..) {
-            match self.encap(&p, &tlv) {
+            let len = p.len() as u64;
+            match self.encap(p, &tlv) {
                 Ok((frame, bridge)) => {
                     self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += p.len() as u64;
-                    bridge.push(frame, &self.env);
+                    self.stats.tx_bytes += len;
+                    match &mut run {
+                        Some((b, v)) if Arc::ptr_eq(b, &bridge) => v.push(frame),
+                        _ => {
+                            if let Some((b, mut v)) = run.take() {
+                                b.push_all(&mut v, &self.env);
+                            }
+                            run = Some((bridge, vec![frame]));
+                        }
+                    }
                 }
                 Err(why) => {
                     self.stats.tx_dropped += 1;
                     self.env.count_drop(why, 1);
                 }
             }
+        }
+        if let Some((b, mut v)) = run {
+            b.push_all(&mut v, &self.env);
         }
         self.state.tx_packets.store(self.stats.tx_packets, Ordering::Relaxed);
         Ok(())
@@ -951,7 +995,8 @@ fn bfd_thread(env: Weak<TnlEnv>) {
             match e.resolve(dst, p.cfg.local) {
                 Ok(hop) => {
                     ip_id = ip_id.wrapping_add(1);
-                    let out = build_frame(&e, &p.cfg, &hop, dst, &FlowKey::ZERO, &inner, 0, ip_id, &[], &mut buf);
+                    let mut out = Packet::from_slice(&inner);
+                    build_frame(&e, &p.cfg, &hop, dst, &FlowKey::ZERO, &mut out, 0, ip_id, &[], &mut buf);
                     hop.bridge.push(out, &e);
                 }
                 Err(why) => e.count_drop(why, 1),
