@@ -125,8 +125,7 @@ impl DecapError {
 /// Outer header bytes for `meta` (IP + UDP/GRE + tunnel header), without
 /// Ethernet. The IP total length, UDP length and checksums are filled in by
 /// [`push`].
-fn tunnel_header(spec: &EncapSpec, meta: &TunnelMeta) -> Vec<u8> {
-    let mut h = Vec::with_capacity(64);
+fn tunnel_header(spec: &EncapSpec, meta: &TunnelMeta, h: &mut Vec<u8>) {
     match spec.kind {
         Kind::Geneve => {
             let opts = &meta.geneve_opts[..meta.geneve_opts.len().min(252) / 4 * 4];
@@ -171,7 +170,15 @@ fn tunnel_header(spec: &EncapSpec, meta: &TunnelMeta) -> Vec<u8> {
             }
         }
     }
-    h
+}
+
+/// The length of what [`tunnel_header`] writes.
+fn tunnel_header_len(spec: &EncapSpec, meta: &TunnelMeta) -> usize {
+    match spec.kind {
+        Kind::Geneve => 8 + meta.geneve_opts.len().min(252) / 4 * 4,
+        Kind::Vxlan => 8,
+        Kind::Gre => 4 + if spec.csum { 4 } else { 0 } + if meta.flags & flags::KEY != 0 { 4 } else { 0 },
+    }
 }
 
 fn geneve_has_critical(opts: &[u8]) -> bool {
@@ -194,7 +201,7 @@ pub fn udp_src_port(hash: u32) -> u16 {
 
 /// Bytes [`push`] adds in front of a frame of this spec and metadata.
 pub fn overhead(spec: &EncapSpec, meta: &TunnelMeta) -> usize {
-    14 + if meta.v6 { 40 } else { 20 } + if spec.kind == Kind::Gre { 0 } else { 8 } + tunnel_header(spec, meta).len()
+    14 + if meta.v6 { 40 } else { 20 } + if spec.kind == Kind::Gre { 0 } else { 8 } + tunnel_header_len(spec, meta)
 }
 
 /// Encapsulates `inner` (an Ethernet frame) into `out`: outer Ethernet,
@@ -211,13 +218,13 @@ pub fn push(spec: &EncapSpec, meta: &TunnelMeta, inner: &[u8], ip_id: u16, out: 
 /// headroom of the packet itself; then [`finish`] over the whole frame.
 pub fn header(spec: &EncapSpec, meta: &TunnelMeta, inner_len: usize, ip_id: u16, out: &mut Vec<u8>) {
     out.clear();
-    let th = tunnel_header(spec, meta);
+    let th_len = tunnel_header_len(spec, meta);
     out.extend_from_slice(&spec.eth_dst);
     out.extend_from_slice(&spec.eth_src);
     out.extend_from_slice(&(if meta.v6 { 0x86ddu16 } else { 0x0800 }).to_be_bytes());
     let l3 = out.len();
     let udp = spec.kind != Kind::Gre;
-    let l4_len = if udp { 8 } else { 0 } + th.len() + inner_len;
+    let l4_len = if udp { 8 } else { 0 } + th_len + inner_len;
     let proto = if udp { 17 } else { 47 };
     if meta.v6 {
         let vtf = 0x6000_0000u32 | (meta.tos as u32) << 20;
@@ -244,7 +251,8 @@ pub fn header(spec: &EncapSpec, meta: &TunnelMeta, inner_len: usize, ip_id: u16,
         out.extend_from_slice(&(l4_len as u16).to_be_bytes());
         out.extend_from_slice(&[0, 0]);
     }
-    out.extend_from_slice(&th);
+    tunnel_header(spec, meta, out);
+    debug_assert_eq!(out.len(), overhead(spec, meta), "tunnel_header_len agrees with tunnel_header");
 }
 
 /// Fills the outer checksums that cover the payload (UDP when asked for,
