@@ -873,12 +873,11 @@ impl Sink for PortSink<'_> {
 const RX_BACKOFF: u32 = 15;
 
 /// Adaptive polling: how long a poll thread must have moved nothing before
-/// it sleeps in poll(2) (and at least 2,000 empty iterations). Arrivals come
-/// in bursts with gaps of a few hundred microseconds under load (the
-/// sender's core alternates between producing frames and running the
-/// receive path); a thread that slept in such a gap woke too late, with its
-/// ring overflowed. A millisecond is longer than those gaps and still lets
-/// an idle switch sleep at once.
+/// it sleeps in poll(2) (and at least 2,000 empty iterations). 2,000 empty
+/// iterations alone are about 200 us, a gap that a pause of the sender or a
+/// preemption of the thread makes under load; a busy thread that slept in
+/// it woke after its receive ring had overflowed. A millisecond still lets
+/// an idle switch sleep almost at once.
 const IDLE_BEFORE_SLEEP: Duration = Duration::from_millis(1);
 
 /// The longest an idle poll thread sleeps before it looks at its queues
@@ -1090,8 +1089,6 @@ fn run_peers(sh: &Shared, pkts: &mut Vec<Packet>) {
     pkts.clear();
 }
 
-/// Sleeps until a polled queue is readable, or 1 ms (ports without a file
-/// descriptor are re-polled on the tick).
 /// Sleeps until a queue is readable or `timeout_ms` passed. Returns whether
 /// every queue has a descriptor to wake on: a queue without one (vhost-user,
 /// whose guest does not kick) is only seen when the timeout ends.
