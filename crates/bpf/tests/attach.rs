@@ -134,15 +134,14 @@ fn kill_9_leaves_nothing_attached() {
 }
 
 /// The in-kernel generator delivers every frame it is asked to send into a
-/// veth whose peer runs XDP (here the counting sink), cycling through its
-/// templates; templates it cannot serve are refused with the reason.
+/// veth whose peer runs XDP (here the counting sink); templates it cannot
+/// serve are refused with the reason.
 #[test]
 fn xdp_generator_delivers_into_a_veth_and_refuses_bad_templates() {
     let v = Veth::new("g");
     let sink = bpf::XdpSink::attach(v.b.as_str(), XdpMode::Native).unwrap();
-    // Three UDP-like frames differing in one header byte (ARP-free
-    // ethertype 0x88b5, the IEEE local experimental one, so the stack
-    // ignores anything that leaks).
+    // Three frames differing in one header byte, of ethertype 0x88b5 (IEEE
+    // local experimental), which the kernel stack ignores.
     let frame = |i: u8| {
         let mut f = vec![0u8; 64];
         f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
