@@ -255,6 +255,67 @@ pub fn header(spec: &EncapSpec, meta: &TunnelMeta, inner_len: usize, ip_id: u16,
     debug_assert_eq!(out.len(), overhead(spec, meta), "tunnel_header_len agrees with tunnel_header");
 }
 
+/// The outer headers for one tunnel destination and set of tunnel fields,
+/// built once and written in front of each frame with only what changes
+/// per frame patched in (lengths, IPv4 identification and checksum, UDP
+/// source port, TOS and TTL): what OVS's `tnl_push` does with the header
+/// it prepared at translation time.
+#[derive(Clone, Debug)]
+pub struct Template {
+    spec: EncapSpec,
+    meta: TunnelMeta,
+    bytes: Vec<u8>,
+}
+
+impl Template {
+    /// The headers for `spec` and `meta` (whose `tp_src`, `tos` and `ttl`
+    /// are given per frame to [`Template::write`]).
+    pub fn new(spec: EncapSpec, meta: TunnelMeta) -> Template {
+        let mut bytes = Vec::new();
+        header(&spec, &meta, 0, 0, &mut bytes);
+        Template { spec, meta, bytes }
+    }
+
+    /// Bytes the headers take in front of the inner frame.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Writes the headers into the first [`Template::len`] bytes of
+    /// `frame` (the inner frame follows them) and fills the checksums: the
+    /// same bytes as [`push`] with these per-frame fields.
+    pub fn write(&self, frame: &mut [u8], ip_id: u16, tp_src: u16, tos: u8, ttl: u8) {
+        let n = self.bytes.len();
+        frame[..n].copy_from_slice(&self.bytes);
+        let l3 = 14;
+        let l4 = l3 + if self.meta.v6 { 40 } else { 20 };
+        let l4_len = (frame.len() - l4) as u16;
+        if self.meta.v6 {
+            let vtf = 0x6000_0000u32 | (tos as u32) << 20;
+            frame[l3..l3 + 4].copy_from_slice(&vtf.to_be_bytes());
+            frame[l3 + 4..l3 + 6].copy_from_slice(&l4_len.to_be_bytes());
+            frame[l3 + 7] = ttl;
+        } else {
+            frame[l3 + 1] = tos;
+            frame[l3 + 2..l3 + 4].copy_from_slice(&(20 + l4_len).to_be_bytes());
+            frame[l3 + 4..l3 + 6].copy_from_slice(&ip_id.to_be_bytes());
+            frame[l3 + 8] = ttl;
+            frame[l3 + 10..l3 + 12].fill(0);
+            let c = checksum(&frame[l3..l3 + 20]);
+            frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+        }
+        if self.spec.kind != Kind::Gre {
+            frame[l4..l4 + 2].copy_from_slice(&tp_src.to_be_bytes());
+            frame[l4 + 4..l4 + 6].copy_from_slice(&l4_len.to_be_bytes());
+        }
+        finish(&self.spec, &self.meta, frame);
+    }
+}
+
 /// Fills the outer checksums that cover the payload (UDP when asked for,
 /// and always over IPv6; GRE when asked for) in `frame`: what [`header`]
 /// made, followed by the inner frame.

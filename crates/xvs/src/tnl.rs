@@ -94,6 +94,16 @@ pub struct TnlPortState {
     bfd_rx: AtomicU64,
 }
 
+/// What a bridge's local port does with one frame the pipeline sent it.
+enum Verdict {
+    /// Not a tunnel frame for this host: on to the local device.
+    Pass(Packet),
+    /// Consumed: a BFD packet, or dropped and counted.
+    Taken,
+    /// Decapsulated, for this tunnel port.
+    Received(Arc<TnlPortState>, Packet),
+}
+
 /// What the bridges of one process share for native tunneling.
 pub struct TnlEnv {
     /// Some tunnel port exists (local ports look at their frames only then).
@@ -280,6 +290,8 @@ impl TnlEnv {
         let cur = self.tlv.read().expect("tnl tlv").get(bridge).cloned().unwrap_or_default();
         if cur != maps {
             self.tlv.write().expect("tnl tlv").insert(bridge.to_string(), maps.to_vec());
+            // Prebuilt headers carry Geneve options mapped through it.
+            self.bump();
         }
     }
 
@@ -331,10 +343,52 @@ impl TnlEnv {
         }
     }
 
-    /// Looks at a frame the pipeline sends to `bridge`'s local port:
-    /// `Ok(true)` if it was a tunnel frame and is consumed (received on a
-    /// tunnel port, or dropped and counted), `Ok(false)` to pass it on.
-    fn intercept(&self, frame: &[u8], bridge: &str) -> bool {
+    /// Looks at the frames the pipeline sends to `bridge`'s local port:
+    /// tunnel frames for one of the tunnel ports are decapsulated in place
+    /// (the inner frame stays where it was received, an AF_XDP port's UMEM
+    /// frame included) and queued on that port, a run of frames for one
+    /// port under one lock; malformed ones for this host are dropped and
+    /// counted; everything else goes into `keep`, in order.
+    fn intercept_batch(&self, pkts: &mut Vec<Packet>, bridge: &str, keep: &mut Vec<Packet>, run: &mut Vec<Packet>) {
+        let mut run_port: Option<Arc<TnlPortState>> = None;
+        for p in pkts.drain(..) {
+            match self.intercept(p, bridge) {
+                Verdict::Pass(p) => keep.push(p),
+                Verdict::Taken => {}
+                Verdict::Received(port, pkt) => {
+                    if !run_port.as_ref().is_some_and(|r| Arc::ptr_eq(r, &port)) {
+                        if let Some(r) = run_port.take() {
+                            self.receive(&r, run);
+                        }
+                        run_port = Some(port);
+                    }
+                    run.push(pkt);
+                }
+            }
+        }
+        if let Some(r) = run_port {
+            self.receive(&r, run);
+        }
+    }
+
+    /// Queues decapsulated frames on their tunnel port (drains `pkts`).
+    fn receive(&self, port: &TnlPortState, pkts: &mut Vec<Packet>) {
+        let mut q = port.rx.lock().expect("tnl rx");
+        let room = QUEUE.saturating_sub(q.len()).min(pkts.len());
+        let lost = pkts.len() - room;
+        q.extend(pkts.drain(..room));
+        drop(q);
+        pkts.clear();
+        port.rx_packets.fetch_add(room as u64, Ordering::Relaxed);
+        if lost > 0 {
+            port.rx_dropped.fetch_add(lost as u64, Ordering::Relaxed);
+            self.count_drop("tnl_queue_full", lost as u64);
+        }
+    }
+
+    /// One frame of [`TnlEnv::intercept_batch`].
+    fn intercept(&self, mut pkt: Packet, bridge: &str) -> Verdict {
+        let frame = pkt.data();
         let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
         // The IP protocol (IPv6: the first next header; tunnels over IPv6
         // carry no extension headers) and where the destination address is.
@@ -342,31 +396,31 @@ impl TnlEnv {
             Some(0x0806) => {
                 // ARP: the neighbour cache learns.
                 self.learn(frame, bridge);
-                return false;
+                return Verdict::Pass(pkt);
             }
             Some(0x0800) => (frame.get(23).copied(), 30..34),
             Some(0x86dd) => {
                 if frame.get(20) == Some(&58) {
                     // ICMPv6, with neighbour discovery: the cache learns.
                     self.learn(frame, bridge);
-                    return false;
+                    return Verdict::Pass(pkt);
                 }
                 (frame.get(20).copied(), 38..54)
             }
-            _ => return false,
+            _ => return Verdict::Pass(pkt),
         };
-        let Some(proto) = proto else { return false };
+        let Some(proto) = proto else { return Verdict::Pass(pkt) };
         if proto != 17 && proto != 47 {
-            return false;
+            return Verdict::Pass(pkt);
         }
         let d = {
             let listen = self.listen.read().expect("tnl listen");
             if proto == 47 && !listen.gre {
-                return false;
+                return Verdict::Pass(pkt);
             }
             match encap::pop(frame, &listen) {
                 Ok(d) => d,
-                Err(encap::DecapError::NotTunnel) => return false,
+                Err(encap::DecapError::NotTunnel) => return Verdict::Pass(pkt),
                 Err(e) => {
                     // Only frames addressed to this host are ours to judge.
                     let dst = frame.get(dst_at.clone()).map(|b| match b.len() {
@@ -375,9 +429,9 @@ impl TnlEnv {
                     });
                     if dst.is_some_and(|a| self.is_local(a)) {
                         self.count_drop(e.name(), 1);
-                        return true;
+                        return Verdict::Taken;
                     }
-                    return false;
+                    return Verdict::Pass(pkt);
                 }
             }
         };
@@ -388,9 +442,9 @@ impl TnlEnv {
         let Some(port) = port else {
             if self.is_local(endpoint(d.meta.dst, d.meta.v6)) {
                 self.count_drop("tnl_no_port", 1);
-                return true;
+                return Verdict::Taken;
             }
-            return false;
+            return Verdict::Pass(pkt);
         };
         if let Some(s) = &port.bfd {
             let inner = &frame[d.inner..d.end];
@@ -398,21 +452,21 @@ impl TnlEnv {
             if s.is_bfd(inner, d.meta.tun_id) {
                 s.receive(inner, self.now_ms());
                 port.bfd_rx.fetch_add(1, Ordering::Relaxed);
-                return true;
+                return Verdict::Taken;
             }
         }
-        let mut pkt = Packet::from_slice(&frame[d.inner..d.end]);
-        let tlv = self.tlv.read().expect("tnl tlv").get(&port.bridge).cloned().unwrap_or_default();
-        pkt.tnl = Some(Box::new(meta_to_words(&d.meta, &tlv)));
-        let mut q = port.rx.lock().expect("tnl rx");
-        if q.len() >= QUEUE {
-            port.rx_dropped.fetch_add(1, Ordering::Relaxed);
-            self.count_drop("tnl_queue_full", 1);
-        } else {
-            q.push_back(pkt);
-            port.rx_packets.fetch_add(1, Ordering::Relaxed);
+        // The inner frame, where it is: padding after the outer datagram
+        // cut, the outer headers given back as headroom.
+        pkt.truncate(d.end);
+        pkt.remove_bytes(0, d.inner);
+        pkt.rx_hash = None;
+        pkt.csum_partial = None;
+        {
+            let tlv = self.tlv.read().expect("tnl tlv");
+            let maps = tlv.get(&port.bridge).map_or(&[][..], |v| &v[..]);
+            pkt.tnl = Some(Box::new(meta_to_words(&d.meta, maps)));
         }
-        true
+        Verdict::Received(port, pkt)
     }
 
     /// Whether `addr` is an address of this host (a `local` route).
@@ -433,13 +487,7 @@ impl TnlEnv {
         let mac = *bridge.mac.lock().expect("bridge mac");
         let mut n = self.neigh.lock().expect("neigh");
         match n.lookup(hop, now) {
-            Some(e) => Ok(NextHop {
-                bridge,
-                src,
-                eth_src: mac,
-                eth_dst: e.mac,
-                generation: self.generation.load(Ordering::Acquire),
-            }),
+            Some(e) => Ok(NextHop { bridge, src, eth_src: mac, eth_dst: e.mac }),
             None => {
                 if n.should_ask(hop, now) {
                     drop(n);
@@ -604,7 +652,16 @@ struct NextHop {
     src: u128,
     eth_src: [u8; 6],
     eth_dst: [u8; 6],
+}
+
+/// A tunnel port's outer headers, prebuilt for one set of tunnel fields
+/// and valid until the environment (routes, neighbours, bridges, TLV maps)
+/// changes.
+struct Prebuilt {
+    words: flow::key::TnlWords,
     generation: u64,
+    tmpl: encap::Template,
+    bridge: Arc<BridgeTnl>,
 }
 
 /// The tunnel port as the datapath sees it.
@@ -613,9 +670,11 @@ pub struct TunnelPort {
     state: Arc<TnlPortState>,
     stats: PortStats,
     ip_id: u16,
-    /// The last remote resolved, until the environment changes.
-    cache: Option<(u128, NextHop)>,
-    buf: Vec<u8>,
+    /// The headers of the last tunnel fields seen: a run of frames to one
+    /// remote with one key builds them once.
+    pre: Option<Prebuilt>,
+    /// Scratch: a run of encapsulated frames for one bridge.
+    run: Vec<Packet>,
 }
 
 impl TunnelPort {
@@ -634,39 +693,40 @@ impl TunnelPort {
             bfd_rx: AtomicU64::new(0),
         });
         env.register_port(Arc::clone(&state));
-        TunnelPort { env: Arc::clone(env), state, stats: PortStats::default(), ip_id: 0, cache: None, buf: Vec::new() }
+        TunnelPort { env: Arc::clone(env), state, stats: PortStats::default(), ip_id: 0, pre: None, run: Vec::new() }
     }
 
-    fn next_hop(&mut self, dst: u128) -> Result<NextHop, &'static str> {
-        let g = self.env.generation.load(Ordering::Acquire);
-        if let Some((d, h)) = &self.cache {
-            if *d == dst && h.generation == g {
-                return Ok(h.clone());
-            }
-        }
-        let h = self.env.resolve(dst, self.state.cfg.local)?;
-        self.cache = Some((dst, h.clone()));
-        Ok(h)
-    }
-
-    /// Encapsulates one packet in place (the outer headers go into its
-    /// headroom, so a frame received on an AF_XDP port stays in its UMEM
-    /// frame and leaves through a port of the same UMEM without a copy);
-    /// the frame to send and the bridge, or the drop reason.
-    fn encap(&mut self, mut pkt: Packet, tlv: &[TlvMapping]) -> Result<(Packet, Arc<BridgeTnl>), &'static str> {
-        let state = Arc::clone(&self.state);
-        let cfg = &state.cfg;
+    /// Resolves the remote for tunnel fields `words` and builds the headers.
+    fn prebuild(
+        &self,
+        words: flow::key::TnlWords,
+        generation: u64,
+        tlv: &[TlvMapping],
+    ) -> Result<Prebuilt, &'static str> {
+        let cfg = &self.state.cfg;
         let mut k = FlowKey::ZERO;
-        if let Some(t) = &pkt.tnl {
-            for (i, w) in TNL_WORDS.iter().enumerate() {
-                k.w[*w] = t[i];
-            }
+        for (i, w) in TNL_WORDS.iter().enumerate() {
+            k.w[*w] = words[i];
         }
         let dst = match cfg.remote {
             FromFlow::Fixed(r) => r,
             FromFlow::Flow => flow_remote(&k).ok_or("tnl_no_remote")?,
         };
-        let hop = self.next_hop(dst)?;
+        let hop = self.env.resolve(dst, cfg.local)?;
+        Ok(Prebuilt { words, generation, tmpl: template(cfg, &hop, dst, &k, tlv), bridge: hop.bridge })
+    }
+
+    /// Encapsulates one packet in place (the outer headers go into its
+    /// headroom, so a frame received on an AF_XDP port stays in its UMEM
+    /// frame and leaves through a port of the same UMEM without a copy);
+    /// the frame to send (its bridge is `self.pre`'s), or the drop reason.
+    fn encap(&mut self, mut pkt: Packet, tlv: &[TlvMapping]) -> Result<Packet, &'static str> {
+        let words = pkt.tnl.as_deref().copied().unwrap_or_default();
+        let g = self.env.generation.load(Ordering::Acquire);
+        if !self.pre.as_ref().is_some_and(|p| p.words == words && p.generation == g) {
+            self.pre = Some(self.prebuild(words, g, tlv)?);
+        }
+        let pre = self.pre.as_ref().expect("prebuilt above");
         let hash = pkt.rx_hash.unwrap_or_else(|| netdev::packet::frame_flow_hash(pkt.data()));
         self.ip_id = self.ip_id.wrapping_add(1);
         // A checksum the inner frame still owes is finished before the outer
@@ -674,49 +734,20 @@ impl TunnelPort {
         if pkt.csum_partial.is_some() {
             pkt.complete_checksum();
         }
-        build_frame(&self.env, cfg, &hop, dst, &k, &mut pkt, hash, self.ip_id, tlv, &mut self.buf);
+        write_frame(&self.env, &self.state.cfg, &pre.tmpl, &pre.bridge, &mut pkt, hash, self.ip_id);
         pkt.tnl = None;
         pkt.rx_hash = None;
         pkt.in_port = 0;
-        Ok((pkt, hop.bridge))
+        Ok(pkt)
     }
 }
 
-/// Encapsulates `pkt` in place for port configuration `cfg` towards `dst`
-/// via `hop`, with the tunnel fields of `k`; `hash` picks the UDP source
-/// port. `buf` is scratch space for the outer headers.
-#[allow(clippy::too_many_arguments)] // reason: one packet's encapsulation context
-fn build_frame(
-    env: &TnlEnv,
-    cfg: &PortCfg,
-    hop: &NextHop,
-    dst: u128,
-    k: &FlowKey,
-    pkt: &mut Packet,
-    hash: u32,
-    ip_id: u16,
-    tlv: &[TlvMapping],
-    buf: &mut Vec<u8>,
-) {
-    let inner = pkt.data();
+/// The outer headers for port configuration `cfg` towards `dst` via `hop`,
+/// with the tunnel fields of `k` (TOS, TTL and the UDP source port are
+/// per frame: see [`write_frame`]).
+fn template(cfg: &PortCfg, hop: &NextHop, dst: u128, k: &FlowKey, tlv: &[TlvMapping]) -> encap::Template {
     let v6 = tunnel::route::unmapped(dst).is_none();
     let src = if cfg.local_flow { flow_local(k, v6).unwrap_or(hop.src) } else { hop.src };
-    // The inner IP header's TOS / traffic class and TTL / hop limit.
-    let inner_ip = if inner.len() >= 34 && inner[12..14] == [8, 0] {
-        Some((inner[15], inner[22]))
-    } else if inner.len() >= 54 && inner[12..14] == [0x86, 0xdd] {
-        Some(((u16::from_be_bytes([inner[14], inner[15]]) >> 4) as u8, inner[21]))
-    } else {
-        None
-    };
-    let tos = match cfg.tos {
-        Inherit::Fixed(t) => t,
-        Inherit::Inherit => inner_ip.map_or(0, |(t, _)| t),
-    };
-    let ttl = match cfg.ttl {
-        Inherit::Fixed(t) => t,
-        Inherit::Inherit => inner_ip.map_or(64, |(_, t)| t),
-    };
     let (tun_id, keyed) = match cfg.out_key {
         Some(FromFlow::Fixed(n)) => (n, true),
         Some(FromFlow::Flow) => (loc::TUN_ID.get(k) as u64, true),
@@ -737,14 +768,12 @@ fn build_frame(
         src,
         dst: if v6 { dst } else { dst & 0xffff_ffff },
         v6,
-        tos,
-        ttl,
         flags: fl,
-        tp_src: encap::udp_src_port(hash),
         tp_dst: cfg.dst_port,
         gbp_id: if cfg.gbp { loc::TUN_GBP_ID.get(k) as u16 } else { 0 },
         gbp_flags: if cfg.gbp { loc::TUN_GBP_FLAGS.get(k) as u8 } else { 0 },
         geneve_opts: if cfg.kind == Kind::Geneve { words_to_options(k, tlv) } else { Vec::new() },
+        ..TunnelMeta::default()
     };
     let spec = EncapSpec {
         kind: cfg.kind,
@@ -753,14 +782,44 @@ fn build_frame(
         dst_port: cfg.dst_port,
         csum: cfg.csum,
     };
-    let inner_len = inner.len();
-    encap::header(&spec, &meta, inner_len, ip_id, buf);
-    if buf.len() - 14 + inner_len > hop.bridge.mtu.load(Ordering::Relaxed) as usize {
+    encap::Template::new(spec, meta)
+}
+
+/// Puts `tmpl`'s headers in front of `pkt`, in place, with the per-frame
+/// fields: TOS and TTL (fixed or inherited from the inner IP header), the
+/// outer IPv4 identification, and the UDP source port from `hash`.
+fn write_frame(
+    env: &TnlEnv,
+    cfg: &PortCfg,
+    tmpl: &encap::Template,
+    bridge: &BridgeTnl,
+    pkt: &mut Packet,
+    hash: u32,
+    ip_id: u16,
+) {
+    let inner = pkt.data();
+    // The inner IP header's TOS / traffic class and TTL / hop limit.
+    let inner_ip = if inner.len() >= 34 && inner[12..14] == [8, 0] {
+        Some((inner[15], inner[22]))
+    } else if inner.len() >= 54 && inner[12..14] == [0x86, 0xdd] {
+        Some(((u16::from_be_bytes([inner[14], inner[15]]) >> 4) as u8, inner[21]))
+    } else {
+        None
+    };
+    let tos = match cfg.tos {
+        Inherit::Fixed(t) => t,
+        Inherit::Inherit => inner_ip.map_or(0, |(t, _)| t),
+    };
+    let ttl = match cfg.ttl {
+        Inherit::Fixed(t) => t,
+        Inherit::Inherit => inner_ip.map_or(64, |(_, t)| t),
+    };
+    let n = tmpl.len();
+    if n - 14 + inner.len() > bridge.mtu.load(Ordering::Relaxed) as usize {
         env.over_mtu.fetch_add(1, Ordering::Relaxed);
     }
-    pkt.insert_bytes(0, buf.len());
-    pkt.data_mut()[..buf.len()].copy_from_slice(buf);
-    encap::finish(&spec, &meta, pkt.data_mut());
+    pkt.insert_bytes(0, n);
+    tmpl.write(pkt.data_mut(), ip_id, encap::udp_src_port(hash), tos, ttl);
 }
 
 impl Drop for TunnelPort {
@@ -808,35 +867,39 @@ impl Netdev for TunnelPort {
     }
 
     fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
-        let tlv = self.env.tlv.read().expect("tnl tlv").get(&self.state.bridge).cloned().unwrap_or_default();
+        let env = Arc::clone(&self.env);
+        let tlv_map = env.tlv.read().expect("tnl tlv");
+        let tlv = tlv_map.get(&self.state.bridge).map_or(&[][..], |v| &v[..]);
         // Frames for one underlay bridge go into its queue together (one
         // lock per run of them, not per frame).
-        let mut run: Option<(Arc<BridgeTnl>, Vec<Packet>)> = None;
+        let mut run = std::mem::take(&mut self.run);
+        let mut run_bridge: Option<Arc<BridgeTnl>> = None;
         for p in pkts.drain(..) {
             let len = p.len() as u64;
-            match self.encap(p, &tlv) {
-                Ok((frame, bridge)) => {
+            match self.encap(p, tlv) {
+                Ok(frame) => {
                     self.stats.tx_packets += 1;
                     self.stats.tx_bytes += len;
-                    match &mut run {
-                        Some((b, v)) if Arc::ptr_eq(b, &bridge) => v.push(frame),
-                        _ => {
-                            if let Some((b, mut v)) = run.take() {
-                                b.push_all(&mut v, &self.env);
-                            }
-                            run = Some((bridge, vec![frame]));
+                    let bridge = &self.pre.as_ref().expect("encap prebuilt it").bridge;
+                    if !run_bridge.as_ref().is_some_and(|b| Arc::ptr_eq(b, bridge)) {
+                        if let Some(b) = run_bridge.take() {
+                            b.push_all(&mut run, &env);
                         }
+                        run_bridge = Some(Arc::clone(bridge));
                     }
+                    run.push(frame);
                 }
                 Err(why) => {
                     self.stats.tx_dropped += 1;
-                    self.env.count_drop(why, 1);
+                    env.count_drop(why, 1);
                 }
             }
         }
-        if let Some((b, mut v)) = run {
-            b.push_all(&mut v, &self.env);
+        drop(tlv_map);
+        if let Some(b) = run_bridge {
+            b.push_all(&mut run, &env);
         }
+        self.run = run;
         self.state.tx_packets.store(self.stats.tx_packets, Ordering::Relaxed);
         Ok(())
     }
@@ -869,12 +932,14 @@ pub struct LocalPort {
     bridge: Arc<BridgeTnl>,
     injected: u64,
     keep: Vec<Packet>,
+    /// Scratch: a run of decapsulated frames for one tunnel port.
+    run: Vec<Packet>,
 }
 
 impl LocalPort {
     pub fn new(inner: Box<dyn Netdev>, bridge: &str, env: &Arc<TnlEnv>) -> LocalPort {
         let b = env.register_bridge(bridge);
-        LocalPort { inner, env: Arc::clone(env), bridge: b, injected: 0, keep: Vec::new() }
+        LocalPort { inner, env: Arc::clone(env), bridge: b, injected: 0, keep: Vec::new(), run: Vec::new() }
     }
 }
 
@@ -907,11 +972,7 @@ impl Netdev for LocalPort {
     fn tx_batch(&mut self, pkts: &mut Vec<Packet>) -> io::Result<()> {
         if self.env.active.load(Ordering::Acquire) {
             self.keep.clear();
-            for p in pkts.drain(..) {
-                if !self.env.intercept(p.data(), &self.bridge.name) {
-                    self.keep.push(p);
-                }
-            }
+            self.env.intercept_batch(pkts, &self.bridge.name, &mut self.keep, &mut self.run);
             std::mem::swap(pkts, &mut self.keep);
         }
         self.inner.tx_batch(pkts)
@@ -980,7 +1041,6 @@ fn discriminator(name: &str) -> u32 {
 /// Runs the BFD sessions of the process's tunnel ports: every 10 ms, times
 /// them out and sends what is due through their tunnels.
 fn bfd_thread(env: Weak<TnlEnv>) {
-    let mut buf = Vec::new();
     let mut ip_id = 0u16;
     loop {
         std::thread::sleep(Duration::from_millis(10));
@@ -996,7 +1056,8 @@ fn bfd_thread(env: Weak<TnlEnv>) {
                 Ok(hop) => {
                     ip_id = ip_id.wrapping_add(1);
                     let mut out = Packet::from_slice(&inner);
-                    build_frame(&e, &p.cfg, &hop, dst, &FlowKey::ZERO, &mut out, 0, ip_id, &[], &mut buf);
+                    let tmpl = template(&p.cfg, &hop, dst, &FlowKey::ZERO, &[]);
+                    write_frame(&e, &p.cfg, &tmpl, &hop.bridge, &mut out, 0, ip_id);
                     hop.bridge.push(out, &e);
                 }
                 Err(why) => e.count_drop(why, 1),
