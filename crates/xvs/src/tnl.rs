@@ -100,8 +100,15 @@ enum Verdict {
     Pass(Packet),
     /// Consumed: a BFD packet, or dropped and counted.
     Taken,
-    /// Decapsulated, for this tunnel port.
-    Received(Arc<TnlPortState>, Packet),
+    /// Decapsulated, for this tunnel port (an index into [`RxView::ports`]).
+    Received(usize, Packet),
+}
+
+/// What decapsulation reads, borrowed once per batch.
+struct RxView<'a> {
+    ports: &'a [Arc<TnlPortState>],
+    listen: &'a Listen,
+    tlv: &'a HashMap<String, Vec<TlvMapping>>,
 }
 
 /// What the bridges of one process share for native tunneling.
@@ -350,15 +357,21 @@ impl TnlEnv {
     /// port under one lock; malformed ones for this host are dropped and
     /// counted; everything else goes into `keep`, in order.
     fn intercept_batch(&self, pkts: &mut Vec<Packet>, bridge: &str, keep: &mut Vec<Packet>, run: &mut Vec<Packet>) {
-        let mut run_port: Option<Arc<TnlPortState>> = None;
+        // Read once for the batch, in the order the writers take them
+        // (`ports_changed` holds `ports` while it takes `listen`).
+        let ports = self.ports.read().expect("tnl ports");
+        let listen = self.listen.read().expect("tnl listen");
+        let tlv = self.tlv.read().expect("tnl tlv");
+        let view = RxView { ports: &ports, listen: &listen, tlv: &tlv };
+        let mut run_port: Option<usize> = None;
         for p in pkts.drain(..) {
-            match self.intercept(p, bridge) {
+            match self.intercept(p, bridge, &view) {
                 Verdict::Pass(p) => keep.push(p),
                 Verdict::Taken => {}
                 Verdict::Received(port, pkt) => {
-                    if !run_port.as_ref().is_some_and(|r| Arc::ptr_eq(r, &port)) {
+                    if run_port != Some(port) {
                         if let Some(r) = run_port.take() {
-                            self.receive(&r, run);
+                            self.receive(&ports[r], run);
                         }
                         run_port = Some(port);
                     }
@@ -367,7 +380,7 @@ impl TnlEnv {
             }
         }
         if let Some(r) = run_port {
-            self.receive(&r, run);
+            self.receive(&ports[r], run);
         }
     }
 
@@ -387,7 +400,7 @@ impl TnlEnv {
     }
 
     /// One frame of [`TnlEnv::intercept_batch`].
-    fn intercept(&self, mut pkt: Packet, bridge: &str) -> Verdict {
+    fn intercept(&self, mut pkt: Packet, bridge: &str, view: &RxView) -> Verdict {
         let frame = pkt.data();
         let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
         // The IP protocol (IPv6: the first next header; tunnels over IPv6
@@ -414,11 +427,11 @@ impl TnlEnv {
             return Verdict::Pass(pkt);
         }
         let d = {
-            let listen = self.listen.read().expect("tnl listen");
+            let listen = view.listen;
             if proto == 47 && !listen.gre {
                 return Verdict::Pass(pkt);
             }
-            match encap::pop(frame, &listen) {
+            match encap::pop(frame, listen) {
                 Ok(d) => d,
                 Err(encap::DecapError::NotTunnel) => return Verdict::Pass(pkt),
                 Err(e) => {
@@ -435,17 +448,14 @@ impl TnlEnv {
                 }
             }
         };
-        let port = {
-            let ports = self.ports.read().expect("tnl ports");
-            match_port(&ports, &d).cloned()
-        };
-        let Some(port) = port else {
+        let Some(i) = match_port(view.ports, &d) else {
             if self.is_local(endpoint(d.meta.dst, d.meta.v6)) {
                 self.count_drop("tnl_no_port", 1);
                 return Verdict::Taken;
             }
             return Verdict::Pass(pkt);
         };
+        let port = &view.ports[i];
         if let Some(s) = &port.bfd {
             let inner = &frame[d.inner..d.end];
             let mut s = s.lock().expect("bfd session");
@@ -461,12 +471,9 @@ impl TnlEnv {
         pkt.remove_bytes(0, d.inner);
         pkt.rx_hash = None;
         pkt.csum_partial = None;
-        {
-            let tlv = self.tlv.read().expect("tnl tlv");
-            let maps = tlv.get(&port.bridge).map_or(&[][..], |v| &v[..]);
-            pkt.tnl = Some(Box::new(meta_to_words(&d.meta, maps)));
-        }
-        Verdict::Received(port, pkt)
+        let maps = view.tlv.get(&port.bridge).map_or(&[][..], |v| &v[..]);
+        pkt.tnl = Some(Box::new(meta_to_words(&d.meta, maps)));
+        Verdict::Received(i, pkt)
     }
 
     /// Whether `addr` is an address of this host (a `local` route).
@@ -537,10 +544,10 @@ fn neigh_of(frame: &[u8]) -> Option<(u128, [u8; 6])> {
 /// The port a decapsulated frame belongs to: same kind and UDP port, the
 /// remote (or `flow`), the local address if the port names one, and the
 /// key (or `flow`). A port with a fixed remote wins over `remote_ip=flow`.
-fn match_port<'a>(ports: &'a [Arc<TnlPortState>], d: &encap::Decap) -> Option<&'a Arc<TnlPortState>> {
+fn match_port(ports: &[Arc<TnlPortState>], d: &encap::Decap) -> Option<usize> {
     let (src, dst) = (endpoint(d.meta.src, d.meta.v6), endpoint(d.meta.dst, d.meta.v6));
     let has_key = d.kind != Kind::Gre || d.meta.flags & flags::KEY != 0;
-    let ok = |p: &&Arc<TnlPortState>| {
+    let ok = |p: &Arc<TnlPortState>| {
         let c = &p.cfg;
         c.kind == d.kind
             && (c.kind == Kind::Gre || c.dst_port == d.meta.tp_dst)
@@ -555,7 +562,12 @@ fn match_port<'a>(ports: &'a [Arc<TnlPortState>], d: &encap::Decap) -> Option<&'
                 FromFlow::Flow => true,
             }
     };
-    ports.iter().filter(ok).max_by_key(|p| matches!(p.cfg.remote, FromFlow::Fixed(_)))
+    ports
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| ok(p))
+        .max_by_key(|(_, p)| matches!(p.cfg.remote, FromFlow::Fixed(_)))
+        .map(|(i, _)| i)
 }
 
 /// A received endpoint address as the route table and the port options
@@ -1307,9 +1319,10 @@ mod tests {
             inner: 0,
             end: 0,
         };
-        assert!(Arc::ptr_eq(match_port(&ports, &d(0x0a00_0002, 7)).unwrap(), &fixed));
-        assert!(Arc::ptr_eq(match_port(&ports, &d(0x0a00_0002, 8)).unwrap(), &flowport));
-        assert!(Arc::ptr_eq(match_port(&ports, &d(0x0a00_0003, 7)).unwrap(), &flowport));
+        let got = |d| match_port(&ports, &d).map(|i| Arc::clone(&ports[i]));
+        assert!(Arc::ptr_eq(&got(d(0x0a00_0002, 7)).unwrap(), &fixed));
+        assert!(Arc::ptr_eq(&got(d(0x0a00_0002, 8)).unwrap(), &flowport));
+        assert!(Arc::ptr_eq(&got(d(0x0a00_0003, 7)).unwrap(), &flowport));
         assert!(match_port(&ports[1..], &d(0x0a00_0003, 7)).is_none());
     }
 }
