@@ -101,19 +101,23 @@ fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemShare>>
     })
 }
 
-/// Opens the device a port spec describes. `umem` is the owning poll
-/// thread's shared UMEM slot.
 /// Ends of patch-port pairs whose peer has not been added yet, shared by
 /// every bridge of a process: the first end added creates the pair and
 /// parks the other end here under the peer's name.
 ///
 /// It also holds the process's native-tunneling state ([`crate::tnl`]),
-/// which the bridges share the same way.
+/// which the bridges share the same way, and the UMEM slots of their poll
+/// threads ([`PatchRegistry::umem_slot`]).
 #[derive(Default)]
 pub struct PatchRegistry {
     parked: Mutex<std::collections::HashMap<String, netdev::patch::PatchPort>>,
     pub tnl: std::sync::Arc<crate::tnl::TnlEnv>,
+    umems: Mutex<Vec<std::sync::Weak<Mutex<Option<UmemShare>>>>>,
 }
+
+/// A poll thread's UMEM groups (see [`UmemShare`]), shared by the poll
+/// threads of that index of every bridge in the process.
+pub type UmemSlot = std::sync::Arc<Mutex<Option<UmemShare>>>;
 
 impl PatchRegistry {
     /// The end named `name` whose other end is `peer`.
@@ -131,8 +135,28 @@ impl PatchRegistry {
         parked.insert(peer.to_string(), theirs);
         Ok(mine)
     }
+
+    /// The UMEM slot of poll thread `pmd`, the same for every bridge of the
+    /// process: a tunnel port's frames go from br-int's ports to br-phy's
+    /// (and back) in one poll thread (`switch::run_peers`), and ports of
+    /// one UMEM send each other's frames without a copy. The slot lives as
+    /// long as a bridge holds it.
+    pub fn umem_slot(&self, pmd: usize) -> UmemSlot {
+        let mut v = self.umems.lock().expect("umem slots");
+        if v.len() <= pmd {
+            v.resize_with(pmd + 1, std::sync::Weak::new);
+        }
+        if let Some(s) = v[pmd].upgrade() {
+            return s;
+        }
+        let s: UmemSlot = Default::default();
+        v[pmd] = std::sync::Arc::downgrade(&s);
+        s
+    }
 }
 
+/// Opens the device a port spec describes. `umem` is the owning poll
+/// thread's shared UMEM slot.
 pub fn open(
     spec: &PortSpec,
     bridge: &str,

@@ -163,8 +163,9 @@ pub struct Shared {
     pub stop: AtomicBool,
     pub start: Instant,
     pub poll_mode: PollMode,
-    /// One UMEM per PMD, shared by that PMD's AF_XDP ports.
-    pub umems: Vec<Mutex<Option<ports::UmemShare>>>,
+    /// One UMEM slot per PMD, shared by that PMD's AF_XDP ports and by the
+    /// same PMD of the process's other bridges.
+    pub umems: Vec<ports::UmemSlot>,
     /// Where copies of sent frames go, if configured (any PMD sends).
     pub mirror: Option<Mutex<Box<dyn Netdev>>>,
     /// Packets for the controller (packet-in), from any PMD; never blocks
@@ -353,7 +354,7 @@ impl Switch {
             stop: AtomicBool::new(false),
             start: Instant::now(),
             poll_mode: opts.poll_mode,
-            umems: (0..opts.n_pmd).map(|_| Mutex::new(None)).collect(),
+            umems: (0..opts.n_pmd).map(|i| opts.patches.umem_slot(i)).collect(),
             mirror: match &opts.mirror {
                 Some(name) => Some(Mutex::new(Box::new(
                     netdev_linux::TapPort::open(name).map_err(|e| anyhow::anyhow!("mirror tap {name}: {e}"))?,
@@ -749,8 +750,12 @@ impl Switch {
         }
         self.napi_threads_off();
         self.shared.ports.write().expect("ports lock").clear();
+        // The UMEMs go with the last bridge that used them (another bridge
+        // of the process may still share them).
         for u in &self.shared.umems {
-            *u.lock().expect("umem") = None;
+            if std::sync::Arc::strong_count(u) == 1 {
+                *u.lock().expect("umem") = None;
+            }
         }
     }
 }
