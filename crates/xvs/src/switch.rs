@@ -907,6 +907,11 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
     // after IDLE_BEFORE_SLEEP without any).
     let mut last_moved = Instant::now();
     let mut sleep_ms = 1;
+    // Whether the thread slept since it last moved a packet: an idle thread
+    // that woke to find nothing sleeps again at once, instead of spinning
+    // through another IDLE_BEFORE_SLEEP (a tenth of a core, at 10 ms
+    // sleeps, taken from a busy thread pinned to the same core).
+    let mut slept_since_moved = false;
     let mut userspace_dropped = 0u64;
     let mut stats_served = 0u64;
     let mut tx_pending: Vec<u32> = Vec::new();
@@ -943,7 +948,17 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
         }
         for (i, (port, q)) in rxqs.iter().enumerate() {
             let n = {
-                let mut dev = port.dev.lock().expect("port lock");
+                // A port another thread is sending on (a bridge's tunnel
+                // traffic runs to completion in its peer's poll thread, see
+                // `run_peers`; the control thread reads statistics) is
+                // polled next time rather than waited for: waiting made the
+                // two threads of one core hand the lock back and forth
+                // through the scheduler.
+                let mut dev = match port.dev.try_lock() {
+                    Ok(d) => d,
+                    Err(std::sync::TryLockError::WouldBlock) => continue,
+                    Err(std::sync::TryLockError::Poisoned(e)) => panic!("port lock: {e}"),
+                };
                 if housekeeping {
                     dev.poll_housekeeping();
                 }
@@ -1002,13 +1017,13 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             idle_iters = 0;
             last_moved = t0;
             sleep_ms = 1;
+            slept_since_moved = false;
         } else {
             idle_iters = idle_iters.saturating_add(1);
             if parked > 0 {
                 // Parked packets are retried at once, never slept on.
             } else if sh.poll_mode == PollMode::Adaptive
-                && idle_iters > 2000
-                && t0.duration_since(last_moved) >= IDLE_BEFORE_SLEEP
+                && (slept_since_moved || idle_iters > 2000 && t0.duration_since(last_moved) >= IDLE_BEFORE_SLEEP)
             {
                 let ts = Instant::now();
                 // Sleeps grow while nothing comes (1, 2, 4, 8, 10 ms) when
@@ -1017,6 +1032,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
                 // (two bridges' threads pinned together), which then lost
                 // frames at its receive ring.
                 let all_wake = wait_for_packets(&rxqs, sleep_ms);
+                slept_since_moved = true;
                 sleep_ms = if all_wake { (sleep_ms * 2).min(MAX_SLEEP_MS) } else { 1 };
                 // Woken by a readable queue: poll every queue at once.
                 rx_skip.iter_mut().for_each(|s| *s = 0);
