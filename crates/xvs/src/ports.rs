@@ -260,4 +260,20 @@ mod umem_group_tests {
         assert_eq!(u.sizes().len(), 3);
         assert_eq!(u.sizes()[0], DEFAULT_UMEM_FRAMES);
     }
+
+    /// The bridges of one process get the same slot for a poll thread
+    /// index (so tunnel traffic between them is not copied), another
+    /// index gets another slot, and a slot no bridge holds any more is
+    /// made afresh.
+    #[test]
+    fn bridges_share_a_poll_threads_umem_slot() {
+        let reg = PatchRegistry::default();
+        let (a0, b0, a1) = (reg.umem_slot(0), reg.umem_slot(0), reg.umem_slot(1));
+        assert!(std::sync::Arc::ptr_eq(&a0, &b0));
+        assert!(!std::sync::Arc::ptr_eq(&a0, &a1));
+        *a0.lock().unwrap() = Some(UmemShare::default());
+        assert!(b0.lock().unwrap().is_some(), "one slot seen from both bridges");
+        drop((a0, b0));
+        assert!(reg.umem_slot(0).lock().unwrap().is_none(), "released with its last bridge");
+    }
 }
