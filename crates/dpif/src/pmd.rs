@@ -230,8 +230,9 @@ pub struct Pmd {
     /// in_port-only case of this with a table of its own.
     ///
     /// The local port's hint follows the ports' ones. Recirculated packets
-    /// (after `ct(table=N)`, `pop_mpls`) have hints of their own after it: one per hash of (recirculation
-    /// id, input port), [`RECIRC_HINTS`] of them. A firewall's second pass
+    /// (after `ct(table=N)`, `pop_mpls`) have hints of their own after it:
+    /// one per hash of (recirculation id, input port), [`RECIRC_HINTS`] of
+    /// them. A firewall's second pass
     /// (`recirc_id=N,ct_state=+trk+est,in_port=1`) is one megaflow for all
     /// of a port's connections, which the EMC holds once per connection.
     ///
@@ -276,12 +277,10 @@ const EVICT_IDLE_MS: u64 = 100;
 /// Capacity of the recent-key ring, and how often a packet is sampled.
 const SAMPLES: usize = 256;
 const SAMPLE_EVERY: u32 = 16;
-/// Ports numbered from this on get no port hint, the local port excepted (the hints are a vector
-/// indexed by port number; OpenFlow port numbers are small in practice).
+/// Ports numbered from this on get no port hint, the local port excepted
+/// (the hints are a vector indexed by port number; OpenFlow port numbers
+/// are small in practice).
 const MAX_HINT_PORTS: usize = 4096;
-
-/// OpenFlow's number for a bridge's local port.
-const OFPP_LOCAL: u64 = 0xfffe;
 
 /// Hints for recirculated packets, by hash of (recirculation id, port).
 const RECIRC_HINTS: usize = 1024;
@@ -708,7 +707,7 @@ impl Pmd {
             }
             // The bridge's local port (what its own stack sends, and what
             // tunnel ports hand the underlay bridge) has a hint of its own.
-            return (port == OFPP_LOCAL).then_some(MAX_HINT_PORTS);
+            return (port == ofp_types::actions::ofpp::LOCAL as u64).then_some(MAX_HINT_PORTS);
         }
         let h = (recirc.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ port).wrapping_mul(0xff51_afd7_ed55_8ccd) >> 54;
         Some(MAX_HINT_PORTS + 1 + h as usize % RECIRC_HINTS)

@@ -49,8 +49,10 @@ fn listen() -> Listen {
     Listen { udp: vec![(6081, Kind::Geneve), (4789, Kind::Vxlan)], gre: true }
 }
 
-#[test]
-fn roundtrip_every_kind() {
+/// Every kind over IPv4 and IPv6, with and without checksums, with the
+/// metadata each carries: a Geneve option, VXLAN group policy.
+fn every_case() -> Vec<(Kind, bool, bool, TunnelMeta)> {
+    let mut v = Vec::new();
     for kind in [Kind::Geneve, Kind::Vxlan, Kind::Gre] {
         for v6 in [false, true] {
             for csum in [false, true] {
@@ -63,31 +65,39 @@ fn roundtrip_every_kind() {
                     m.gbp_id = 0x77;
                     m.gbp_flags = 0x08;
                 }
-                let mut out = Vec::new();
-                push(&spec(kind, csum), &m, &inner(), 7, &mut out);
-                assert_eq!(out.len(), overhead(&spec(kind, csum), &m) + inner().len(), "{kind:?} v6={v6}");
-                if !v6 {
-                    assert_eq!(checksum(&out[14..34]), 0, "outer IPv4 header checksum");
-                    assert_eq!(out[20] & 0x40, 0x40, "DF");
-                }
-                let d = pop(&out, &listen()).unwrap_or_else(|e| panic!("{kind:?} v6={v6} csum={csum}: {e:?}"));
-                assert_eq!(d.kind, kind);
-                assert_eq!(&out[d.inner..d.end], &inner()[..]);
-                assert_eq!(d.meta.tun_id, if kind == Kind::Gre { 0x1234 } else { 0x1234 & 0xff_ffff });
-                assert_eq!((d.meta.src, d.meta.dst, d.meta.ttl), (m.src, m.dst, 64));
-                // Over IPv6 a UDP tunnel always carries its checksum (a zero
-                // one is refused by receivers that do not opt in; OVS
-                // computes it too); GRE follows the option.
-                let want = csum || (v6 && kind != Kind::Gre);
-                assert_eq!(d.meta.flags & flags::CSUM != 0, want, "{kind:?} v6={v6} csum flag");
-                if kind == Kind::Geneve {
-                    assert_eq!(d.meta.geneve_opts, m.geneve_opts);
-                    assert_eq!(d.meta.tp_dst, 6081);
-                }
-                if kind == Kind::Vxlan {
-                    assert_eq!((d.meta.gbp_id, d.meta.gbp_flags), (0x77, 0x08));
-                }
+                v.push((kind, v6, csum, m));
             }
+        }
+    }
+    v
+}
+
+#[test]
+fn roundtrip_every_kind() {
+    for (kind, v6, csum, m) in every_case() {
+        let mut out = Vec::new();
+        push(&spec(kind, csum), &m, &inner(), 7, &mut out);
+        assert_eq!(out.len(), overhead(&spec(kind, csum), &m) + inner().len(), "{kind:?} v6={v6}");
+        if !v6 {
+            assert_eq!(checksum(&out[14..34]), 0, "outer IPv4 header checksum");
+            assert_eq!(out[20] & 0x40, 0x40, "DF");
+        }
+        let d = pop(&out, &listen()).unwrap_or_else(|e| panic!("{kind:?} v6={v6} csum={csum}: {e:?}"));
+        assert_eq!(d.kind, kind);
+        assert_eq!(&out[d.inner..d.end], &inner()[..]);
+        assert_eq!(d.meta.tun_id, if kind == Kind::Gre { 0x1234 } else { 0x1234 & 0xff_ffff });
+        assert_eq!((d.meta.src, d.meta.dst, d.meta.ttl), (m.src, m.dst, 64));
+        // Over IPv6 a UDP tunnel always carries its checksum (a zero
+        // one is refused by receivers that do not opt in; OVS
+        // computes it too); GRE follows the option.
+        let want = csum || (v6 && kind != Kind::Gre);
+        assert_eq!(d.meta.flags & flags::CSUM != 0, want, "{kind:?} v6={v6} csum flag");
+        if kind == Kind::Geneve {
+            assert_eq!(d.meta.geneve_opts, m.geneve_opts);
+            assert_eq!(d.meta.tp_dst, 6081);
+        }
+        if kind == Kind::Vxlan {
+            assert_eq!((d.meta.gbp_id, d.meta.gbp_flags), (0x77, 0x08));
         }
     }
 }
@@ -96,30 +106,22 @@ fn roundtrip_every_kind() {
 /// from scratch, whatever the per-frame fields and the inner length.
 #[test]
 fn template_writes_what_push_builds() {
-    for kind in [Kind::Geneve, Kind::Vxlan, Kind::Gre] {
-        for v6 in [false, true] {
-            for csum in [false, true] {
-                let mut m = meta(v6);
-                if kind == Kind::Geneve {
-                    m.geneve_opts = vec![0x01, 0x02, 0x80, 0x01, 0, 0, 0x12, 0x34];
-                }
-                // Built with other per-frame fields than it is written with.
-                let t = Template::new(spec(kind, csum), TunnelMeta { tp_src: 1, tos: 0xfc, ttl: 1, ..m.clone() });
-                for (i, payload) in [&b"x"[..], &[7u8; 1400][..]].iter().enumerate() {
-                    let inner = Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-                        .ipv4(0x0a00_0001, 0x0a00_0002)
-                        .udp(1000, 2000)
-                        .payload(payload)
-                        .build();
-                    let m = TunnelMeta { tp_src: 40000 + i as u16, tos: 0x10 * i as u8, ttl: 9 + i as u8, ..m.clone() };
-                    let mut want = Vec::new();
-                    push(&spec(kind, csum), &m, &inner, 300 + i as u16, &mut want);
-                    let mut got = vec![0xee; t.len()];
-                    got.extend_from_slice(&inner);
-                    t.write(&mut got, 300 + i as u16, m.tp_src, m.tos, m.ttl);
-                    assert_eq!(got, want, "{kind:?} v6={v6} csum={csum} inner={}", inner.len());
-                }
-            }
+    for (kind, v6, csum, m) in every_case() {
+        // Built with other per-frame fields than it is written with.
+        let t = Template::new(spec(kind, csum), TunnelMeta { tp_src: 1, tos: 0xfc, ttl: 1, ..m.clone() });
+        for (i, payload) in [&b"x"[..], &[7u8; 1400][..]].iter().enumerate() {
+            let inner = Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .ipv4(0x0a00_0001, 0x0a00_0002)
+                .udp(1000, 2000)
+                .payload(payload)
+                .build();
+            let m = TunnelMeta { tp_src: 40000 + i as u16, tos: 0x10 * i as u8, ttl: 9 + i as u8, ..m.clone() };
+            let mut want = Vec::new();
+            push(&spec(kind, csum), &m, &inner, 300 + i as u16, &mut want);
+            let mut got = vec![0xee; t.len()];
+            got.extend_from_slice(&inner);
+            t.write(&mut got, 300 + i as u16, m.tp_src, m.tos, m.ttl);
+            assert_eq!(got, want, "{kind:?} v6={v6} csum={csum} inner={}", inner.len());
         }
     }
 }

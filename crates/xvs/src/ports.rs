@@ -7,8 +7,9 @@ use netdev_linux::{AfPacketPort, AfxdpConfig, AfxdpPort, TapPort, UmemConfig, Um
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// The UMEM a poll thread's AF_XDP ports share.
-/// One poll thread's UMEMs. AF_XDP ports of one group share a UMEM, so
+/// One poll thread's UMEMs (shared with the same poll thread of the
+/// process's other bridges: [`PatchRegistry::umem_slot`]). AF_XDP ports of
+/// one group share a UMEM, so
 /// forwarding between them moves descriptors, not bytes; a group is sized
 /// for [`umem_frames`] frames, and a port whose queues do not fit in the
 /// current group starts a new one (forwarding between groups copies).

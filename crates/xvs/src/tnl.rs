@@ -658,7 +658,6 @@ fn words_to_options(k: &FlowKey, tlv: &[TlvMapping]) -> Vec<u8> {
 }
 
 /// A resolved way out for one remote.
-#[derive(Clone)]
 struct NextHop {
     bridge: Arc<BridgeTnl>,
     src: u128,
