@@ -734,7 +734,10 @@ impl TunnelPort {
     fn encap(&mut self, mut pkt: Packet, tlv: &[TlvMapping]) -> Result<Packet, &'static str> {
         let words = pkt.tnl.as_deref().copied().unwrap_or_default();
         let g = self.env.generation.load(Ordering::Acquire);
-        if !self.pre.as_ref().is_some_and(|p| p.words == words && p.generation == g) {
+        // The words compared by an OR of XORs: `==` on the arrays calls
+        // memcmp, which was 1.5% of the core here.
+        let same = |p: &Prebuilt| p.words.iter().zip(&words).fold(0, |a, (x, y)| a | (x ^ y)) == 0;
+        if !self.pre.as_ref().is_some_and(|p| p.generation == g && same(p)) {
             self.pre = Some(self.prebuild(words, g, tlv)?);
         }
         let pre = self.pre.as_ref().expect("prebuilt above");
