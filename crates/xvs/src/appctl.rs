@@ -268,13 +268,13 @@ pub fn memory_show(ctx: &Ctx, args: &[String]) -> Reply {
     let (mut ports, mut rules, mut flows, mut masks, mut conns) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut umem_frames = 0u64;
     // Bridges share their poll threads' UMEMs: each counted once.
-    let mut seen: Vec<*const std::sync::Mutex<Option<crate::ports::UmemShare>>> = Vec::new();
+    let mut seen: Vec<&crate::ports::UmemSlot> = Vec::new();
     for b in ctx.bridges {
         for u in &b.shared.umems {
-            if seen.contains(&std::sync::Arc::as_ptr(u)) {
+            if seen.iter().any(|s| std::sync::Arc::ptr_eq(s, u)) {
                 continue;
             }
-            seen.push(std::sync::Arc::as_ptr(u));
+            seen.push(u);
             umem_frames += u.lock().expect("umem").as_ref().map_or(0, |g| g.sizes().iter().map(|&n| n as u64).sum());
         }
         ports += b.shared.ports.read().expect("ports lock").len();
