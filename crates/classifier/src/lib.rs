@@ -62,6 +62,7 @@
 //! code.
 #![deny(unsafe_code)]
 
+pub mod memo;
 pub mod trie;
 
 use flow::key::{ethertype, finish, hash_word, loc, FlowKey, Loc, STAGES, WORDS};
@@ -70,6 +71,8 @@ use flow::Match;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use trie::{Trie, Walk};
+
+pub use memo::Memo;
 
 /// A stored rule's match: its masked key and its subtable's mask.
 #[derive(Clone, Copy, Debug)]
@@ -667,7 +670,7 @@ pub struct Classifier<T> {
     /// Subtable slots; `None` slots are free (listed in `free_subtables`).
     subtables: Vec<Option<Subtable>>,
     free_subtables: Vec<usize>,
-    by_mask: HashMap<FlowKey, usize>,
+    by_mask: HashMap<FlowKey, usize, BuildHasherDefault<flow::key::WordHasher>>,
     /// (max priority, subtable index) of non-empty subtables, highest first.
     /// (It also says whether the subtable is partitioned, so a lookup
     /// skips other datapaths' subtables without reading them.)
@@ -685,6 +688,8 @@ pub struct Classifier<T> {
     partitions: HashMap<u64, Vec<u64>, BuildHasherDefault<Mix>>,
     /// Rules per (metadata value, partitioned subtable).
     partition_rules: HashMap<(u64, usize), u32>,
+    /// This state's stamp, new at every change (see [`memo`]).
+    stamp: u64,
 }
 
 impl<T> Default for Classifier<T> {
@@ -700,12 +705,13 @@ impl<T> Classifier<T> {
             next_id: 0,
             subtables: Vec::new(),
             free_subtables: Vec::new(),
-            by_mask: HashMap::new(),
+            by_mask: HashMap::default(),
             order: Vec::new(),
             tries: [Trie::new(32), Trie::new(32), Trie::new(128), Trie::new(128), Trie::new(16), Trie::new(16)],
             removed: Vec::new(),
             partitions: HashMap::default(),
             partition_rules: HashMap::new(),
+            stamp: memo::next_stamp(),
         }
     }
 
@@ -735,6 +741,7 @@ impl<T> Classifier<T> {
     /// Inserts a rule, visible from `version` on. The key bits outside the
     /// mask are ignored. Returns its handle.
     pub fn insert(&mut self, m: Match, priority: u32, data: T, version: u64) -> RuleId {
+        self.stamp = memo::next_stamp();
         let m = Match::new(m.key, m.mask);
         let si = match self.by_mask.get(&m.mask) {
             Some(&i) => i,
@@ -829,6 +836,7 @@ impl<T> Classifier<T> {
         if r.removed != LIVE {
             return;
         }
+        self.stamp = memo::next_stamp();
         r.removed = version.max(r.added);
         let (removed, si, h) = (r.removed, r.subtable, r.hash);
         let rules = &self.rules;
@@ -849,6 +857,7 @@ impl<T> Classifier<T> {
     /// owner can free a large delete in short steps); returns how many it
     /// freed. Maps that emptied out give their memory back.
     pub fn purge_some(&mut self, oldest_live_version: u64, max: usize) -> usize {
+        self.stamp = memo::next_stamp();
         let mut keep = Vec::new();
         let mut freed = 0;
         let mut pending = std::mem::take(&mut self.removed).into_iter();
@@ -1012,9 +1021,22 @@ impl<T> Classifier<T> {
         wc: &mut FlowKey,
     ) -> Option<(RuleId, RuleMatch<'_>, u32, &T)> {
         let r = self.lookup_ref(key, version, wc)?;
-        let rule = self.rules.at(r.slot);
+        Some(self.rule_at(r.slot))
+    }
+
+    /// The id, priority and data of the rule in `slot`.
+    #[inline]
+    fn rule_data(&self, slot: u32) -> (RuleId, u32, &T) {
+        let rule = self.rules.at(slot);
+        (rule.id, rule.priority, &rule.data)
+    }
+
+    /// The rule in `slot` as [`Classifier::lookup_rule`] returns it.
+    #[inline]
+    fn rule_at(&self, slot: u32) -> (RuleId, RuleMatch<'_>, u32, &T) {
+        let rule = self.rules.at(slot);
         let mask = &self.st(rule.subtable).mask;
-        Some((r.id, RuleMatch { key: &rule.key, mask }, rule.priority, &rule.data))
+        (rule.id, RuleMatch { key: &rule.key, mask }, rule.priority, &rule.data)
     }
 
     fn lookup_ref(&self, key: &FlowKey, version: u64, wc: &mut FlowKey) -> Option<Ref> {

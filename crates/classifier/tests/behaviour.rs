@@ -429,3 +429,43 @@ fn large_subtables_split_their_maps_and_keep_every_rule() {
         assert_eq!(find(&c, i), (i % 10 == 0).then_some(i), "{}", addr(i));
     }
 }
+
+/// A lookup memo answers a key that agrees with a remembered one on the
+/// bits that answer depended on, and adds the same bits to `wc`; a change
+/// to the classifier empties it; so does a lookup at another version.
+#[test]
+fn memo_answers_agreeing_keys_and_forgets_on_change() {
+    let mut c: Classifier<u32> = Classifier::new();
+    let a = c.insert(m("in_port=1,metadata=0x5"), 10, 1, 1);
+    c.insert(m("in_port=2"), 5, 2, 1);
+    c.insert(m("ip,nw_dst=10.0.0.0/8"), 1, 3, 1);
+    let mut memo = classifier::Memo::default();
+    let k1 = key("in_port=1,metadata=0x5,ip,nw_src=1.1.1.1,nw_dst=192.168.0.1,udp,tp_src=1000");
+    let mut wc1 = FlowKey::ZERO;
+    assert_eq!(c.lookup_memo(&mut memo, &k1, 1, &mut wc1).map(|x| x.0), Some(a));
+    assert_eq!((memo.hits, memo.misses), (0, 1));
+    // Other addresses and ports: the answer depended on in_port and
+    // metadata only, so the memo gives it, with the same bits.
+    let k2 = key("in_port=1,metadata=0x5,ip,nw_src=2.2.2.2,nw_dst=192.168.9.9,udp,tp_src=2000");
+    let mut wc2 = FlowKey::ZERO;
+    assert_eq!(c.lookup_memo(&mut memo, &k2, 1, &mut wc2).map(|x| x.0), Some(a));
+    assert_eq!((memo.hits, memo.misses), (1, 1));
+    assert_eq!(wc2, wc1);
+    let mut wc_search = FlowKey::ZERO;
+    assert_eq!(c.lookup(&k2, 1, &mut wc_search), Some(a));
+    assert_eq!(wc2, wc_search, "the same bits as the search");
+    // A rule added (at a later version) changes the classifier: the memo
+    // is emptied and searches again.
+    let b = c.insert(m("in_port=1,metadata=0x5,ip"), 20, 4, 2);
+    assert_eq!(c.lookup_memo(&mut memo, &k2, 1, &mut FlowKey::default()).map(|x| x.0), Some(a));
+    assert_eq!(memo.misses, 2);
+    assert_eq!(c.lookup_memo(&mut memo, &k2, 2, &mut FlowKey::default()).map(|x| x.0), Some(b));
+    assert_eq!(memo.misses, 3, "another version: searched, not remembered");
+    assert_eq!(c.lookup_memo(&mut memo, &k1, 2, &mut FlowKey::default()).map(|x| x.0), Some(b));
+    assert_eq!(memo.hits, 2);
+    // No rule is an answer too.
+    let k3 = key("in_port=7,arp");
+    assert_eq!(c.lookup_memo(&mut memo, &k3, 2, &mut FlowKey::default()), None);
+    assert_eq!(c.lookup_memo(&mut memo, &k3, 2, &mut FlowKey::default()), None);
+    assert_eq!(memo.hits, 3);
+}

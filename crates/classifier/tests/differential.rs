@@ -357,6 +357,80 @@ proptest! {
         }
     }
 
+    /// A lookup memo answers as the search does: the same rule, and a `wc`
+    /// that is sufficient and inside the rule masks. Each packet is looked
+    /// up twice per version (the second time from the memo, when its answer
+    /// depended on few enough words to be remembered), with
+    /// neighbours that agree on `wc`; then a rule is added and one removed,
+    /// and the memo follows.
+    #[test]
+    fn memo_answers_as_the_search(
+        rules in prop::collection::vec((arb_match(), 0u32..4, 0u64..3), 1..48),
+        packets in prop::collection::vec(
+            (any::<prop::sample::Index>(), any::<prop::sample::Index>(), any::<[u64; 4]>(), any::<[u64; WORDS]>()),
+            1..40,
+        ),
+        checks in prop::collection::vec(any::<[u64; WORDS]>(), 4),
+        victim in any::<prop::sample::Index>(),
+    ) {
+        let mut c: Classifier<usize> = Classifier::new();
+        let mut model = Vec::new();
+        for (i, (m, p, added)) in rules.iter().enumerate() {
+            let id = c.insert(*m, *p, i, *added);
+            model.push(ModelRule { id, m: Match::new(m.key, m.mask), prio: *p, added: *added, removed: u64::MAX });
+        }
+        let pkts: Vec<FlowKey> = packets
+            .iter()
+            .map(|(a, b, r, noise)| make_packet(&model[a.index(model.len())].m, &model[b.index(model.len())].m, r, noise))
+            .collect();
+        let mut memo = classifier::Memo::default();
+        let check = |c: &Classifier<usize>, memo: &mut classifier::Memo, model: &[ModelRule], v: u64|
+            -> Result<(), TestCaseError> {
+            let mut allowed = FlowKey::ZERO;
+            loc::DL_TYPE.set(&mut allowed, 0xffff);
+            for r in model {
+                allowed.or_assign(&r.m.mask);
+            }
+            for _pass in 0..2 {
+                for k in &pkts {
+                    let mut wc = FlowKey::ZERO;
+                    let got = c.lookup_memo(memo, k, v, &mut wc).map(|x| x.0);
+                    prop_assert_eq!(got, reference(model, k, v), "version {} key {:?}", v, k);
+                    prop_assert!(wc.is_subset_of(&allowed), "wc {:?} outside rule masks", wc);
+                    for r in &checks {
+                        let mut k2 = *k;
+                        for (i, x) in r.iter().enumerate() {
+                            k2.w[i] = (k.w[i] & wc.w[i]) | (x & !wc.w[i]);
+                        }
+                        prop_assert_eq!(reference(model, &k2, v), got, "wc {:?} too narrow", wc);
+                        let got2 = c.lookup_memo(memo, &k2, v, &mut FlowKey::default()).map(|x| x.0);
+                        prop_assert_eq!(got2, got, "the memo's answer for a neighbour on wc");
+                    }
+                }
+            }
+            Ok(())
+        };
+        for v in 0..=3 {
+            check(&c, &mut memo, &model, v)?;
+        }
+        // A change: a new rule over the first packet at the top priority,
+        // and another rule removed, both at version 3.
+        let k0 = pkts[0];
+        let top = Match::new(k0, FlowKey::ALL_ONES);
+        let id = c.insert(top, 9, usize::MAX, 3);
+        model.push(ModelRule { id, m: top, prio: 9, added: 3, removed: u64::MAX });
+        let i = victim.index(model.len() - 1);
+        if model[i].removed == u64::MAX {
+            c.remove(model[i].id, 3);
+            model[i].removed = 3.max(model[i].added);
+        }
+        let mut wc = FlowKey::ZERO;
+        prop_assert_eq!(c.lookup_memo(&mut memo, &k0, 3, &mut wc).map(|x| x.0), Some(id));
+        for v in 2..=3 {
+            check(&c, &mut memo, &model, v)?;
+        }
+    }
+
     /// Non-strict find against a filter over the model.
     #[test]
     fn find_loose_matches_model(

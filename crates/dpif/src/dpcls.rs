@@ -192,7 +192,7 @@ impl Subtable {
 #[derive(Default)]
 pub(crate) struct Dpcls {
     subtables: Vec<Subtable>,
-    by_mask: HashMap<FlowKey, usize>,
+    by_mask: HashMap<FlowKey, usize, std::hash::BuildHasherDefault<flow::key::WordHasher>>,
     /// Subtable indices, most hits first.
     order: Vec<usize>,
     /// Subtables searched, over all lookups.

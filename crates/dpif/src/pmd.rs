@@ -185,7 +185,11 @@ impl Megaflow {
 #[derive(Default)]
 struct Pending {
     /// List address -> (list, packets, bytes, latest use).
-    by_list: std::collections::HashMap<usize, (CounterSet, u64, u64, u64)>,
+    by_list: std::collections::HashMap<
+        usize,
+        (CounterSet, u64, u64, u64),
+        std::hash::BuildHasherDefault<flow::key::WordHasher>,
+    >,
 }
 
 impl Pending {

@@ -112,6 +112,33 @@ fn bench(c: &mut Criterion) {
         }
     }
 
+    // The lookup memo's worth, in one process: memo off and on in turns
+    // of 2,000 translations, so the machine's drift falls on both alike.
+    if std::env::var("OVN_BENCH_MEMO_AB").is_ok() {
+        for (name, of, keys) in cases {
+            let mut t = [Vec::new(), Vec::new()];
+            let mut held: Vec<Option<dpif::Translation>> = (0..n).map(|_| None).collect();
+            let mut i = 0;
+            for round in 0..40 {
+                let on = round % 2 == 1;
+                ofproto::xlate::set_lookup_memo(on);
+                let t0 = std::time::Instant::now();
+                for _ in 0..2000 {
+                    i = (i + 1) & (n as usize - 1);
+                    held[i] = Some(of.translate_key(black_box(&keys[i]), 64));
+                }
+                t[on as usize].push(t0.elapsed().as_nanos() as f64 / 2000.0);
+            }
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                v[v.len() / 2]
+            };
+            let (off, on) = (med(&mut t[0]), med(&mut t[1]));
+            eprintln!("memo a/b {name}: off {off:.0} ns, on {on:.0} ns per translation, {:.2}x", off / on);
+        }
+        ofproto::xlate::set_lookup_memo(true);
+    }
+
     let mut g = c.benchmark_group("ovn");
     g.throughput(Throughput::Elements(1));
     for (name, of, keys) in cases {

@@ -45,6 +45,10 @@ pub struct Rule {
     /// each translation). Shared with the megaflows, so a modify that
     /// keeps counters keeps this very object.
     pub counters: Arc<FlowCounters>,
+    /// The rule's only actions are `conjunction`s (set where the rule is
+    /// made: a lookup asks on every hit, and reading the instructions
+    /// there cost two cache misses per table visited).
+    pub(crate) conjunctive: bool,
 }
 
 impl Rule {
@@ -611,6 +615,7 @@ impl Ofproto {
             importance: spec.importance,
             created_ms: now,
             counters: Arc::new(counters),
+            conjunctive: crate::xlate::conjunctive(&spec.instructions),
         }
     }
 
@@ -741,6 +746,7 @@ impl Ofproto {
                             importance: r.importance,
                             created_ms: r.created_ms,
                             counters: if reset { Arc::new(FlowCounters::default()) } else { Arc::clone(&r.counters) },
+                            conjunctive: crate::xlate::conjunctive(&spec.instructions),
                         };
                         self.tables[ti].remove(id, next);
                         self.tables[ti].insert(m, prio, nr, next);

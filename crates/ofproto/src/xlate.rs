@@ -110,6 +110,83 @@ struct Ctx<'a> {
     /// The action being run is the last of its rule (no instruction
     /// follows its apply list), so a recirculation loses nothing after it.
     rule_tail: bool,
+    /// This thread's lookup memos for the bridge's tables (empty: none,
+    /// as for a translation nested in another on the same thread).
+    memo: Box<[classifier::Memo]>,
+}
+
+thread_local! {
+    /// Each thread's lookup memos (see [`classifier::memo`]), per bridge,
+    /// found by the bridge's address. A memo checks its table's stamp on
+    /// every use, so a bridge freed and another made at the same address
+    /// finds memos that empty themselves, never stale answers.
+    static MEMOS: std::cell::RefCell<Vec<(usize, Box<[classifier::Memo]>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Bridges a thread keeps memos for (the oldest go first).
+const MEMO_BRIDGES: usize = 16;
+
+/// Whether translations use lookup memos (0: not decided yet, 1: yes, 2: no).
+static MEMO_ON: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether translations use lookup memos: yes unless the environment
+/// says `XVS_LOOKUP_MEMO=0` or [`set_lookup_memo`] turned them off (to
+/// compare, in benchmarks and when in doubt).
+fn memo_on() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match MEMO_ON.load(Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on = std::env::var("XVS_LOOKUP_MEMO").map_or(true, |v| v != "0");
+            MEMO_ON.store(if on { 1 } else { 2 }, Relaxed);
+            on
+        }
+    }
+}
+
+/// Turns lookup memos on or off for every translation from now on.
+pub fn set_lookup_memo(on: bool) {
+    MEMO_ON.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl Ofproto {
+    /// Takes this thread's memos for this bridge's tables (empty if memos
+    /// are off, or already taken by a translation further up the stack).
+    fn take_memos(&self) -> Box<[classifier::Memo]> {
+        if !memo_on() {
+            return Box::default();
+        }
+        let me = self as *const Ofproto as usize;
+        MEMOS.with(|m| {
+            let mut m = m.borrow_mut();
+            match m.iter_mut().find(|(a, _)| *a == me) {
+                Some((_, b)) => std::mem::take(b),
+                None => (0..self.tables.len()).map(|_| classifier::Memo::default()).collect(),
+            }
+        })
+    }
+
+    /// Gives back what [`Ofproto::take_memos`] took.
+    fn give_memos(&self, memos: Box<[classifier::Memo]>) {
+        if memos.is_empty() {
+            return;
+        }
+        let me = self as *const Ofproto as usize;
+        MEMOS.with(|m| {
+            let mut m = m.borrow_mut();
+            match m.iter_mut().find(|(a, _)| *a == me) {
+                Some((_, b)) => *b = memos,
+                None => {
+                    if m.len() >= MEMO_BRIDGES {
+                        m.remove(0);
+                    }
+                    m.push((me, memos));
+                }
+            }
+        });
+    }
 }
 
 impl Ofproto {
@@ -163,6 +240,9 @@ impl Ofproto {
         wc.set_in_port(u32::MAX);
         wc.set_recirc_id(u32::MAX);
         let mut cx = Ctx::new(self, key, wc, trace);
+        if !trace {
+            cx.memo = self.take_memos();
+        }
         match key.recirc_id() {
             0 => {
                 cx.do_table(0, true);
@@ -192,6 +272,7 @@ impl Ofproto {
         if key.is_ip_any() && cx.wc.dl_type() == 0xffff {
             cx.wc.set_nw_frag(flow::key::FRAG_ANY | flow::key::FRAG_LATER);
         }
+        self.give_memos(std::mem::take(&mut cx.memo));
         cx.finish_freeze(false);
         drop_dead_actions(&mut cx.actions);
         let final_key = cx.key;
@@ -322,10 +403,11 @@ impl dpif::Upcall for Ofproto {
     }
 }
 
-/// Whether a rule's only actions are `conjunction`s (one or more).
-fn conjunctive(r: &crate::Rule) -> bool {
+/// Whether a rule with these instructions has only `conjunction`s (one
+/// or more) for actions ([`crate::Rule::conjunctive`]).
+pub(crate) fn conjunctive(instructions: &[Instruction]) -> bool {
     let mut any = false;
-    let only = r.instructions.iter().all(|i| match i {
+    let only = instructions.iter().all(|i| match i {
         Instruction::Apply(a) => a.iter().all(|a| {
             any |= matches!(a, Action::Conjunction { .. });
             matches!(a, Action::Conjunction { .. })
@@ -367,6 +449,7 @@ impl<'a> Ctx<'a> {
             mpls_popped: false,
             l3_unparsed: false,
             rule_tail: false,
+            memo: Box::default(),
         }
     }
 }
@@ -431,9 +514,15 @@ impl<'a> Ctx<'a> {
         self.table = table;
         let cls = &self.of.tables[table as usize];
         self.credit_table(table, false);
-        let hit = match cls.lookup_rule(&self.key, self.version, &mut self.wc) {
-            Some((_, _, _, r)) if conjunctive(r) => {
-                self.resolve_conjunction(table).and_then(|id| cls.get(id).map(|(m, p, r)| (id, m, p, r)))
+        // (The rule's match is read only for a trace line: fetching its
+        // mask would cost a cache miss per lookup.)
+        let found = match self.memo.get_mut(table as usize) {
+            Some(memo) => cls.lookup_memo(memo, &self.key, self.version, &mut self.wc),
+            None => cls.lookup_rule(&self.key, self.version, &mut self.wc).map(|(id, _, p, r)| (id, p, r)),
+        };
+        let hit = match found {
+            Some((_, _, r)) if r.conjunctive => {
+                self.resolve_conjunction(table).and_then(|id| cls.get(id).map(|(_, p, r)| (id, p, r)))
             }
             h => h,
         };
@@ -459,7 +548,7 @@ impl<'a> Ctx<'a> {
                     }
                 }
             }
-            Some((hit_id, m, prio, rule)) => {
+            Some((hit_id, prio, rule)) => {
                 self.credit_table(table, true);
                 // The datapath credits packets through `counters`; the
                 // translation itself only marks the rule used.
@@ -467,7 +556,7 @@ impl<'a> Ctx<'a> {
                 self.credit(&rule.counters);
                 let cookie = rule.cookie;
                 self.say(|| {
-                    let ms = m.to_match().to_string();
+                    let ms = cls.get(hit_id).map(|(m, _, _)| m.to_match().to_string()).unwrap_or_default();
                     let desc =
                         if ms.is_empty() { format!("priority {prio}") } else { format!("{ms}, priority {prio}") };
                     let cookie_s = if cookie != 0 { format!(", cookie {cookie:#x}") } else { String::new() };
@@ -821,7 +910,7 @@ impl<'a> Ctx<'a> {
             if !self.key.eq_masked(&m.key, &m.mask) || m.mask.conj_id() != 0 {
                 continue;
             }
-            if conjunctive(r) {
+            if r.conjunctive {
                 for i in &r.instructions {
                     if let Instruction::Apply(acts) = i {
                         for a in acts {
