@@ -41,8 +41,11 @@ use crate::{Classifier, RuleId, BASIS};
 use flow::key::{finish, hash_word, FlowKey};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Entries a memo holds at most (over all its groups).
-pub const MAX_ENTRIES: usize = 4096;
+/// Entries a memo holds at most (over all its groups): 64 KB with the
+/// tables' room, per table a thread has translated through. The answers
+/// worth remembering are shared by many flows, so they are few (one per
+/// logical port or datapath in OVN's tables).
+pub const MAX_ENTRIES: usize = 1024;
 /// Groups (distinct dependency masks) a memo holds at most. A key is
 /// probed against every group, so many groups would cost more than the
 /// search they replace.
