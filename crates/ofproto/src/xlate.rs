@@ -434,7 +434,9 @@ impl<'a> Ctx<'a> {
             cookie: 0,
             stop: false,
             too_deep: false,
-            counters: Vec::new(),
+            // Room for OVN's walks (100-400 credits) in one allocation,
+            // where growing from empty reallocated six times or more.
+            counters: Vec::with_capacity(256),
             counted: [0; 64],
             table_counted: [[0; 4]; 2],
             written: FlowKey::ZERO,
