@@ -857,7 +857,6 @@ impl<T> Classifier<T> {
     /// owner can free a large delete in short steps); returns how many it
     /// freed. Maps that emptied out give their memory back.
     pub fn purge_some(&mut self, oldest_live_version: u64, max: usize) -> usize {
-        self.stamp = memo::next_stamp();
         let mut keep = Vec::new();
         let mut freed = 0;
         let mut pending = std::mem::take(&mut self.removed).into_iter();
@@ -946,6 +945,9 @@ impl<T> Classifier<T> {
         }
         if freed > 0 {
             self.rules.shrink_sparse();
+            // The tries and partitions changed (and freed slots may be
+            // reused once a rule is inserted, which takes a stamp too).
+            self.stamp = memo::next_stamp();
         }
         freed
     }

@@ -468,4 +468,14 @@ fn memo_answers_agreeing_keys_and_forgets_on_change() {
     assert_eq!(c.lookup_memo(&mut memo, &k3, 2, &mut FlowKey::default()), None);
     assert_eq!(c.lookup_memo(&mut memo, &k3, 2, &mut FlowKey::default()), None);
     assert_eq!(memo.hits, 3);
+    // A purge that frees nothing keeps the memo (an owner may purge
+    // often); removing the answer's rule and freeing it makes the memo
+    // search again.
+    c.purge(2);
+    assert_eq!(c.lookup_memo(&mut memo, &k1, 2, &mut FlowKey::default()).map(|x| x.0), Some(b));
+    assert_eq!(memo.hits, 4);
+    c.remove(a, 2);
+    c.purge(2);
+    assert_eq!(c.lookup_memo(&mut memo, &k1, 2, &mut FlowKey::default()).map(|x| x.0), Some(b));
+    assert_eq!((memo.hits, memo.misses), (4, 5));
 }
