@@ -112,6 +112,23 @@ fn bench(c: &mut Criterion) {
         }
     }
 
+    // `OVN_BENCH_RUN=case:N`: only translate N keys of one case and stop
+    // (a fixed amount of work for instruction and cache-miss counts under
+    // `valgrind --tool=cachegrind`, which this machine's noisy timing
+    // cannot replace).
+    if let Ok(spec) = std::env::var("OVN_BENCH_RUN") {
+        let (name, count) = spec.split_once(':').expect("OVN_BENCH_RUN=case:N");
+        let count: usize = count.parse().expect("a count");
+        let (_, of, keys) = cases.iter().find(|c| c.0 == name).expect("a case: setup, switch, router or acl");
+        let mut held: Vec<Option<dpif::Translation>> = (0..n).map(|_| None).collect();
+        for i in 0..count {
+            let j = i & (n as usize - 1);
+            held[j] = Some(of.translate_key(black_box(&keys[j]), 64));
+        }
+        eprintln!("ovn {name}: {count} translations");
+        std::process::exit(0);
+    }
+
     // The lookup memo's worth, in one process: memo off and on in turns
     // of 2,000 translations, so the machine's drift falls on both alike.
     if std::env::var("OVN_BENCH_MEMO_AB").is_ok() {

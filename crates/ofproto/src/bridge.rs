@@ -29,26 +29,29 @@ pub const N_TABLES: usize = 255;
 /// 1 ms.
 pub const COMMIT_PURGE: usize = 512;
 
-/// One OpenFlow rule's payload in the classifier.
+/// One OpenFlow rule's payload in the classifier. Laid out in declaration
+/// order: what a translation reads on every hit comes first, so that with
+/// the classifier's id and priority it fills one cache line.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Rule {
-    pub cookie: u64,
     pub instructions: Vec<Instruction>,
+    /// Packets, bytes and last use, credited by the datapath for every
+    /// packet a megaflow built through this rule forwards (and touched by
+    /// each translation). Shared with the megaflows, so a modify that
+    /// keeps counters keeps this very object.
+    pub counters: Arc<FlowCounters>,
+    pub cookie: u64,
+    /// The rule's only actions are `conjunction`s (set where the rule is
+    /// made: a lookup asks on every hit, and reading the instructions
+    /// there cost two cache misses per table visited).
+    pub(crate) conjunctive: bool,
     pub idle_timeout: u16,
     pub hard_timeout: u16,
     /// OpenFlow flow-mod flags ([`crate::parse::flags`]).
     pub flags: u16,
     pub importance: u16,
     pub created_ms: u64,
-    /// Packets, bytes and last use, credited by the datapath for every
-    /// packet a megaflow built through this rule forwards (and touched by
-    /// each translation). Shared with the megaflows, so a modify that
-    /// keeps counters keeps this very object.
-    pub counters: Arc<FlowCounters>,
-    /// The rule's only actions are `conjunction`s (set where the rule is
-    /// made: a lookup asks on every hit, and reading the instructions
-    /// there cost two cache misses per table visited).
-    pub(crate) conjunctive: bool,
 }
 
 impl Rule {

@@ -459,9 +459,22 @@ impl<'a> Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// Adds a trace line. The text is built only when tracing, so
     /// translation on the packet path formats nothing.
+    #[inline(always)]
     fn say<S: Into<String>>(&mut self, s: impl FnOnce() -> S) {
+        if self.trace.is_some() {
+            self.say_now(s);
+        }
+    }
+
+    /// The text of a trace line is built out of line: its temporaries
+    /// (a rule's match is 624 bytes) would otherwise sit in the frame of
+    /// every function that can trace, the table walk's included.
+    #[inline(never)]
+    #[cold]
+    fn say_now<S: Into<String>>(&mut self, s: impl FnOnce() -> S) {
+        let line = format!("{}{}", " ".repeat(self.indent), s().into());
         if let Some(t) = &mut self.trace {
-            t.push(format!("{}{}", " ".repeat(self.indent), s().into()));
+            t.push(line);
         }
     }
 
@@ -707,6 +720,7 @@ impl<'a> Ctx<'a> {
     /// vSwitch does) and the next pass starts in that table with the
     /// registers and metadata it has now. Without a goto nothing looks the
     /// packet up again, and the walk goes on.
+    #[inline(never)]
     fn recirc_after_pop(&mut self, instructions: &[Instruction]) {
         let Some(t) = instructions.iter().find_map(|i| match i {
             Instruction::GotoTable(t) => Some(*t),
@@ -720,6 +734,7 @@ impl<'a> Ctx<'a> {
     /// Recirculates so that the lookup in table `t` sees the popped
     /// frame's L3/L4 fields (registers and metadata carry over); this pass
     /// ends here.
+    #[inline(never)]
     fn recirc_to_parse(&mut self, t: u8) {
         self.commit();
         let id = self.of.recirc.id_for(&crate::ct::Frozen::capture(t, &self.key));
@@ -733,6 +748,7 @@ impl<'a> Ctx<'a> {
     /// frame): `a` and, as the walk unwinds, the rest of each rule it is in
     /// are frozen, and the packet recirculates to run them on its parsed
     /// frame (see `finish_freeze`).
+    #[inline(never)]
     fn freeze_to_parse(&mut self, a: Action) {
         self.commit();
         self.say(|| format!("  freeze {a} and the rest of the walk, to run on the popped frame"));
@@ -802,6 +818,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    #[inline(never)]
     fn execute_action_set(&mut self) {
         let set = action_set_list(&std::mem::take(&mut self.action_set));
         self.say(|| "action set:");
@@ -814,6 +831,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Emits pending field writes as one masked set.
+    #[inline(never)]
     fn commit(&mut self) {
         if !self.pending.is_zero() {
             self.written.or_assign(&self.pending);
@@ -899,6 +917,7 @@ impl<'a> Ctx<'a> {
     /// `conj_id` flow found with `conj_id` set; an ordinary flow of higher
     /// priority than the remaining conjunctions wins otherwise. A linear
     /// walk, taken only in tables whose best match is conjunctive.
+    #[inline(never)]
     fn resolve_conjunction(&mut self, table: u8) -> Option<classifier::RuleId> {
         let cls = &self.of.tables[table as usize];
         let mut clauses: Vec<(u32, u32, u8, u8)> = Vec::new();
@@ -1017,7 +1036,63 @@ impl<'a> Ctx<'a> {
         self.of.learned.lock().expect("learned flows").push((spec, learner));
     }
 
+    /// Runs one action. A resubmit is handled here and everything else in
+    /// [`Ctx::do_other_action`], kept out of line: OVN's pipelines chain
+    /// 30-100 tables through resubmits, each a level of recursion, and the
+    /// other actions' locals (several flow keys) made every level's frame
+    /// 1.4 KB. The walk's stack then outgrew the L1 cache and pushed out
+    /// the tables' own data (cachegrind, OVN's stored pipeline).
     fn do_action(&mut self, a: &Action) {
+        if let Action::Resubmit { port, table } = a {
+            let tail = std::mem::take(&mut self.tail);
+            let rule_tail = std::mem::take(&mut self.rule_tail);
+            self.say(|| a.to_string());
+            self.resubmit(a, *port, *table, tail, rule_tail);
+        } else {
+            self.do_other_action(a);
+        }
+    }
+
+    /// `resubmit([port],[table])`.
+    #[inline]
+    fn resubmit(&mut self, a: &Action, port: Option<u32>, table: Option<u8>, tail: bool, rule_tail: bool) {
+        self.resubmits += 1;
+        if self.resubmits > MAX_RESUBMITS {
+            self.say(|| "too many resubmits; dropping");
+            self.stop = true;
+            self.too_deep = true;
+            return;
+        }
+        let t = table.unwrap_or(self.table);
+        // After a pop_mpls, the lookup needs the popped frame's L3/L4
+        // fields, which only the datapath parses: a resubmit that
+        // ends its rule looks it up in a second pass, as a
+        // goto_table does; any other freezes itself and the rest of
+        // the walk into the recirculation, as Open vSwitch does.
+        if self.l3_unparsed {
+            if rule_tail && port.is_none() {
+                self.recirc_to_parse(t);
+            } else {
+                self.freeze_to_parse(a.clone());
+            }
+            return;
+        }
+        let saved = self.key.in_port();
+        if let Some(p) = port {
+            self.key.set_in_port(p);
+        }
+        self.indent += 4;
+        // A tail resubmit does not deepen the walk.
+        let flat = tail && self.depth > 0;
+        self.depth -= flat as u32;
+        self.do_table(t, false);
+        self.depth += flat as u32;
+        self.indent -= 4;
+        self.key.set_in_port(saved);
+    }
+
+    #[inline(never)]
+    fn do_other_action(&mut self, a: &Action) {
         let tail = std::mem::take(&mut self.tail);
         let rule_tail = std::mem::take(&mut self.rule_tail);
         self.say(|| a.to_string());
@@ -1261,41 +1336,7 @@ impl<'a> Ctx<'a> {
                 let set = if let Action::SetNwTtl(t) = a { Some(*t) } else { None };
                 self.write_ttl(loc::NW_TTL, set, "TTL");
             }
-            Action::Resubmit { port, table } => {
-                self.resubmits += 1;
-                if self.resubmits > MAX_RESUBMITS {
-                    self.say(|| "too many resubmits; dropping");
-                    self.stop = true;
-                    self.too_deep = true;
-                    return;
-                }
-                let t = table.unwrap_or(self.table);
-                // After a pop_mpls, the lookup needs the popped frame's L3/L4
-                // fields, which only the datapath parses: a resubmit that
-                // ends its rule looks it up in a second pass, as a
-                // goto_table does; any other freezes itself and the rest of
-                // the walk into the recirculation, as Open vSwitch does.
-                if self.l3_unparsed {
-                    if rule_tail && port.is_none() {
-                        self.recirc_to_parse(t);
-                    } else {
-                        self.freeze_to_parse(a.clone());
-                    }
-                    return;
-                }
-                let saved = self.key.in_port();
-                if let Some(p) = port {
-                    self.key.set_in_port(*p);
-                }
-                self.indent += 4;
-                // A tail resubmit does not deepen the walk.
-                let flat = tail && self.depth > 0;
-                self.depth -= flat as u32;
-                self.do_table(t, false);
-                self.depth += flat as u32;
-                self.indent -= 4;
-                self.key.set_in_port(saved);
-            }
+            Action::Resubmit { port, table } => self.resubmit(a, *port, *table, tail, rule_tail),
             Action::Group(g) => self.group(*g),
             Action::SetQueue(_) => {}
         }
@@ -1613,6 +1654,7 @@ impl<'a> Ctx<'a> {
         self.output(port);
     }
 
+    #[inline(never)]
     fn normal(&mut self) {
         let of = self.of;
         let in_port = self.key.in_port();
