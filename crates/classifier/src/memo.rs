@@ -85,32 +85,43 @@ const FREE: u32 = u32::MAX - 1;
 
 /// Lookup answers sharing one dependency mask: an open-addressing table
 /// with linear probing (a general map reads its control bytes and its
-/// entry in two cache lines, then the values in a third).
+/// entry in two cache lines, then the values in a third). What a probe
+/// reads of the group itself fits one cache line.
+#[repr(C, align(64))]
 struct Group {
-    /// `(word, mask)` of the mask's non-zero words: the first `n` (held
-    /// here, not boxed: one pointer fewer to follow per probe).
-    wm: [(u8, u64); MAX_WORDS],
+    /// The mask's non-zero words: the first `n` of `idx` (word indices)
+    /// and `masks` (held here, not boxed: one pointer fewer per probe).
+    idx: [u8; MAX_WORDS],
     n: u8,
+    len: u32,
+    masks: [u64; MAX_WORDS],
     /// A power of two long, at most half full.
-    table: Vec<Entry>,
-    len: usize,
+    table: Box<[Entry]>,
     hits: u64,
 }
 
 impl Group {
     fn new(words: &[(u8, u64)]) -> Group {
-        let mut wm = [(0, 0); MAX_WORDS];
-        wm[..words.len()].copy_from_slice(words);
-        Group { wm, n: words.len() as u8, table: Group::empty(), len: 0, hits: 0 }
+        let mut idx = [0; MAX_WORDS];
+        let mut masks = [0; MAX_WORDS];
+        for (i, &(w, m)) in words.iter().enumerate() {
+            (idx[i], masks[i]) = (w, m);
+        }
+        Group { idx, n: words.len() as u8, len: 0, masks, table: Group::empty(16), hits: 0 }
     }
 
-    fn empty() -> Vec<Entry> {
-        vec![Entry { tag: 0, vals: [0; MAX_WORDS], slot: FREE }; 16]
+    fn empty(n: usize) -> Box<[Entry]> {
+        vec![Entry { tag: 0, vals: [0; MAX_WORDS], slot: FREE }; n].into_boxed_slice()
     }
 
+    /// `(word, mask)` of the mask's non-zero words.
     #[inline]
-    fn words(&self) -> &[(u8, u64)] {
-        &self.wm[..self.n as usize]
+    fn words(&self) -> impl Iterator<Item = (u8, u64)> + '_ {
+        self.idx[..self.n as usize].iter().copied().zip(self.masks)
+    }
+
+    fn same_words(&self, words: &[(u8, u64)]) -> bool {
+        words.len() == self.n as usize && self.words().zip(words).all(|(a, &b)| a == b)
     }
 
     /// The key's masked words and their hash.
@@ -118,7 +129,7 @@ impl Group {
     fn masked(&self, key: &FlowKey) -> ([u64; MAX_WORDS], u64) {
         let mut vals = [0; MAX_WORDS];
         let mut h = BASIS;
-        for (v, &(w, m)) in vals.iter_mut().zip(self.words()) {
+        for (v, (w, m)) in vals.iter_mut().zip(self.words()) {
             *v = key.w[w as usize] & m;
             h = hash_word(h, *v);
         }
@@ -144,10 +155,10 @@ impl Group {
 
     /// Stores `slot` for `key` (not stored yet).
     fn insert(&mut self, key: &FlowKey, slot: u32) {
-        if (self.len + 1) * 2 > self.table.len() {
-            let old = std::mem::take(&mut self.table);
-            self.table = vec![Entry { tag: 0, vals: [0; MAX_WORDS], slot: FREE }; old.len() * 2];
-            for e in old.into_iter().filter(|e| e.slot != FREE) {
+        if (self.len as usize + 1) * 2 > self.table.len() {
+            let bigger = Group::empty(self.table.len() * 2);
+            let old = std::mem::replace(&mut self.table, bigger);
+            for e in old.iter().copied().filter(|e| e.slot != FREE) {
                 let h = self.hash_of(&e.vals);
                 self.place(e, h);
             }
@@ -176,32 +187,33 @@ impl Group {
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     fn clear(&mut self) {
-        self.table = Group::empty();
+        self.table = Group::empty(16);
         self.len = 0;
     }
 }
 
 /// What one thread remembers of one classifier's lookups. Empty until
-/// used; see the module's text.
+/// used; see the module's text. One cache line.
 #[derive(Default)]
+#[repr(C, align(64))]
 pub struct Memo {
     stamp: u64,
     version: u64,
     groups: Vec<Group>,
-    entries: usize,
+    entries: u32,
     /// Since the last look at the hit rate: answers stored, and answers
     /// given from the memo.
     stored: u32,
     answered: u32,
     /// Lookups left to sit out (the memo did not pay).
     idle: u32,
-    /// Over the memo's life (for tests and statistics).
-    pub hits: u64,
-    pub misses: u64,
+    /// Over the memo's life, wrapping (for tests and statistics).
+    pub hits: u32,
+    pub misses: u32,
 }
 
 impl Memo {
@@ -216,7 +228,7 @@ impl Memo {
 
     /// Entries held.
     pub fn len(&self) -> usize {
-        self.entries
+        self.entries as usize
     }
 
     pub fn is_empty(&self) -> bool {
@@ -252,7 +264,7 @@ impl Memo {
             n += 1;
         }
         let wm = &wm[..n];
-        let gi = match self.groups.iter().position(|g| g.words() == wm) {
+        let gi = match self.groups.iter().position(|g| g.same_words(wm)) {
             Some(gi) => gi,
             None if self.groups.len() < MAX_GROUPS => {
                 self.groups.push(Group::new(wm));
@@ -260,9 +272,9 @@ impl Memo {
             }
             None => return,
         };
-        if self.entries >= MAX_ENTRIES {
+        if self.entries as usize >= MAX_ENTRIES {
             let big = (0..self.groups.len()).max_by_key(|&i| self.groups[i].len()).expect("a group");
-            self.entries -= self.groups[big].len();
+            self.entries -= self.groups[big].len() as u32;
             self.groups[big].clear();
         }
         self.groups[gi].insert(key, slot);
@@ -301,14 +313,14 @@ impl<T> Classifier<T> {
             return self.lookup_ref(key, version, wc).map(|r| self.rule_data(r.slot));
         }
         if let Some((slot, gi)) = memo.find(key) {
-            memo.hits += 1;
+            memo.hits = memo.hits.wrapping_add(1);
             memo.answered += 1;
-            for &(w, m) in memo.groups[gi].words() {
+            for (w, m) in memo.groups[gi].words() {
                 wc.w[w as usize] |= m;
             }
             return (slot != NONE).then(|| self.rule_data(slot));
         }
-        memo.misses += 1;
+        memo.misses = memo.misses.wrapping_add(1);
         let mut dep = FlowKey::ZERO;
         let found = self.lookup_ref(key, version, &mut dep);
         wc.or_assign(&dep);
