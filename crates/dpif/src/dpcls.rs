@@ -197,6 +197,9 @@ pub(crate) struct Dpcls {
     order: Vec<usize>,
     /// Subtables searched, over all lookups.
     pub probes: u64,
+    /// The subtable of the last insert (subtables are never removed, so
+    /// the index stays valid).
+    last_insert: usize,
 }
 
 impl Dpcls {
@@ -242,16 +245,25 @@ impl Dpcls {
     }
 
     pub fn insert(&mut self, masked_key: &FlowKey, mask: &FlowKey, slot: u32) -> usize {
-        let si = match self.by_mask.get(mask) {
-            Some(&i) => i,
-            None => {
-                self.subtables.push(Subtable::new(*mask));
-                let i = self.subtables.len() - 1;
-                self.by_mask.insert(*mask, i);
-                self.order.push(i);
-                i
+        // Megaflows set up one after another mostly share their mask: the
+        // last insert's subtable is compared first (a word compare, where
+        // the map hashes all 39 words and then compares them).
+        let last = self.last_insert;
+        let si = if self.subtables.get(last).is_some_and(|st| st.mask == *mask) {
+            last
+        } else {
+            match self.by_mask.get(mask) {
+                Some(&i) => i,
+                None => {
+                    self.subtables.push(Subtable::new(*mask));
+                    let i = self.subtables.len() - 1;
+                    self.by_mask.insert(*mask, i);
+                    self.order.push(i);
+                    i
+                }
             }
         };
+        self.last_insert = si;
         // A subtable that ranking dropped from the search order while it
         // was empty must rejoin it at once, or its new megaflow would go
         // unseen until the next ranking.
