@@ -244,6 +244,12 @@ impl Dpcls {
         out
     }
 
+    /// The mask of subtable `si` (every megaflow in it has this mask).
+    #[inline]
+    pub fn mask(&self, si: usize) -> &FlowKey {
+        &self.subtables[si].mask
+    }
+
     pub fn insert(&mut self, masked_key: &FlowKey, mask: &FlowKey, slot: u32) -> usize {
         // Megaflows set up one after another mostly share their mask: the
         // last insert's subtable is compared first (a word compare, where

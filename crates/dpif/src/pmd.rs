@@ -159,7 +159,11 @@ struct Megaflow {
     /// much of `packets`/`bytes` they have already received.
     counters: CounterSet,
     pushed_bytes: u64,
-    m: Match,
+    /// The masked key. (The mask is the subtable's, `dpcls.mask(subtable)`:
+    /// a copy per megaflow was 320 of its 1,150 bytes, and setting up a
+    /// flood of megaflows spent a tenth of the poll thread faulting in and
+    /// zeroing their fresh pages.)
+    key: FlowKey,
     /// The key whose translation created this megaflow (for revalidation).
     orig: FlowKey,
 }
@@ -623,7 +627,7 @@ impl Pmd {
                 if misses < HINT_GIVE_UP || misses % HINT_RETRY == 0 {
                     if self.slot_version.get(slot as usize) == Some(&ver)
                         && self.flows[slot as usize].as_ref().is_some_and(|f| {
-                            let m = crate::dpcls::Stored { words: &f.mwords, key: &f.m.key };
+                            let m = crate::dpcls::Stored { words: &f.mwords, key: &f.key };
                             self.dpcls.matches(f.subtable, key, &m)
                         })
                         && self.validate(slot, upcall) == Validity::Valid
@@ -655,7 +659,7 @@ impl Pmd {
         loop {
             let flows = &self.flows;
             let Some(slot) = self.dpcls.lookup(key, |s| {
-                flows[s as usize].as_ref().map(|f| crate::dpcls::Stored { words: &f.mwords, key: &f.m.key })
+                flows[s as usize].as_ref().map(|f| crate::dpcls::Stored { words: &f.mwords, key: &f.key })
             }) else {
                 break;
             };
@@ -760,7 +764,7 @@ impl Pmd {
         let mwords = self.dpcls.inline_words(subtable, &m.key);
         self.flows[slot as usize] = Some(Megaflow {
             mwords,
-            m,
+            key: m.key,
             actions: t.actions,
             counters: t.counters,
             too_deep: t.too_deep,
@@ -780,7 +784,7 @@ impl Pmd {
     fn remove(&mut self, slot: u32) {
         if let Some(mut f) = self.flows[slot as usize].take() {
             f.push(&mut self.pending);
-            self.dpcls.remove(&f.m.key, f.subtable, slot);
+            self.dpcls.remove(&f.key, f.subtable, slot);
             self.slot_version[slot as usize] = self.slot_version[slot as usize].wrapping_add(1);
             self.free.push(slot);
             self.n_flows -= 1;
@@ -825,7 +829,7 @@ impl Pmd {
             return Validity::Unknown;
         }
         let Some(t) = upcall.revalidate(&f.orig) else { return Validity::Unknown };
-        if t.actions == f.actions && t.mask.is_subset_of(&f.m.mask) {
+        if t.actions == f.actions && t.mask.is_subset_of(self.dpcls.mask(f.subtable)) {
             let f = self.flows[slot as usize].as_mut().expect("exists");
             f.generation = self.generation;
             f.too_deep = t.too_deep;
@@ -936,7 +940,7 @@ impl Pmd {
             .iter()
             .flatten()
             .map(|f| MegaflowInfo {
-                matched: f.m,
+                matched: Match::new(f.key, *self.dpcls.mask(f.subtable)),
                 orig: f.orig,
                 actions: f.actions.clone(),
                 packets: f.packets,
