@@ -7,29 +7,11 @@
 //! One test in its own binary: the memo switch is process-wide.
 use dpif::format_actions;
 use flow::key::FlowKey;
-use ofproto::{parse_flow, FlowModCmd, Need, Ofproto, PortConfig};
+use ofproto::{parse_flow, FlowModCmd, Need, Ofproto};
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/ovn");
-
-fn bridge(file: &str) -> Ofproto {
-    let mut of = Ofproto::new("br-int");
-    let ports = std::fs::read_to_string(format!("{DIR}/ports.txt")).expect("ports.txt");
-    for l in ports.lines() {
-        if let Some((n, rest)) = l.trim().split_once('(') {
-            if let (Ok(n), Some((name, _))) = (n.parse::<u32>(), rest.split_once(')')) {
-                of.add_port(PortConfig::new(n, name));
-            }
-        }
-    }
-    let text = std::fs::read_to_string(format!("{DIR}/{file}")).expect("the flows");
-    let mods: Vec<_> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| (FlowModCmd::Add, parse_flow(l, Need::Actions).unwrap_or_else(|e| panic!("{l}: {e}"))))
-        .collect();
-    of.flow_mod_batch(&mods).unwrap_or_else(|(i, e)| panic!("{:?}: {e:?}", mods[i].1));
-    of
-}
+#[path = "../benches/ovn/fixture.rs"]
+mod fixture;
+use fixture::bridge;
 
 /// A UDP (or ARP, with `arp`) frame from vm1's port, as the datapath
 /// extracts it.
