@@ -437,6 +437,37 @@ mod tests {
         assert!(Packet::from_slice(&[1]).into_frame().is_err());
     }
 
+    /// An Ethernet + IPv4 frame: `proto`, IP id `id`, and 8 bytes of L4
+    /// starting with the ports.
+    fn v4(proto: u8, id: u16, l4: [u8; 8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&[8, 0]);
+        let mut ip = [0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        ip[4..6].copy_from_slice(&id.to_be_bytes());
+        let mut sum: u32 = ip.chunks(2).map(|w| u16::from_be_bytes([w[0], w[1]]) as u32).sum();
+        sum = (sum & 0xffff) + (sum >> 16);
+        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&l4);
+        f
+    }
+
+    #[test]
+    fn flow_hash_is_per_flow_not_per_packet() {
+        // Two packets of one UDP flow: other IP ids, checksums, payload.
+        let a = v4(17, 1, [0x27, 0x10, 0x13, 0x89, 0, 8, 0x12, 0x34]);
+        let b = v4(17, 2, [0x27, 0x10, 0x13, 0x89, 0, 8, 0xab, 0xcd]);
+        assert_ne!(a[24..26], b[24..26], "the IP checksums differ");
+        assert_eq!(frame_flow_hash(&a), frame_flow_hash(&b));
+        // Another source port: another flow.
+        let c = v4(17, 1, [0x27, 0x11, 0x13, 0x89, 0, 8, 0x12, 0x34]);
+        assert_ne!(frame_flow_hash(&a), frame_flow_hash(&c));
+        // ICMP echoes of one ping: other sequence numbers and checksums.
+        let d = v4(1, 7, [8, 0, 0x11, 0x22, 0, 1, 0, 1]);
+        let e = v4(1, 8, [8, 0, 0x33, 0x44, 0, 1, 0, 2]);
+        assert_eq!(frame_flow_hash(&d), frame_flow_hash(&e));
+    }
+
     #[test]
     fn packet_is_send() {
         fn is_send<T: Send>() {}
@@ -445,13 +476,30 @@ mod tests {
 }
 
 /// A hash of an Ethernet frame's flow: for IPv4 its protocol, addresses and
-/// ports, otherwise its Ethernet header. For spreading flows over queues or
-/// tunnel source ports when the port gave no receive hash.
+/// (TCP, UDP, SCTP, unfragmented) ports, otherwise its Ethernet header. For
+/// spreading flows over queues or tunnel source ports when the port gave no
+/// receive hash. Nothing that changes from packet to packet of a flow is
+/// hashed (it read the IP checksum once, so each packet of a TCP stream got
+/// its own tunnel source port, and an ECMP underlay could reorder them).
 pub fn frame_flow_hash(f: &[u8]) -> u32 {
-    let span = if f.len() >= 38 && f[12..14] == [8, 0] { &f[23..38] } else { &f[..f.len().min(14)] };
+    fn fnv(mut h: u32, bytes: &[u8]) -> u32 {
+        for b in bytes {
+            h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
+        }
+        h
+    }
     let mut h: u32 = 0x811c_9dc5;
-    for b in span {
-        h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
+    if f.len() >= 34 && f[12..14] == [8, 0] {
+        let proto = f[23];
+        h = fnv(h, &[proto]);
+        h = fnv(h, &f[26..34]);
+        let l4 = 14 + (f[14] & 0x0f) as usize * 4;
+        let fragment = u16::from_be_bytes([f[20], f[21]]) & 0x3fff != 0;
+        if matches!(proto, 6 | 17 | 132) && !fragment && f.len() >= l4 + 4 {
+            h = fnv(h, &f[l4..l4 + 4]);
+        }
+    } else {
+        h = fnv(h, &f[..f.len().min(14)]);
     }
     h ^ (h >> 15)
 }
