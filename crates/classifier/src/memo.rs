@@ -128,12 +128,10 @@ impl Group {
     #[inline]
     fn masked(&self, key: &FlowKey) -> ([u64; MAX_WORDS], u64) {
         let mut vals = [0; MAX_WORDS];
-        let mut h = BASIS;
         for (v, (w, m)) in vals.iter_mut().zip(self.words()) {
             *v = key.w[w as usize] & m;
-            h = hash_word(h, *v);
         }
-        (vals, finish(h))
+        (vals, self.hash_of(&vals))
     }
 
     #[inline]
@@ -168,7 +166,8 @@ impl Group {
         self.len += 1;
     }
 
-    /// The hash of stored masked words (as [`Group::masked`] computes it).
+    /// The hash of masked words (the first `n`).
+    #[inline]
     fn hash_of(&self, vals: &[u64; MAX_WORDS]) -> u64 {
         let mut h = BASIS;
         for v in &vals[..self.n as usize] {

@@ -830,31 +830,37 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Emits pending field writes as one masked set.
-    #[inline(never)]
+    /// Emits pending field writes as one masked set (inline when there are
+    /// none, which is most calls; the work is out of line).
+    #[inline]
     fn commit(&mut self) {
         if !self.pending.is_zero() {
-            self.written.or_assign(&self.pending);
-            let mut key = self.key.and(&self.pending);
-            // The set action's key also carries the protocol (dl_type for
-            // L3 writes, nw_proto for L4 writes) so it prints by protocol.
-            // Those fields are never written (the mask excludes them), and
-            // writing a field of that layer required its prerequisite, so
-            // every key of the megaflow agrees on them.
-            let l3 = (STAGE_L3..WORDS).any(|i| self.pending.w[i] != 0);
-            let l4 = (STAGE_L4..WORDS).any(|i| self.pending.w[i] != 0);
-            let dl = if l3 { self.key.dl_type() } else { 0 };
-            let proto = if l4 { self.key.nw_proto() } else { 0 };
-            // (arp_op lives in nw_proto's place and is written: kept.)
-            if self.pending.dl_type() == 0 {
-                key.set_dl_type(dl);
-            }
-            if self.pending.nw_proto() == 0 {
-                key.set_nw_proto(proto);
-            }
-            self.actions.push(DpAction::SetMasked(SetFields::new(&key, &self.pending)));
-            self.pending = FlowKey::ZERO;
+            self.commit_pending();
         }
+    }
+
+    #[inline(never)]
+    fn commit_pending(&mut self) {
+        self.written.or_assign(&self.pending);
+        let mut key = self.key.and(&self.pending);
+        // The set action's key also carries the protocol (dl_type for
+        // L3 writes, nw_proto for L4 writes) so it prints by protocol.
+        // Those fields are never written (the mask excludes them), and
+        // writing a field of that layer required its prerequisite, so
+        // every key of the megaflow agrees on them.
+        let l3 = (STAGE_L3..WORDS).any(|i| self.pending.w[i] != 0);
+        let l4 = (STAGE_L4..WORDS).any(|i| self.pending.w[i] != 0);
+        let dl = if l3 { self.key.dl_type() } else { 0 };
+        let proto = if l4 { self.key.nw_proto() } else { 0 };
+        // (arp_op lives in nw_proto's place and is written: kept.)
+        if self.pending.dl_type() == 0 {
+            key.set_dl_type(dl);
+        }
+        if self.pending.nw_proto() == 0 {
+            key.set_nw_proto(proto);
+        }
+        self.actions.push(DpAction::SetMasked(SetFields::new(&key, &self.pending)));
+        self.pending = FlowKey::ZERO;
     }
 
     /// Writes `value` under `mask` into `field` (set_field, load, move's
