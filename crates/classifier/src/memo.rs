@@ -313,7 +313,7 @@ impl<T> Classifier<T> {
         }
         if let Some((slot, gi)) = memo.find(key) {
             memo.hits = memo.hits.wrapping_add(1);
-            memo.answered += 1;
+            memo.answered = memo.answered.saturating_add(1);
             for (w, m) in memo.groups[gi].words() {
                 wc.w[w as usize] |= m;
             }
