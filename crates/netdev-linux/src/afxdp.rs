@@ -385,6 +385,11 @@ impl Netdev for AfxdpPort {
         out.reserve(n as usize);
         let mut got = 0;
         let (partial, bad) = &mut self.partial[rxq];
+        // Ask for every frame's headers first: the misses overlap, and by
+        // the time the datapath extracts frame i they are here.
+        for i in 0..n {
+            self.umem.prefetch(xsk.rx.get(i).addr);
+        }
         for i in 0..n {
             let d: XdpDesc = xsk.rx.get(i);
             let frame = self.umem.frame_of(d.addr);
