@@ -85,7 +85,7 @@ fn attach_tunnel(pkt: &mut Packet, key: &FlowKey) {
     match &mut pkt.tnl {
         Some(b) => **b = t,
         // An OR over the words, not `!= [0; N]`: that calls memcmp.
-        None if t.iter().fold(0, |a, &w| a | w) != 0 => pkt.tnl = Some(Box::new(t)),
+        None if t.iter().fold(0, |a, &w| a | w) != 0 => pkt.set_tnl(t),
         None => {}
     }
 }

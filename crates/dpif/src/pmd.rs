@@ -442,7 +442,7 @@ impl Pmd {
         // One key buffer for the batch: extraction writes into it and
         // execution rewrites it in place, so it is never copied around.
         let mut key = FlowKey::ZERO;
-        for pkt in pkts.drain(..) {
+        for mut pkt in pkts.drain(..) {
             let (layout, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, &mut key);
             if let Some(t) = &pkt.tnl {
                 for (i, w) in flow::key::TNL_WORDS.iter().enumerate() {
@@ -454,7 +454,6 @@ impl Pmd {
                 continue;
             }
             self.stats.packets += 1;
-            let mut pkt = pkt;
             if let Some(c) = crate::execute::partial_checksum(&pkt, &key, &layout) {
                 self.stats.csum_partial += 1;
                 pkt.csum_partial = Some(c);

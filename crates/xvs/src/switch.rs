@@ -275,7 +275,7 @@ impl Shared {
         }
         let tnl = flow::key::TNL_WORDS.map(|w| key.w[w]);
         if tnl != [0; flow::key::N_TNL] {
-            pkt.tnl = Some(Box::new(tnl));
+            pkt.set_tnl(tnl);
         }
         // No poll loop replays this one's parked packets: it waits instead.
         let upcall = BlockingUpcall(&self.ofproto);
