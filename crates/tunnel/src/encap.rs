@@ -265,6 +265,12 @@ pub struct Template {
     spec: EncapSpec,
     meta: TunnelMeta,
     bytes: Vec<u8>,
+    /// IPv4: the one's-complement sum of the header's words without the
+    /// per-frame fields (TOS, total length, id, TTL, checksum), so that
+    /// [`Template::write`] finishes the checksum from its arguments instead
+    /// of reading back what it just wrote (the read waited for the stores:
+    /// three quarters of `write`'s time).
+    ip_base: u32,
 }
 
 impl Template {
@@ -273,7 +279,17 @@ impl Template {
     pub fn new(spec: EncapSpec, meta: TunnelMeta) -> Template {
         let mut bytes = Vec::new();
         header(&spec, &meta, 0, 0, &mut bytes);
-        Template { spec, meta, bytes }
+        let mut ip_base = 0u32;
+        if !meta.v6 && bytes.len() >= 34 {
+            let mut h = [0u8; 20];
+            h.copy_from_slice(&bytes[14..34]);
+            h[1] = 0; // TOS
+            h[2..6].fill(0); // total length, id
+            h[8] = 0; // TTL
+            h[10..12].fill(0); // checksum
+            ip_base = h.chunks_exact(2).map(|w| u16::from_be_bytes([w[0], w[1]]) as u32).sum();
+        }
+        Template { spec, meta, bytes, ip_base }
     }
 
     /// Bytes the headers take in front of the inner frame.
@@ -304,9 +320,11 @@ impl Template {
             frame[l3 + 2..l3 + 4].copy_from_slice(&(20 + l4_len).to_be_bytes());
             frame[l3 + 4..l3 + 6].copy_from_slice(&ip_id.to_be_bytes());
             frame[l3 + 8] = ttl;
-            frame[l3 + 10..l3 + 12].fill(0);
-            let c = checksum(&frame[l3..l3 + 20]);
-            frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+            let mut sum = self.ip_base + tos as u32 + (20 + l4_len) as u32 + ip_id as u32 + ((ttl as u32) << 8);
+            while sum >> 16 != 0 {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            frame[l3 + 10..l3 + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
         }
         if self.spec.kind != Kind::Gre {
             frame[l4..l4 + 2].copy_from_slice(&tp_src.to_be_bytes());
