@@ -32,12 +32,52 @@ pub trait Sink {
 #[derive(Default)]
 pub struct OutQueues {
     queues: Vec<(u32, Vec<Packet>)>,
-    /// The connection the last `ct()` of this poll thread matched. The next
-    /// `ct()` (the same packet's, after a recirculation, or the next packet
-    /// of that connection) hands it to the tracker, which uses it instead
-    /// of a table lookup only when it is what the lookup would find
+    /// Connections this poll thread's `ct()`s matched lately. The next
+    /// `ct()` of a packet that maps to the same slot (the same packet
+    /// after a recirculation, or the next packet of that connection) hands
+    /// the slot's connection to the tracker, which uses it instead of a
+    /// table lookup only when it is what the lookup would find
     /// (`conntrack::Tracked`).
-    ct_hint: Option<conntrack::Tracked>,
+    ct_hints: CtHints,
+}
+
+/// How many connections [`CtHints`] keeps (a power of two).
+const CT_HINTS: usize = 256;
+
+/// A direct-mapped cache of matched connections, by zone, protocol,
+/// addresses and ports, with both directions of a connection in one slot.
+/// A hit saves the tracker's table lookup and the lock of its shard (with
+/// a few hundred connections interleaved, the single last-connection hint
+/// this replaces missed on almost every packet, and the shard lock's two
+/// atomic operations were half of the lookup's time). A wrong or stale
+/// slot costs nothing but the lookup: the tracker checks every hint.
+#[derive(Default)]
+pub(crate) struct CtHints {
+    slots: Vec<Option<conntrack::Tracked>>,
+}
+
+impl CtHints {
+    #[inline]
+    fn slot(key: &FlowKey, zone: u16) -> usize {
+        let (a, b) = if key.is_ipv6() {
+            let (s, d) = (key.ipv6_src(), key.ipv6_dst());
+            ((s ^ (s >> 64)) as u64, (d ^ (d >> 64)) as u64)
+        } else {
+            (key.nw_src() as u64, key.nw_dst() as u64)
+        };
+        // Symmetric in the two ends: a reply maps where its original did.
+        let ends = (a ^ b) ^ ((key.tp_src() ^ key.tp_dst()) as u64) << 32;
+        let h = (ends ^ (zone as u64) << 48 ^ (key.nw_proto() as u64) << 40).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 56) as usize & (CT_HINTS - 1)
+    }
+
+    #[inline]
+    fn get(&mut self, i: usize) -> &mut Option<conntrack::Tracked> {
+        if self.slots.is_empty() {
+            self.slots.resize_with(CT_HINTS, || None);
+        }
+        &mut self.slots[i]
+    }
 }
 
 impl OutQueues {
@@ -162,7 +202,7 @@ pub fn execute(
                 let rest = &actions[i + 1..];
                 return run_ct_fragment(&ct.0, params, pkt, key, layout, rest, out, sink, now_ms);
             }
-            DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, &mut out.ct_hint, now_ms),
+            DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, &mut out.ct_hints, now_ms),
             DpAction::CtClear => flow::key::clear_ct(key),
             DpAction::PushMpls { ethertype, lse } => {
                 let l3 = layout.l3 as usize;
@@ -224,17 +264,17 @@ fn run_ct(
     params: &conntrack::CtAction,
     pkt: &mut Packet,
     key: &mut FlowKey,
-    hint: &mut Option<conntrack::Tracked>,
+    hints: &mut CtHints,
     now_ms: u64,
 ) {
-    let (r, matched) = track(ct, params, pkt.data_mut(), key, hint, now_ms);
+    let (r, matched) = track(ct, params, pkt.data_mut(), key, hints, now_ms);
     use conntrack::cs::{DNAT, REL, RPL, SNAT};
     if r.state & (SNAT | DNAT) != 0 {
         // The packet now carries its connection's translated tuple: the
         // reply tuple reversed, or for a reply the original reversed. Only
         // a related ICMP error, whose outer header is translated on its
         // own, is read back from its bytes (a third parse per packet).
-        let from_conn = hint.as_ref().filter(|_| matched && r.state & REL == 0).map(|h| {
+        let from_conn = matched.filter(|_| r.state & REL == 0).and_then(|i| hints.get(i).as_ref()).map(|h| {
             if r.state & RPL != 0 {
                 h.conn.orig.reverse()
             } else {
@@ -254,6 +294,16 @@ fn run_ct(
             if t.has_ports() {
                 key.set_tp_src(t.sport);
                 key.set_tp_dst(t.dport);
+            }
+        }
+        // The translated packet's next ct() (after a recirculation, as in
+        // `ct(nat)` then `ct(commit,nat)`) looks in the slot of its new
+        // tuple: the connection goes there too.
+        if let Some(i) = matched {
+            let j = CtHints::slot(key, params.zone);
+            if j != i {
+                let t = hints.get(i).clone();
+                *hints.get(j) = t;
             }
         }
     }
@@ -280,14 +330,14 @@ fn run_ct_fragment(
         // Reassembly is off for this IP version: track the fragment as it
         // is (the tracker calls it invalid).
         Defragged::NotFragment => {
-            run_ct(ct, params, &mut pkt, key, &mut out.ct_hint, now_ms);
+            run_ct(ct, params, &mut pkt, key, &mut out.ct_hints, now_ms);
             return execute(rest, pkt, key, layout, out, sink, now_ms);
         }
         Defragged::Held | Defragged::Dropped(_) => return Exec::Done,
         Defragged::Complete { whole, frags } => (whole, frags),
     };
     let mut whole = whole;
-    let (r, _) = track(ct, params, &mut whole, key, &mut out.ct_hint, now_ms);
+    let (r, _) = track(ct, params, &mut whole, key, &mut out.ct_hints, now_ms);
     let nat = r.state & (conntrack::cs::SNAT | conntrack::cs::DNAT) != 0;
     let mut recirc = Vec::new();
     for mut f in frags {
@@ -322,17 +372,19 @@ fn track(
     params: &conntrack::CtAction,
     frame: &mut [u8],
     key: &mut FlowKey,
-    hint: &mut Option<conntrack::Tracked>,
+    hints: &mut CtHints,
     now_ms: u64,
-) -> (conntrack::CtResult, bool) {
+) -> (conntrack::CtResult, Option<usize>) {
     // What an earlier ct() in this zone made of the packet (across a
     // recirculation its key keeps it).
     let prev = if key.ct_zone() == params.zone { key.ct_state() } else { 0 };
+    let i = CtHints::slot(key, params.zone);
+    let hint = hints.get(i);
     let mut r = ct.execute_tracked(frame, params, now_ms, hint.as_ref(), prev);
-    // The matched connection moves into the hint (the callers read only the
-    // verdict's other fields, and whether there was one).
-    let matched = r.tracked.is_some();
-    if matched {
+    // The matched connection moves into its slot (the callers read only
+    // the verdict's other fields, and where the connection is).
+    let matched = r.tracked.is_some().then_some(i);
+    if matched.is_some() {
         *hint = r.tracked.take();
     }
     key.set_ct_state(r.state);
@@ -707,5 +759,38 @@ fn set_masked(pkt: &mut Packet, key: &mut FlowKey, layout: &Layout, set: &SetFie
             }
         }
         wr16(d, l4 + 2, c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(src: u32, dst: u32, sport: u16, dport: u16) -> FlowKey {
+        let mut k = FlowKey::ZERO;
+        k.set_dl_type(0x0800);
+        k.set_nw_proto(17);
+        k.set_nw_src(src);
+        k.set_nw_dst(dst);
+        k.set_tp_src(sport);
+        k.set_tp_dst(dport);
+        k
+    }
+
+    /// Both directions of a connection share a slot, and connections that
+    /// differ only in a port or the zone spread over the cache.
+    #[test]
+    fn ct_hint_slots_are_symmetric_and_spread() {
+        for i in 0..1000u32 {
+            let (a, b) = (0x0a00_0001 + i, 0x0a00_0100 + 7 * i);
+            let (p, q) = (10_000 + i as u16, 80);
+            assert_eq!(CtHints::slot(&key(a, b, p, q), 5), CtHints::slot(&key(b, a, q, p), 5));
+        }
+        let by_port: std::collections::HashSet<usize> =
+            (0..100u16).map(|p| CtHints::slot(&key(0x0a00_0001, 0x0a00_0002, 10_000 + p, 5001), 0)).collect();
+        assert!(by_port.len() > 60, "100 source ports over {} slots", by_port.len());
+        let by_zone: std::collections::HashSet<usize> =
+            (0..100u16).map(|z| CtHints::slot(&key(0x0a00_0001, 0x0a00_0002, 10_000, 5001), z)).collect();
+        assert!(by_zone.len() > 60, "100 zones over {} slots", by_zone.len());
     }
 }
