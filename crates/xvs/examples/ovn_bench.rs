@@ -189,6 +189,21 @@ fn busy_ns(o: &Ovn, ovs: bool) -> f64 {
     }
 }
 
+/// With `OVN_BENCH_DIAG=1`: xvs's `show` and `pmd-stats` after a case
+/// (port counters with the AF_XDP queues' drops, drops by reason), on
+/// stderr, to see where a case lost frames.
+fn diag(o: &Ovn, ovs: bool, case: &str) {
+    if ovs || std::env::var("OVN_BENCH_DIAG").as_deref() != Ok("1") {
+        return;
+    }
+    for cmd in ["show", "pmd-stats"] {
+        let out = o.run(&[&xvs_exe().to_string_lossy(), cmd, "--run-dir", &o.run_dir()]);
+        eprintln!("--- {case}: xvs {cmd}\n{out}");
+    }
+    let links = o.run(&["ip", "-s", "-s", "link"]);
+    eprintln!("--- {case}: ip -s -s link\n{links}");
+}
+
 /// One run: packets/s sent from `src` and delivered to `dst`.
 fn once(src: &Host, dst: &Host, frames: &str, secs: f64) -> (f64, f64) {
     let ready = format!("/tmp/xvs-ovnbench-ready-{}", std::process::id());
@@ -249,6 +264,7 @@ fn cases(ovs: bool, a: &Args) -> (Vec<(&'static str, f64, f64, f64)>, f64) {
         let (off, got) = (median(r.iter().map(|x| x.0).collect()), median(r.iter().map(|x| x.1).collect()));
         let per = busy / delivered.max(1.0);
         eprintln!("  {name}: offered {off:.0} pps, delivered {got:.0} pps, {per:.0} ns of processing per packet");
+        diag(o, ovs, name);
         out.push((name, off, got, per));
     };
     run(&o, "switch", vm2, &to_vm2);
