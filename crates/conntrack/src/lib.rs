@@ -274,6 +274,10 @@ pub struct CtResult {
     /// The connection's original tuple (`ct_nw_src`, `ct_tp_dst`, ...).
     pub orig: Option<Tuple>,
     pub tracked: Option<Tracked>,
+    /// The packet belongs to the connection of the hint it was given
+    /// (`tracked` is then `None`: the caller keeps its hint, and neither
+    /// side pays an atomic reference count for a clone and a drop).
+    pub hint_matched: bool,
 }
 
 impl CtResult {
@@ -529,10 +533,17 @@ impl Conntrack {
                 None
             }
         };
-        let mut found = match hint.and_then(|h| self.hinted(h, act.zone, &p.tuple, translated, now_ms)) {
-            Some(f) => Some(f),
-            None if translated => by_translation().or_else(|| self.lookup(act.zone, &p.tuple, now_ms)),
-            None => self.lookup(act.zone, &p.tuple, now_ms),
+        if let Some((c, reply)) = hint.and_then(|h| self.hinted(h, act.zone, &p.tuple, translated, now_ms)) {
+            if !(act.force && reply && act.commit) {
+                return match self.existing(frame, &p, act, c, reply, now_ms) {
+                    Ok(r) => CtResult { hint_matched: true, ..r },
+                    Err(r) => r,
+                };
+            }
+        }
+        let mut found = match translated {
+            true => by_translation().or_else(|| self.lookup(act.zone, &p.tuple, now_ms)),
+            false => self.lookup(act.zone, &p.tuple, now_ms),
         };
         if let Some((c, reply)) = &found {
             if act.force && *reply && act.commit {
@@ -541,7 +552,10 @@ impl Conntrack {
             }
         }
         if let Some((c, reply)) = found {
-            return self.existing(frame, &p, act, c, reply, now_ms);
+            return match self.existing(frame, &p, act, &c, reply, now_ms) {
+                Ok(r) => CtResult { tracked: Some(Tracked { conn: c, tracker: self.id }), ..r },
+                Err(r) => r,
+            };
         }
         if let Some((inner, at)) = p.inner.as_deref().copied() {
             return self.related(frame, &p, act, &inner, at, now_ms);
@@ -574,7 +588,14 @@ impl Conntrack {
     /// holds the key `t` or, for a packet an earlier pass `translated`, the
     /// key `t` reversed. Keys are unique, so the lookup would find the same
     /// connection.
-    fn hinted(&self, h: &Tracked, zone: u16, t: &Tuple, translated: bool, now_ms: u64) -> Option<(Arc<Conn>, bool)> {
+    fn hinted<'h>(
+        &self,
+        h: &'h Tracked,
+        zone: u16,
+        t: &Tuple,
+        translated: bool,
+        now_ms: u64,
+    ) -> Option<(&'h Arc<Conn>, bool)> {
         let c = &h.conn;
         if h.tracker != self.id || c.zone != zone || !c.live(now_ms) {
             return None;
@@ -596,7 +617,7 @@ impl Conntrack {
         } else {
             return None;
         };
-        Some((Arc::clone(c), reply))
+        Some((c, reply))
     }
 
     /// An FTP control segment may announce a data connection.
@@ -608,27 +629,38 @@ impl Conntrack {
         }
     }
 
-    fn existing(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, c: Arc<Conn>, reply: bool, now: u64) -> CtResult {
+    /// A packet of connection `c`: `Ok` with the verdict (without
+    /// `tracked`, which the caller fills or not), or `Err` with another
+    /// outcome (invalid; a reopened TCP connection, new).
+    fn existing(
+        &self,
+        frame: &mut [u8],
+        p: &Parsed,
+        act: &CtAction,
+        c: &Arc<Conn>,
+        reply: bool,
+        now: u64,
+    ) -> Result<CtResult, CtResult> {
         let mut st = c.st.lock().expect("ct conn");
         if let (Proto::Tcp(t), Some(seg)) = (&mut st.proto, p.tcp) {
             match t.update(reply as usize, &seg) {
                 tcp::Update::Valid => {}
                 tcp::Update::Invalid => {
                     self.counters.tcp_invalid.fetch_add(1, Relaxed);
-                    return CtResult::invalid(act.zone);
+                    return Err(CtResult::invalid(act.zone));
                 }
                 tcp::Update::Reopen => {
                     drop(st);
-                    self.remove(&c, false);
+                    self.remove(c, false);
                     if !act.commit {
-                        return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
+                        return Err(CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() });
                     }
-                    return self.create(frame, p, act, now);
+                    return Err(self.create(frame, p, act, now));
                 }
             }
         }
         if c.alg == alg::FTP && p.tcp.is_some() {
-            self.ftp_announce(frame, p, &c, reply, now);
+            self.ftp_announce(frame, p, c, reply, now);
         }
         st.seen_reply |= reply;
         let d = reply as usize;
@@ -646,7 +678,7 @@ impl Conntrack {
         if reply {
             state |= cs::RPL;
         }
-        c.expires.store(now + self.timeout(&c, &st), Relaxed);
+        c.expires.store(now + self.timeout(c, &st), Relaxed);
         let (mark, label) = (st.mark, st.label);
         drop(st);
         if act.nat.is_some() && c.nat != 0 {
@@ -654,13 +686,21 @@ impl Conntrack {
             nat::rewrite(frame, p.l3, p.l4, p.end, &p.tuple, &to, false);
             state |= c.nat;
         }
-        self.verdict(c, state, act.zone, (mark, label))
+        Ok(CtResult { state, zone: act.zone, mark, label, orig: Some(c.orig), ..CtResult::default() })
     }
 
     /// The verdict for a packet matched to connection `c`, which also
     /// becomes the hint for the next `ct()`.
     fn verdict(&self, c: Arc<Conn>, state: u8, zone: u16, (mark, label): (u32, u128)) -> CtResult {
-        CtResult { state, zone, mark, label, orig: Some(c.orig), tracked: Some(Tracked { conn: c, tracker: self.id }) }
+        CtResult {
+            state,
+            zone,
+            mark,
+            label,
+            orig: Some(c.orig),
+            tracked: Some(Tracked { conn: c, tracker: self.id }),
+            hint_matched: false,
+        }
     }
 
     /// An ICMP error: related to the connection of the packet it quotes.

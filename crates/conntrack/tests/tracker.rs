@@ -482,6 +482,13 @@ fn a_translated_packet_belongs_to_the_connection_that_translated_it() {
         let second = t.execute_tracked(&mut f, &ct(1), 2, hint, first.state);
         assert_eq!(second.orig.unwrap().src, h0 as u128, "hint {with_hint}: ct_nw_src is the SNAT client's");
         assert_eq!(second.state, cs::TRK | cs::NEW);
+        // Found through the hint: the caller keeps its hint, no new handle
+        // on the connection is made; found by lookup: it gets one.
+        assert_eq!(second.hint_matched, with_hint);
+        assert_eq!(second.tracked.is_some(), !with_hint);
+        if let Some(tr) = &second.tracked {
+            assert!(std::sync::Arc::ptr_eq(&tr.conn, &first.tracked.as_ref().unwrap().conn));
+        }
     }
 }
 

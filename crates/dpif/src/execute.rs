@@ -381,10 +381,11 @@ fn track(
     let i = CtHints::slot(key, params.zone);
     let hint = hints.get(i);
     let mut r = ct.execute_tracked(frame, params, now_ms, hint.as_ref(), prev);
-    // The matched connection moves into its slot (the callers read only
-    // the verdict's other fields, and where the connection is).
-    let matched = r.tracked.is_some().then_some(i);
-    if matched.is_some() {
+    // The matched connection moves into its slot, unless it is the one
+    // there already (the callers read only the verdict's other fields, and
+    // where the connection is).
+    let matched = (r.tracked.is_some() || r.hint_matched).then_some(i);
+    if r.tracked.is_some() {
         *hint = r.tracked.take();
     }
     key.set_ct_state(r.state);
