@@ -200,6 +200,8 @@ fn diag(o: &Ovn, ovs: bool, case: &str) {
         let out = o.run(&[&xvs_exe().to_string_lossy(), cmd, "--run-dir", &o.run_dir()]);
         eprintln!("--- {case}: xvs {cmd}\n{out}");
     }
+    let stats = o.vsctl(&["--columns=name,statistics", "list", "interface"]);
+    eprintln!("--- {case}: Interface statistics\n{stats}");
     let links = o.run(&["ip", "-s", "-s", "link"]);
     eprintln!("--- {case}: ip -s -s link\n{links}");
 }
