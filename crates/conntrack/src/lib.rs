@@ -369,6 +369,9 @@ pub struct Conntrack {
     /// Timeout policies by zone (`CT_Zone:timeout_policy`); a connection
     /// keeps the policy its zone had when it was created.
     zone_timeouts: RwLock<HashMap<u16, Arc<Timeouts>>>,
+    /// Whether `zone_timeouts` has any policy: a new connection reads the
+    /// map (a lock) only then.
+    any_zone_timeouts: AtomicBool,
 }
 
 impl Conntrack {
@@ -390,6 +393,7 @@ impl Conntrack {
             defrag: frag::Defrag::default(),
             expect: alg::Expectations::default(),
             zone_timeouts: RwLock::new(HashMap::new()),
+            any_zone_timeouts: AtomicBool::new(false),
         }
     }
 
@@ -451,8 +455,10 @@ impl Conntrack {
     /// Replaces the zones' timeout policies (zones left out get the
     /// defaults). New connections use them.
     pub fn set_zone_timeouts(&self, policies: HashMap<u16, Timeouts>) {
-        let m = policies.into_iter().map(|(z, t)| (z, Arc::new(t))).collect();
-        *self.zone_timeouts.write().expect("ct zone timeouts") = m;
+        let m: HashMap<u16, Arc<Timeouts>> = policies.into_iter().map(|(z, t)| (z, Arc::new(t))).collect();
+        let mut w = self.zone_timeouts.write().expect("ct zone timeouts");
+        self.any_zone_timeouts.store(!m.is_empty(), std::sync::atomic::Ordering::Release);
+        *w = m;
     }
 
     /// The timeouts connections in `zone` get.
@@ -461,7 +467,13 @@ impl Conntrack {
     }
 
     fn timeout(&self, c: &Conn, st: &ConnState) -> u64 {
-        let t = c.tp.as_deref().unwrap_or(&self.timeouts);
+        self.timeout_for(c.tp.as_deref(), c.orig.proto, st)
+    }
+
+    /// The timeout of a connection of IP protocol `proto` in state `st`
+    /// under the zone policy `tp` (the defaults if none).
+    fn timeout_for(&self, tp: Option<&Timeouts>, proto: u8, st: &ConnState) -> u64 {
+        let t = tp.unwrap_or(&self.timeouts);
         match st.proto {
             Proto::Tcp(s) => match s.phase() {
                 tcp::Phase::Opening => t.tcp_opening,
@@ -470,7 +482,7 @@ impl Conntrack {
                 tcp::Phase::FinWait => t.tcp_fin_wait,
                 tcp::Phase::Closed => t.tcp_closed,
             },
-            Proto::Simple => match (c.orig.proto, st.seen_reply) {
+            Proto::Simple => match (proto, st.seen_reply) {
                 (packet::proto::UDP, false) => t.udp_first,
                 (packet::proto::UDP, true) => t.udp_bidir,
                 (packet::proto::ICMP | packet::proto::ICMPV6, false) => t.icmp_first,
@@ -788,15 +800,15 @@ impl Conntrack {
         if let Some((v, m)) = act.label {
             st.label = v & m;
         }
-        let mut state_tpl = Some(st);
-        let tp = {
-            let m = self.zone_timeouts.read().expect("ct zone timeouts");
-            if m.is_empty() {
-                None
-            } else {
-                m.get(&act.zone).cloned()
-            }
+        // Known before the connection exists: no lock of its state below.
+        let (mark, label) = (st.mark, st.label);
+        let tp = if self.any_zone_timeouts.load(std::sync::atomic::Ordering::Acquire) {
+            self.zone_timeouts.read().expect("ct zone timeouts").get(&act.zone).cloned()
+        } else {
+            None
         };
+        let expires = now + self.timeout_for(tp.as_deref(), orig.proto, &st);
+        let mut state_tpl = Some(st);
         for translated in cands {
             let reply = translated.reverse();
             let nat = if translated == orig { 0 } else { nat_bits };
@@ -808,14 +820,10 @@ impl Conntrack {
                 nat,
                 alg: act.alg.unwrap_or(0),
                 tp: tp.clone(),
-                expires: AtomicU64::new(0),
+                expires: AtomicU64::new(expires),
                 removed: AtomicBool::new(false),
                 st: Mutex::new(st),
             });
-            {
-                let s = conn.st.lock().expect("ct conn");
-                conn.expires.store(now + self.timeout(&conn, &s), Relaxed);
-            }
             if self.insert(&conn, now) {
                 self.n_conns.fetch_add(1, Relaxed);
                 zone.count.fetch_add(1, Relaxed);
@@ -830,9 +838,6 @@ impl Conntrack {
                     nat::rewrite(frame, p.l3, p.l4, p.end, &orig, &translated, false);
                     state |= nat;
                 }
-                let s = conn.st.lock().expect("ct conn");
-                let (mark, label) = (s.mark, s.label);
-                drop(s);
                 return self.verdict(conn, state, act.zone, (mark, label));
             }
             // Taken: keep the state for the next candidate.
