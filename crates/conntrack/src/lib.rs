@@ -280,6 +280,12 @@ pub struct CtResult {
     pub hint_matched: bool,
 }
 
+/// A verdict for a packet of connection `c`, without the handle on `c`
+/// ([`CtResult::tracked`]) that [`Conntrack::verdict`] adds.
+fn untracked_verdict(c: &Conn, state: u8, zone: u16, (mark, label): (u32, u128)) -> CtResult {
+    CtResult { state, zone, mark, label, orig: Some(c.orig), ..CtResult::default() }
+}
+
 impl CtResult {
     fn invalid(zone: u16) -> CtResult {
         CtResult { state: cs::TRK | cs::INV, zone, ..CtResult::default() }
@@ -553,9 +559,10 @@ impl Conntrack {
                 };
             }
         }
-        let mut found = match translated {
-            true => by_translation().or_else(|| self.lookup(act.zone, &p.tuple, now_ms)),
-            false => self.lookup(act.zone, &p.tuple, now_ms),
+        let mut found = if translated {
+            by_translation().or_else(|| self.lookup(act.zone, &p.tuple, now_ms))
+        } else {
+            self.lookup(act.zone, &p.tuple, now_ms)
         };
         if let Some((c, reply)) = &found {
             if act.force && *reply && act.commit {
@@ -698,21 +705,14 @@ impl Conntrack {
             nat::rewrite(frame, p.l3, p.l4, p.end, &p.tuple, &to, false);
             state |= c.nat;
         }
-        Ok(CtResult { state, zone: act.zone, mark, label, orig: Some(c.orig), ..CtResult::default() })
+        Ok(untracked_verdict(c, state, act.zone, (mark, label)))
     }
 
     /// The verdict for a packet matched to connection `c`, which also
     /// becomes the hint for the next `ct()`.
-    fn verdict(&self, c: Arc<Conn>, state: u8, zone: u16, (mark, label): (u32, u128)) -> CtResult {
-        CtResult {
-            state,
-            zone,
-            mark,
-            label,
-            orig: Some(c.orig),
-            tracked: Some(Tracked { conn: c, tracker: self.id }),
-            hint_matched: false,
-        }
+    fn verdict(&self, c: Arc<Conn>, state: u8, zone: u16, ml: (u32, u128)) -> CtResult {
+        let r = untracked_verdict(&c, state, zone, ml);
+        CtResult { tracked: Some(Tracked { conn: c, tracker: self.id }), ..r }
     }
 
     /// An ICMP error: related to the connection of the packet it quotes.

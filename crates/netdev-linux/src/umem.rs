@@ -213,10 +213,10 @@ impl Umem {
         if addr + 128 > self.area.size() as u64 {
             return;
         }
+        // The address is inside the area (checked above), so it points at
+        // memory this process maps.
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint that never faults and writes no
-        // memory; the address is inside the area (checked above) only so
-        // that it points at something this process maps.
+        // SAFETY: a prefetch is a hint: it never faults and writes no memory.
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             let p = self.area.as_ptr().add(addr as usize) as *const i8;
