@@ -122,11 +122,9 @@ pub enum Exec {
 #[inline]
 fn attach_tunnel(pkt: &mut Packet, key: &FlowKey) {
     let t = flow::key::TNL_WORDS.map(|w| key.w[w]);
-    match &mut pkt.tnl {
-        Some(b) => **b = t,
-        // An OR over the words, not `!= [0; N]`: that calls memcmp.
-        None if t.iter().fold(0, |a, &w| a | w) != 0 => pkt.set_tnl(t),
-        None => {}
+    // An OR over the words, not `!= [0; N]`: that calls memcmp.
+    if pkt.tnl.is_some() || t.iter().fold(0, |a, &w| a | w) != 0 {
+        pkt.set_tnl(t);
     }
 }
 
