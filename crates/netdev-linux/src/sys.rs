@@ -253,15 +253,41 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
 
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    set_thread_affinity(0, &[cpu]).map(|_| ())
+}
+
+/// Highest CPU number (exclusive) a `cpu_set_t` holds.
+const CPU_SET_BITS: usize = 8 * size_of::<libc::cpu_set_t>();
+
+/// Lets thread `tid` (0: the calling thread) run only on `cpus`. False if
+/// the thread has exited.
+pub fn set_thread_affinity(tid: i32, cpus: &[usize]) -> io::Result<bool> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "CPU number out of range"));
+    let mut set: libc::cpu_set_t = unsafe { zeroed() };
+    for &cpu in cpus {
+        if cpu >= CPU_SET_BITS {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "CPU number out of range"));
+        }
+        // SAFETY: `cpu` is within the set's capacity (checked above).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
     }
-    // SAFETY: `cpu` is within the set's capacity (checked above).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 = this thread.
-    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }).map(|_| ())
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; the kernel
+    // only reads it, and checks `tid` itself (ESRCH if it is gone).
+    match cvt(unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &set) }) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The CPUs thread `tid` (0: the calling thread) may run on.
+pub fn thread_affinity(tid: i32) -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { zeroed() };
+    // SAFETY: `set` is a writable cpu_set_t of the size passed.
+    cvt(unsafe { libc::sched_getaffinity(tid, size_of::<libc::cpu_set_t>(), &mut set) })?;
+    // SAFETY: every index is below the set's capacity.
+    Ok((0..CPU_SET_BITS).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
 }
 
 /// Takes a POSIX (fcntl) write lock on the whole of `fd`'s file, without

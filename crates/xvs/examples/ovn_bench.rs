@@ -141,7 +141,7 @@ fn setup_rate(o: &Ovn, ovs: bool, src: &Host, base: u64, n: u64) -> f64 {
     let path = format!("/tmp/xvs-ovnbench-{}-setup.hex", std::process::id());
     let mut text = String::with_capacity(n as usize * 121);
     for i in 0..n {
-        let m = (0x02_00_0000_0000 | (base + i)).to_be_bytes();
+        let m = (0x0200_0000_0000 | (base + i)).to_be_bytes();
         let b = wire::build::Frame::new(mac("00:00:00:00:01:01"), [m[2], m[3], m[4], m[5], m[6], m[7]])
             .ipv4(ip("10.0.1.1"), ip("10.0.1.2"))
             .udp(10_000, 5001)

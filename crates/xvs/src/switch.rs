@@ -318,6 +318,42 @@ pub struct Switch {
     threads: Vec<JoinHandle<()>>,
 }
 
+/// The CPUs the process could run on before [`keep_others_off`] first
+/// narrowed any of its threads.
+static ALL_CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+
+/// Keeps every thread of the process except the poll threads off the
+/// CPUs the poll threads are pinned to, so `pmd-cpu-mask` dedicates those
+/// cores as OVS users expect. Without this the scheduler puts the control
+/// thread (OVSDB updates, statistics, OpenFlow) on a poll thread's core
+/// whenever it wakes there, and the poll thread loses the core for the
+/// control thread's time slice, up to a few milliseconds, while its
+/// AF_XDP queues fill and overflow. Threads started later inherit their
+/// creator's CPUs. If the poll threads hold every CPU, or none is pinned
+/// any more, the other threads get back every CPU the process started with.
+fn keep_others_off(pmd_cpus: &[usize]) {
+    let all =
+        ALL_CPUS.get_or_init(|| netdev_linux::sys::thread_affinity(std::process::id() as i32).unwrap_or_default());
+    if all.is_empty() {
+        return;
+    }
+    let mut rest: Vec<usize> = all.iter().copied().filter(|c| !pmd_cpus.contains(c)).collect();
+    if rest.is_empty() {
+        rest = all.clone();
+    }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return };
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("pmd") {
+            continue;
+        }
+        if let Err(e) = netdev_linux::sys::set_thread_affinity(tid, &rest) {
+            eprintln!("xvs: thread {tid} ({}): cannot keep it off the poll threads' CPUs: {e}", comm.trim());
+        }
+    }
+}
+
 impl Switch {
     pub fn start(opts: SwitchOptions) -> Result<Switch> {
         crate::runfiles::check_name("bridge", &opts.bridge)?;
@@ -383,6 +419,9 @@ impl Switch {
                     })
                     .expect("spawn pmd thread"),
             );
+        }
+        if !opts.pmd_cpus.is_empty() || ALL_CPUS.get().is_some() {
+            keep_others_off(&opts.pmd_cpus);
         }
         opts.patches.tnl.add_switch(&shared);
         let sw = Switch { shared, threads };

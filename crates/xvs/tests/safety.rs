@@ -278,6 +278,51 @@ fn run_dir_and_sockets_keep_their_modes_under_umask_000() {
     assert_eq!(mode(&format!("{dir}/xvs.ctl")), 0o770);
 }
 
+/// CPUs in a `Cpus_allowed_list` line of /proc/.../status ("0-2,5").
+fn cpu_list(status: &str) -> Vec<usize> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+    let mut cpus = Vec::new();
+    for part in line.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    cpus
+}
+
+/// `--pmd-cpus` (`other_config:pmd-cpu-mask` under OVSDB) dedicates the
+/// poll thread's core: the poll thread runs there alone, and every other
+/// thread of the switch (control, OpenFlow, offload manager), whether it
+/// started before the poll thread or not, runs on the remaining CPUs. A
+/// control thread that woke on the poll thread's core took it for a
+/// scheduler slice while the AF_XDP queues overflowed.
+#[test]
+fn pinned_poll_threads_keep_their_cores_to_themselves() {
+    let mine = cpu_list(&std::fs::read_to_string("/proc/self/status").unwrap());
+    if mine.len() < 2 {
+        eprintln!("one CPU only ({mine:?}): nothing to keep apart");
+        return;
+    }
+    let pmd_cpu = *mine.last().unwrap();
+    let d = Daemon::start("aff", &[], &["--pmd-cpus", &pmd_cpu.to_string()]);
+    // Some control traffic, so the OpenFlow threads have run.
+    d.ofctl(&["dump-flows"]);
+    let mut seen = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{}/task", d.child.id())).unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default().trim().to_string();
+        let Ok(status) = std::fs::read_to_string(t.path().join("status")) else { continue };
+        let cpus = cpu_list(&status);
+        if comm.starts_with("pmd") {
+            assert_eq!(cpus, vec![pmd_cpu], "{comm} is pinned to its CPU");
+        } else {
+            let want: Vec<usize> = mine.iter().copied().filter(|&c| c != pmd_cpu).collect();
+            assert_eq!(cpus, want, "thread {comm} stays off the poll thread's CPU {pmd_cpu}");
+        }
+        seen.push(comm);
+    }
+    assert!(seen.iter().any(|c| c == "pmd0"), "a poll thread among {seen:?}");
+    assert!(seen.len() >= 3, "the switch's other threads among {seen:?}");
+}
+
 fn start_fails(args: &[&str]) -> String {
     let mut c =
         Command::new(XVS).arg("switch").args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
