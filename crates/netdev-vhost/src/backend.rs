@@ -17,6 +17,9 @@ use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventF
 pub(crate) struct Shared {
     pub connected: AtomicBool,
     pub connects: AtomicU64,
+    /// Memory tables the frontend sent: the port maps guest memory again
+    /// when this moves, and otherwise keeps its map without looking.
+    pub mem_gen: AtomicU64,
     /// Events (guest kicks) the message loop delivered.
     pub kicks: AtomicU64,
     /// The frontend accepted `VIRTIO_NET_F_MRG_RXBUF`: a frame to it may
@@ -90,7 +93,10 @@ impl VhostUserBackend for NetBackend {
         new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
     }
 
+    /// Called after each new memory table is in place (set, region added
+    /// or removed): the port maps it before its next batch.
     fn update_memory(&self, _mem: GuestMemoryAtomic<GuestMemoryMmap<()>>) -> std::io::Result<()> {
+        self.shared.mem_gen.fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 

@@ -41,7 +41,8 @@ const AVAIL_F_NO_INTERRUPT: u16 = 1;
 /// The guest's memory regions as host addresses, and the mapping they
 /// live in (kept alive while this exists).
 pub(crate) struct GuestMap {
-    mem: Arc<GuestMemoryMmap>,
+    /// Held, not read: the host addresses below stay mapped while it is.
+    _mem: Arc<GuestMemoryMmap>,
     /// (guest physical start, length, host address) per region.
     regions: Vec<(u64, u64, usize)>,
 }
@@ -55,12 +56,7 @@ impl GuestMap {
                 Some((r.start_addr().0, r.len(), host as usize))
             })
             .collect();
-        GuestMap { mem, regions }
-    }
-
-    /// Whether this map is of the memory table `mem`.
-    pub fn is_of(&self, mem: &Arc<GuestMemoryMmap>) -> bool {
-        Arc::ptr_eq(&self.mem, mem)
+        GuestMap { _mem: mem, regions }
     }
 
     /// The host address of guest bytes `[gpa, gpa+len)`, if one region
