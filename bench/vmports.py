@@ -192,7 +192,7 @@ def ovs_switch(vm_port, ports=None, flows=None, dpdk=False, pmd_mask="0x2", maxc
         # OVS adds --in-memory unless told --legacy-mem, which --no-huge needs.
         sh(*vsctl, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
            "other_config:dpdk-lcore-mask=0x1",
-           "other_config:dpdk-extra=--no-huge --legacy-mem -m 1024 --no-pci --file-prefix xbvm-ovs", env=env)
+           "other_config:dpdk-extra=--no-huge --legacy-mem -m 2048 --no-pci --file-prefix xbvm-ovs", env=env)
     sh(OVS_DPDK if dpdk else "ovs-vswitchd", f"unix:{d}/db.sock", f"--pidfile={d}/ovs-vswitchd.pid", "--detach",
        f"--log-file={d}/vswitchd.log", env=env)
     sh(*vsctl, "add-br", "xbvmbr", "--", "set", "bridge", "xbvmbr", "datapath_type=netdev", env=env)
