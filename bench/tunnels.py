@@ -348,6 +348,12 @@ def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kin
             row[f"{n}_offered_pps"] = statistics.median(x[0] for x in v)
             row[f"{n}_pps"] = statistics.median(x[1] for x in v)
             row[f"{n}_runs"] = [x[1] for x in v]
+        if "ovs_runs" in row:
+            # Rep r of xvs and rep r of OVS ran a minute apart; the
+            # machine's speed drifts more than that between reps, so each
+            # pair's ratio is the fairer comparison, and their spread says
+            # how far to trust the median.
+            row["ratio_runs"] = [x / o for x, o in zip(row["xvs_runs"], row["ovs_runs"]) if o > 0]
         rows.append(row)
     return {"rows": rows, "switches": info, "seconds": secs, "warmup": WARM, "reps": reps,
             "generator": GENERATORS[gen_kind]}
@@ -357,13 +363,14 @@ def report(res):
     rows = res["rows"]
     ovs = any("ovs_pps" in r for r in rows)
     print(f"\n{'Geneve, 64 B inner':<20}{'inner flows':>12}{'xvs pps':>12}{'OVS pps':>12}{'xvs/OVS':>9}"
-          f"{'offered (xvs/OVS)':>22}")
+          f"{'offered (xvs/OVS)':>22}  xvs/OVS per rep")
     for r in rows:
         o = r.get("ovs_pps")
         ratio = f"{r['xvs_pps'] / o:.2f}" if o else "-"
         offered = f"{r['xvs_offered_pps']:.0f}/{r['ovs_offered_pps']:.0f}" if ovs else f"{r['xvs_offered_pps']:.0f}"
+        per = " ".join(f"{x:.2f}" for x in r.get("ratio_runs", []))
         print(f"{r['case']:<20}{r['inner_flows']:>12}{r['xvs_pps']:>12.0f}{(f'{o:.0f}' if o is not None else '-'):>12}"
-              f"{ratio:>9}{offered:>22}")
+              f"{ratio:>9}{offered:>22}  {per}")
     for n, i in res["switches"].items():
         print(f"{n}: ports type={i['port_type']} xdp-mode={i['xdp_mode']}")
 
