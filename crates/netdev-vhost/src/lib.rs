@@ -482,9 +482,7 @@ impl Netdev for VhostUserClientPort {
         // cloned: a clone's reference counting, and the memory handle's
         // load, were 10% of the poll thread in VM-to-VM forwarding.
         let Some(vring) = self.guest_txq[rxq].take() else { return Ok(0) };
-        let map = self.take_map();
-        let r = self.rx_from(&map, &vring, rxq, out, max);
-        self.map = Some(map);
+        let r = self.with_map(|port, map| port.rx_from(map, &vring, rxq, out, max));
         self.guest_txq[rxq] = Some(vring);
         r
     }
@@ -497,9 +495,7 @@ impl Netdev for VhostUserClientPort {
             return Ok(());
         }
         let vrings = std::mem::take(&mut self.guest_rxqs);
-        let map = self.take_map();
-        let r = self.tx_to(&map, &vrings, pkts);
-        self.map = Some(map);
+        let r = self.with_map(|port, map| port.tx_to(map, &vrings, pkts));
         self.guest_rxqs = vrings;
         r
     }
@@ -746,19 +742,23 @@ impl VhostUserClientPort {
         Ok(left)
     }
 
-    /// The guest memory as mapped now, moved out of the port for a batch
-    /// (the caller puts it back). It is mapped again only when the
-    /// frontend has sent a new memory table since (the message loop moves
-    /// `mem_gen` after installing it), so a batch reads one counter.
-    fn take_map(&mut self) -> Arc<GuestMap> {
+    /// Runs `batch` with the guest memory as mapped now, moved out of the
+    /// port for the batch and back (no reference counting). It is mapped
+    /// again only when the frontend has sent a new memory table since (the
+    /// message loop moves `mem_gen` after installing it), so a batch reads
+    /// one counter.
+    fn with_map<R>(&mut self, batch: impl FnOnce(&mut Self, &GuestMap) -> R) -> R {
         let g = self.shared.mem_gen.load(Ordering::Acquire);
-        match self.map.take() {
+        let map = match self.map.take() {
             Some(m) if g == self.map_gen => m,
             _ => {
                 self.map_gen = g;
                 Arc::new(GuestMap::new(self.mem.memory().into_inner()))
             }
-        }
+        };
+        let r = batch(self, &map);
+        self.map = Some(map);
+        r
     }
 }
 
