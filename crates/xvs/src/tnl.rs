@@ -25,7 +25,21 @@
 //! Differences from OVS, by design: the encapsulation happens in the port
 //! rather than in a datapath action, so `dpctl/dump-flows` shows an
 //! output to the tunnel port where OVS shows `tnl_push(...)`;
-//! `tnl/ports/show` shows what each port pushes. A frame that no longer
+//! `tnl/ports/show` shows what each port pushes.
+//!
+//! Like OVS, which translates the underlay bridge's part of the path into
+//! the tunnel's megaflow, a tunnel port asks the underlay bridge's rules
+//! once per set of outer headers ([`Underlay`]): while their answer is a
+//! single output port, and reads no field that varies from frame to frame
+//! (the outer UDP source port, TOS, TTL), the encapsulated frames go
+//! straight to that port from the poll thread that encapsulated them, and
+//! are credited to those rules; `tnl/ports/show` says so
+//! (`underlay: direct to br-phy port eth1`). Otherwise they take the
+//! underlay bridge's datapath frame by frame (its queue, cache and
+//! pipeline). The answer is asked again when that bridge's rules, MAC
+//! table or ports change. With it, the frames do not appear in the
+//! underlay bridge's `dpctl/dump-flows` or poll-thread statistics, as in
+//! OVS, where they belong to the tunnel's megaflow. A frame that no longer
 //! fits the route device's MTU after encapsulation is sent anyway, as OVS
 //! sends it (the underlay port may well carry it: OVS's documentation has
 //! users raise the underlay's MTU, not br-phy's); the egress device drops
@@ -92,6 +106,11 @@ pub struct TnlPortState {
     bfd: Option<Mutex<tunnel::bfd::Session>>,
     /// BFD control packets received (consumed before the pipeline).
     bfd_rx: AtomicU64,
+    /// Where encapsulated frames go without a pass through the underlay
+    /// bridge's datapath ("br-phy port eth1"), if they do (see
+    /// [`Underlay`]), and how many did.
+    direct_via: Mutex<Option<String>>,
+    direct_tx: AtomicU64,
 }
 
 /// What a bridge's local port does with one frame the pipeline sent it.
@@ -182,6 +201,12 @@ impl TnlEnv {
     pub fn peers(&self, me: &crate::switch::Shared) -> Vec<Arc<crate::switch::Shared>> {
         let v = self.switches.lock().expect("tnl switches");
         v.iter().filter_map(Weak::upgrade).filter(|s| !std::ptr::eq(&**s, me)).collect()
+    }
+
+    /// The bridge of this process named `name`.
+    fn switch_of(&self, name: &str) -> Option<Arc<crate::switch::Shared>> {
+        let v = self.switches.lock().expect("tnl switches");
+        v.iter().filter_map(Weak::upgrade).find(|s| s.bridge == name)
     }
 
     /// Records the OpenFlow number a tunnel port got.
@@ -673,6 +698,26 @@ struct Prebuilt {
     generation: u64,
     tmpl: encap::Template,
     bridge: Arc<BridgeTnl>,
+    /// What the underlay bridge's pipeline does with these headers, once
+    /// asked (see [`Underlay`]).
+    underlay: Option<Underlay>,
+}
+
+/// The underlay bridge's decision for one tunnel's frames, as OVS makes it
+/// when it translates the underlay bridge's part of the path into the
+/// tunnel's megaflow: looked up once, with the outer headers of the first
+/// frame, and kept while that bridge's rules, MAC table and ports stay as
+/// they were. When the decision is a single output that does not depend
+/// on a field that varies from frame to frame (the outer UDP source port,
+/// TOS, TTL, flow label), the frames go straight to that port from the
+/// poll thread that encapsulated them; otherwise they take the underlay
+/// bridge's whole datapath (its queue, cache and pipeline) one by one.
+struct Underlay {
+    peer: Weak<crate::switch::Shared>,
+    of_gen: u64,
+    ports_gen: u64,
+    /// The port, and the OpenFlow objects (rules, tables) to credit.
+    out: Option<(Weak<crate::switch::Port>, dpif::CounterSet)>,
 }
 
 /// The tunnel port as the datapath sees it.
@@ -702,6 +747,8 @@ impl TunnelPort {
             ofport: std::sync::atomic::AtomicU32::new(0),
             bfd: cfg_bfd.map(|c| Mutex::new(tunnel::bfd::Session::new(c, discriminator(name), env.now_ms()))),
             bfd_rx: AtomicU64::new(0),
+            direct_via: Mutex::new(None),
+            direct_tx: AtomicU64::new(0),
         });
         env.register_port(Arc::clone(&state));
         TunnelPort { env: Arc::clone(env), state, stats: PortStats::default(), ip_id: 0, pre: None, run: Vec::new() }
@@ -724,20 +771,23 @@ impl TunnelPort {
             FromFlow::Flow => flow_remote(&k).ok_or("tnl_no_remote")?,
         };
         let hop = self.env.resolve(dst, cfg.local)?;
-        Ok(Prebuilt { words, generation, tmpl: template(cfg, &hop, dst, &k, tlv), bridge: hop.bridge })
+        Ok(Prebuilt { words, generation, tmpl: template(cfg, &hop, dst, &k, tlv), bridge: hop.bridge, underlay: None })
     }
 
     /// Encapsulates one packet in place (the outer headers go into its
     /// headroom, so a frame received on an AF_XDP port stays in its UMEM
     /// frame and leaves through a port of the same UMEM without a copy);
     /// the frame to send (its bridge is `self.pre`'s), or the drop reason.
-    fn encap(&mut self, mut pkt: Packet, tlv: &[TlvMapping]) -> Result<Packet, &'static str> {
+    /// `run` holds the frames encapsulated with `self.pre` so far; they are
+    /// sent before the headers change.
+    fn encap(&mut self, mut pkt: Packet, tlv: &[TlvMapping], run: &mut Vec<Packet>) -> Result<Packet, &'static str> {
         let words = pkt.take_tnl().unwrap_or_default();
         let g = self.env.generation.load(Ordering::Acquire);
         // The words compared by an OR of XORs: `==` on the arrays calls
         // memcmp, which was 1.5% of the core here.
         let same = |p: &Prebuilt| p.words.iter().zip(&words).fold(0, |a, (x, y)| a | (x ^ y)) == 0;
         if !self.pre.as_ref().is_some_and(|p| p.generation == g && same(p)) {
+            self.send_run(run);
             self.pre = Some(self.prebuild(words, g, tlv)?);
         }
         let pre = self.pre.as_ref().expect("prebuilt above");
@@ -753,6 +803,109 @@ impl TunnelPort {
         pkt.in_port = 0;
         Ok(pkt)
     }
+}
+
+impl TunnelPort {
+    /// Sends `run`, frames encapsulated with `self.pre`'s headers: straight
+    /// to the underlay bridge's output port when its pipeline's decision
+    /// for these headers is that port ([`Underlay`]), else into that
+    /// bridge's queue, as if its local port had sent them.
+    fn send_run(&mut self, run: &mut Vec<Packet>) {
+        let Some(first) = run.first() else { return };
+        let pre = self.pre.as_mut().expect("a run has its headers");
+        let direct = pre.underlay_port(&self.env, &self.state, first.data());
+        let Some((peer, port, counters)) = direct else {
+            pre.bridge.push_all(run, &self.env);
+            return;
+        };
+        let n = run.len() as u64;
+        let bytes: u64 = run.iter().map(|p| p.len() as u64).sum();
+        port.foreign_tx.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut dev = port.dev.lock().expect("port lock");
+            let _ = dev.tx_batch(run);
+            // A port that defers its transmit kick is kicked now: this
+            // thread does not flush the underlay bridge's ports later.
+            if port.spec.tx_flush_us > 0 {
+                dev.flush_tx(true);
+            }
+        }
+        run.clear();
+        let now = peer.now_ms();
+        for c in counters.iter() {
+            c.0.credit(n, bytes, now);
+        }
+        self.state.direct_tx.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Prebuilt {
+    /// The underlay bridge's output port for frames with these headers
+    /// (`sample` is one of them), if its pipeline sends them all to one
+    /// port; decided again when its rules, MAC table or ports change.
+    #[allow(clippy::type_complexity)]
+    fn underlay_port(
+        &mut self,
+        env: &TnlEnv,
+        state: &TnlPortState,
+        sample: &[u8],
+    ) -> Option<(Arc<crate::switch::Shared>, Arc<crate::switch::Port>, dpif::CounterSet)> {
+        let peer = match self.underlay.as_ref().and_then(|u| u.peer.upgrade()) {
+            Some(p) => p,
+            None => env.switch_of(&self.bridge.name)?,
+        };
+        let of_gen = peer.generation.load(Ordering::Acquire);
+        let ports_gen = peer.ports_gen.load(Ordering::Acquire);
+        let fresh = self.underlay.as_ref().is_some_and(|u| {
+            u.of_gen == of_gen && u.ports_gen == ports_gen && std::ptr::eq(u.peer.as_ptr(), Arc::as_ptr(&peer))
+        });
+        if !fresh {
+            // A writer holds the rules: this run takes the queue, and the
+            // decision is made on a later one.
+            let of = peer.ofproto.try_read().ok()?;
+            let mut key = FlowKey::ZERO;
+            let _ = flow::extract::extract_into(sample, ofproto::actions::ofpp::LOCAL, &mut key);
+            let t = of.translate_key(&key, 0);
+            drop(of);
+            let out = match t.actions.as_slice() {
+                [dpif::DpAction::Output(o)]
+                    if *o != ofproto::actions::ofpp::LOCAL
+                        && !t.too_deep
+                        && peer.mirror.is_none()
+                        && !varies(&t.mask) =>
+                {
+                    // A device, not another bridge's way in (patch,
+                    // tunnel, local port), which has a path of its own.
+                    peer.ports
+                        .read()
+                        .expect("ports lock")
+                        .get(o)
+                        .filter(|p| {
+                            use crate::config::PortType::*;
+                            matches!(p.spec.kind, Afxdp | System | AfPacket | Tap | VhostUser | VhostUserClient)
+                        })
+                        .map(|p| (Arc::downgrade(p), t.counters.clone()))
+                }
+                _ => None,
+            };
+            let via = match &out {
+                Some((p, _)) => p.upgrade().map(|p| format!("{} port {}", peer.bridge, p.spec.name)),
+                None => None,
+            };
+            *state.direct_via.lock().expect("direct via") = via;
+            self.underlay = Some(Underlay { peer: Arc::downgrade(&peer), of_gen, ports_gen, out });
+        }
+        let (port, counters) = self.underlay.as_ref()?.out.as_ref()?;
+        Some((peer, port.upgrade()?, counters.clone()))
+    }
+}
+
+/// Whether megaflow mask `m` reads a field that frames with one set of
+/// prebuilt outer headers do not share: the UDP source port (a hash of
+/// the inner flow), TOS and TTL (inherited from the inner packet), the
+/// IPv6 flow label.
+fn varies(m: &FlowKey) -> bool {
+    [loc::TP_SRC, loc::NW_TOS, loc::NW_TTL, loc::IPV6_LABEL].iter().any(|f| f.get(m) != 0)
 }
 
 /// The outer headers for port configuration `cfg` towards `dst` via `hop`,
@@ -883,23 +1036,15 @@ impl Netdev for TunnelPort {
         let env = Arc::clone(&self.env);
         let tlv_map = env.tlv.read().expect("tnl tlv");
         let tlv = tlv_map.get(&self.state.bridge).map_or(&[][..], |v| &v[..]);
-        // Frames for one underlay bridge go into its queue together (one
-        // lock per run of them, not per frame).
+        // Frames with one set of outer headers leave together (one lock
+        // per run of them, not per frame; see `send_run`).
         let mut run = std::mem::take(&mut self.run);
-        let mut run_bridge: Option<Arc<BridgeTnl>> = None;
         for p in pkts.drain(..) {
             let len = p.len() as u64;
-            match self.encap(p, tlv) {
+            match self.encap(p, tlv, &mut run) {
                 Ok(frame) => {
                     self.stats.tx_packets += 1;
                     self.stats.tx_bytes += len;
-                    let bridge = &self.pre.as_ref().expect("encap prebuilt it").bridge;
-                    if !run_bridge.as_ref().is_some_and(|b| Arc::ptr_eq(b, bridge)) {
-                        if let Some(b) = run_bridge.take() {
-                            b.push_all(&mut run, &env);
-                        }
-                        run_bridge = Some(Arc::clone(bridge));
-                    }
                     run.push(frame);
                 }
                 Err(why) => {
@@ -909,9 +1054,7 @@ impl Netdev for TunnelPort {
             }
         }
         drop(tlv_map);
-        if let Some(b) = run_bridge {
-            b.push_all(&mut run, &env);
-        }
+        self.send_run(&mut run);
         self.run = run;
         self.state.tx_packets.store(self.stats.tx_packets, Ordering::Relaxed);
         Ok(())
@@ -1105,6 +1248,9 @@ pub fn ports_show(env: &TnlEnv) -> String {
             p.tx_packets.load(Ordering::Relaxed),
             p.rx_dropped.load(Ordering::Relaxed),
         ));
+        if let Some(via) = p.direct_via.lock().expect("direct via").as_ref() {
+            s.push_str(&format!("    underlay: direct to {via} ({} frames)\n", p.direct_tx.load(Ordering::Relaxed)));
+        }
         if let Some(b) = &p.bfd {
             let st = b.lock().expect("bfd session").status();
             s.push_str(&format!(
@@ -1309,6 +1455,8 @@ mod tests {
                 ofport: std::sync::atomic::AtomicU32::new(0),
                 bfd: None,
                 bfd_rx: AtomicU64::new(0),
+                direct_via: Mutex::new(None),
+                direct_tx: AtomicU64::new(0),
             })
         };
         let flowport = mk(FromFlow::Flow, Some(FromFlow::Flow));

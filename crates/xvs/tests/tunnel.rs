@@ -655,3 +655,64 @@ fn gre_malformed_xvs_xvs() {
 fn gre_malformed_ovs_ovs() {
     malformed("mro", Kind::Gre, [Ovs, Ovs], &[Truncated, BadVersion, BadProtocol], &[Truncated, BadVersion]);
 }
+
+/// The packets of br-phy's NORMAL rule (the bridge's default rule).
+fn normal_packets(hv: &xvs::tnlref::Hv) -> u64 {
+    let out = hv.ofctl_ok("br-phy", &["dump-flows"]);
+    out.lines()
+        .find(|l| l.contains("actions=NORMAL") && l.contains("priority=0"))
+        .and_then(|l| l.split("n_packets=").nth(1))
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("hv{} ({}): no NORMAL rule in br-phy:\n{out}", hv.name, hv.switch.name()))
+}
+
+/// The underlay bridge's own rules apply to the tunnel's frames, as with
+/// OVS's native tunneling, which translates br-phy's part of the path into
+/// the tunnel's megaflow: br-phy's NORMAL rule counts the frames both
+/// ways; a rule that reads the outer TTL (a field that may vary from
+/// frame to frame) lets them through; a rule that drops them stops the
+/// ping, and the ping is back once it is gone. xvs sends a tunnel's
+/// frames straight to br-phy's port while br-phy's decision for their
+/// outer headers is that port alone, and through br-phy's datapath
+/// otherwise: `tnl/ports/show` says which.
+fn underlay_rules(tag: &str, sw: [Switch; 2]) {
+    let t0 = Instant::now();
+    let Some(o) = setup(tag, Kind::Geneve, sw, Key::Fixed(VNI)) else { return };
+    o.assert_connected(10);
+    let a = &o.hv[0];
+    let direct = || a.appctl_ok(&["tnl/ports/show"]).contains("underlay: direct to br-phy port ul");
+    let before = normal_packets(a);
+    assert_eq!(o.ping(3), 3, "ping vmA -> vmB");
+    // Three requests out and three replies in, each through br-phy.
+    let counted = xvs::ovnref::eventually(5, || normal_packets(a) >= before + 6);
+    assert!(counted, "hvA ({}): br-phy's NORMAL rule went {before} -> {} packets", sw[0].name(), normal_packets(a));
+    if sw[0] == Xvs {
+        assert!(direct(), "hvA sends straight to br-phy's port ul:\n{}", a.appctl_ok(&["tnl/ports/show"]));
+    }
+    step(tag, t0, "br-phy's NORMAL rule counts the tunnel's frames");
+    a.ofctl_ok("br-phy", &["add-flow", "priority=100,udp,tp_dst=6081,nw_ttl=1,actions=drop"]);
+    assert_eq!(o.ping(3), 3, "a br-phy rule on the outer TTL (64, not 1) lets the tunnel through");
+    if sw[0] == Xvs {
+        assert!(!direct(), "a decision that reads the outer TTL is not taken once for every frame");
+    }
+    step(tag, t0, "a rule on the outer TTL: through br-phy's datapath, ping 3/3");
+    a.ofctl_ok("br-phy", &["add-flow", "priority=100,udp,tp_dst=6081,actions=drop"]);
+    assert_eq!(o.ping_quick(3), 0, "br-phy drops the tunnel's frames");
+    step(tag, t0, "br-phy drops the tunnel's frames: ping 0/3");
+    a.ofctl_ok("br-phy", &["del-flows", "udp,tp_dst=6081"]);
+    assert_eq!(o.ping(3), 3, "the drop rule is gone");
+    if sw[0] == Xvs {
+        assert!(direct(), "straight to ul again:\n{}", a.appctl_ok(&["tnl/ports/show"]));
+    }
+    step(tag, t0, "rules removed: ping 3/3");
+}
+
+#[test]
+fn underlay_rules_xvs_ovs() {
+    underlay_rules("uxo", [Xvs, Ovs]);
+}
+#[test]
+fn underlay_rules_ovs_ovs() {
+    underlay_rules("uoo", [Ovs, Ovs]);
+}
