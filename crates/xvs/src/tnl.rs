@@ -114,13 +114,25 @@ pub struct TnlPortState {
 }
 
 /// What a bridge's local port does with one frame the pipeline sent it.
+/// The frame is read, not changed, until it has been moved where the
+/// verdict sends it: a packet moved right after it was changed stalled
+/// the copy on the narrower stores just made.
 enum Verdict {
     /// Not a tunnel frame for this host: on to the local device.
-    Pass(Packet),
+    Pass,
     /// Consumed: a BFD packet, or dropped and counted.
     Taken,
-    /// Decapsulated, for this tunnel port (an index into [`RxView::ports`]).
-    Received(usize, Packet),
+    /// A tunnel frame for this tunnel port (an index into
+    /// [`RxView::ports`]), to decapsulate.
+    Received(usize, Inner),
+}
+
+/// Where a tunnel frame's inner frame is, and its tunnel fields.
+struct Inner {
+    start: usize,
+    /// End of the outer datagram (Ethernet padding after it is cut).
+    end: usize,
+    tnl: flow::key::TnlWords,
 }
 
 /// What decapsulation reads, borrowed once per batch.
@@ -390,17 +402,26 @@ impl TnlEnv {
         let view = RxView { ports: &ports, listen: &listen, tlv: &tlv };
         let mut run_port: Option<usize> = None;
         for p in pkts.drain(..) {
-            match self.intercept(p, bridge, &view) {
-                Verdict::Pass(p) => keep.push(p),
+            match self.intercept(&p, bridge, &view) {
+                Verdict::Pass => keep.push(p),
                 Verdict::Taken => {}
-                Verdict::Received(port, pkt) => {
+                Verdict::Received(port, inner) => {
                     if run_port != Some(port) {
                         if let Some(r) = run_port.take() {
                             self.receive(&ports[r], run);
                         }
                         run_port = Some(port);
                     }
-                    run.push(pkt);
+                    run.push(p);
+                    // The inner frame, where it is: padding after the
+                    // outer datagram cut, the outer headers given back as
+                    // headroom.
+                    let pkt = run.last_mut().expect("pushed above");
+                    pkt.truncate(inner.end);
+                    pkt.remove_bytes(0, inner.start);
+                    pkt.rx_hash = None;
+                    pkt.csum_partial = None;
+                    pkt.set_tnl(inner.tnl);
                 }
             }
         }
@@ -425,7 +446,7 @@ impl TnlEnv {
     }
 
     /// One frame of [`TnlEnv::intercept_batch`].
-    fn intercept(&self, mut pkt: Packet, bridge: &str, view: &RxView) -> Verdict {
+    fn intercept(&self, pkt: &Packet, bridge: &str, view: &RxView) -> Verdict {
         let frame = pkt.data();
         let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
         // The IP protocol (IPv6: the first next header; tunnels over IPv6
@@ -434,31 +455,31 @@ impl TnlEnv {
             Some(0x0806) => {
                 // ARP: the neighbour cache learns.
                 self.learn(frame, bridge);
-                return Verdict::Pass(pkt);
+                return Verdict::Pass;
             }
             Some(0x0800) => (frame.get(23).copied(), 30..34),
             Some(0x86dd) => {
                 if frame.get(20) == Some(&58) {
                     // ICMPv6, with neighbour discovery: the cache learns.
                     self.learn(frame, bridge);
-                    return Verdict::Pass(pkt);
+                    return Verdict::Pass;
                 }
                 (frame.get(20).copied(), 38..54)
             }
-            _ => return Verdict::Pass(pkt),
+            _ => return Verdict::Pass,
         };
-        let Some(proto) = proto else { return Verdict::Pass(pkt) };
+        let Some(proto) = proto else { return Verdict::Pass };
         if proto != 17 && proto != 47 {
-            return Verdict::Pass(pkt);
+            return Verdict::Pass;
         }
         let d = {
             let listen = view.listen;
             if proto == 47 && !listen.gre {
-                return Verdict::Pass(pkt);
+                return Verdict::Pass;
             }
             match encap::pop(frame, listen) {
                 Ok(d) => d,
-                Err(encap::DecapError::NotTunnel) => return Verdict::Pass(pkt),
+                Err(encap::DecapError::NotTunnel) => return Verdict::Pass,
                 Err(e) => {
                     // Only frames addressed to this host are ours to judge.
                     let dst = frame.get(dst_at.clone()).map(|b| match b.len() {
@@ -469,7 +490,7 @@ impl TnlEnv {
                         self.count_drop(e.name(), 1);
                         return Verdict::Taken;
                     }
-                    return Verdict::Pass(pkt);
+                    return Verdict::Pass;
                 }
             }
         };
@@ -478,7 +499,7 @@ impl TnlEnv {
                 self.count_drop("tnl_no_port", 1);
                 return Verdict::Taken;
             }
-            return Verdict::Pass(pkt);
+            return Verdict::Pass;
         };
         let port = &view.ports[i];
         if let Some(s) = &port.bfd {
@@ -490,15 +511,8 @@ impl TnlEnv {
                 return Verdict::Taken;
             }
         }
-        // The inner frame, where it is: padding after the outer datagram
-        // cut, the outer headers given back as headroom.
-        pkt.truncate(d.end);
-        pkt.remove_bytes(0, d.inner);
-        pkt.rx_hash = None;
-        pkt.csum_partial = None;
         let maps = view.tlv.get(&port.bridge).map_or(&[][..], |v| &v[..]);
-        pkt.set_tnl(meta_to_words(&d.meta, maps));
-        Verdict::Received(i, pkt)
+        Verdict::Received(i, Inner { start: d.inner, end: d.end, tnl: meta_to_words(&d.meta, maps) })
     }
 
     /// Whether `addr` is an address of this host (a `local` route).
@@ -774,14 +788,15 @@ impl TunnelPort {
         Ok(Prebuilt { words, generation, tmpl: template(cfg, &hop, dst, &k, tlv), bridge: hop.bridge, underlay: None })
     }
 
-    /// Encapsulates one packet in place (the outer headers go into its
-    /// headroom, so a frame received on an AF_XDP port stays in its UMEM
-    /// frame and leaves through a port of the same UMEM without a copy);
-    /// the frame to send (its bridge is `self.pre`'s), or the drop reason.
-    /// `run` holds the frames encapsulated with `self.pre` so far; they are
-    /// sent before the headers change.
-    fn encap(&mut self, mut pkt: Packet, tlv: &[TlvMapping], run: &mut Vec<Packet>) -> Result<Packet, &'static str> {
-        let words = pkt.take_tnl().unwrap_or_default();
+    /// Makes sure `self.pre` holds the headers for tunnel fields `words`
+    /// (sending `run`, the frames encapsulated with the previous ones,
+    /// first); the drop reason if the remote cannot be reached.
+    fn headers_for(
+        &mut self,
+        words: flow::key::TnlWords,
+        tlv: &[TlvMapping],
+        run: &mut Vec<Packet>,
+    ) -> Result<(), &'static str> {
         let g = self.env.generation.load(Ordering::Acquire);
         // The words compared by an OR of XORs: `==` on the arrays calls
         // memcmp, which was 1.5% of the core here.
@@ -790,7 +805,17 @@ impl TunnelPort {
             self.send_run(run);
             self.pre = Some(self.prebuild(words, g, tlv)?);
         }
-        let pre = self.pre.as_ref().expect("prebuilt above");
+        Ok(())
+    }
+
+    /// Encapsulates one packet in place with `self.pre`'s headers (the
+    /// outer headers go into its headroom, so a frame received on an
+    /// AF_XDP port stays in its UMEM frame and leaves through a port of
+    /// the same UMEM without a copy).
+    fn encap(&mut self, pkt: &mut Packet) {
+        let pre = self.pre.as_ref().expect("headers_for built them");
+        // Back to the pool: the words are in `pre`.
+        let _ = pkt.take_tnl();
         let hash = pkt.rx_hash.unwrap_or_else(|| netdev::packet::frame_flow_hash(pkt.data()));
         self.ip_id = self.ip_id.wrapping_add(1);
         // A checksum the inner frame still owes is finished before the outer
@@ -798,10 +823,9 @@ impl TunnelPort {
         if pkt.csum_partial.is_some() {
             pkt.complete_checksum();
         }
-        write_frame(&self.env, &self.state.cfg, &pre.tmpl, &pre.bridge, &mut pkt, hash, self.ip_id);
+        write_frame(&self.env, &self.state.cfg, &pre.tmpl, &pre.bridge, pkt, hash, self.ip_id);
         pkt.rx_hash = None;
         pkt.in_port = 0;
-        Ok(pkt)
     }
 }
 
@@ -1040,18 +1064,20 @@ impl Netdev for TunnelPort {
         // per run of them, not per frame; see `send_run`).
         let mut run = std::mem::take(&mut self.run);
         for p in pkts.drain(..) {
-            let len = p.len() as u64;
-            match self.encap(p, tlv, &mut run) {
-                Ok(frame) => {
-                    self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += len;
-                    run.push(frame);
-                }
-                Err(why) => {
-                    self.stats.tx_dropped += 1;
-                    env.count_drop(why, 1);
-                }
+            let words = p.tnl.as_deref().copied().unwrap_or_default();
+            if let Err(why) = self.headers_for(words, tlv, &mut run) {
+                self.stats.tx_dropped += 1;
+                env.count_drop(why, 1);
+                continue;
             }
+            self.stats.tx_packets += 1;
+            self.stats.tx_bytes += p.len() as u64;
+            // Moved into the run before it is changed: changing it first
+            // and then moving it stalled the copy on the narrower stores
+            // just made (half of this function's time).
+            run.push(p);
+            let pkt = run.last_mut().expect("pushed above");
+            self.encap(pkt);
         }
         drop(tlv_map);
         self.send_run(&mut run);
