@@ -238,10 +238,11 @@ impl TnlEnv {
         if let Some(b) = b {
             let mut q = b.inject.lock().expect("inject queue");
             let n = q.len().min(max.saturating_sub(out.len()));
-            for mut p in q.drain(..n) {
-                p.in_port = ofproto::actions::ofpp::LOCAL;
-                out.push(p);
-            }
+            // Moved, then given their input port where they lie (see
+            // `Verdict`).
+            let at = out.len();
+            out.extend(q.drain(..n));
+            out[at..].iter_mut().for_each(|p| p.in_port = ofproto::actions::ofpp::LOCAL);
         }
         for p in self.ports.read().expect("tnl ports").iter().filter(|p| p.bridge == bridge) {
             let ofport = p.ofport.load(Ordering::Acquire);
@@ -250,10 +251,9 @@ impl TnlEnv {
             }
             let mut q = p.rx.lock().expect("tnl rx");
             let n = q.len().min(max.saturating_sub(out.len()));
-            for mut pkt in q.drain(..n) {
-                pkt.in_port = ofport;
-                out.push(pkt);
-            }
+            let at = out.len();
+            out.extend(q.drain(..n));
+            out[at..].iter_mut().for_each(|p| p.in_port = ofport);
         }
     }
 
