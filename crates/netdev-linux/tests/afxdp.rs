@@ -66,7 +66,10 @@ fn ping_through(tag: &str, mode: XdpMode, shared: bool) {
         assert_ne!(a.umem().id(), b.umem().id());
     }
     let fw = Forwarder::start(vec![Box::new(a), Box::new(b)]);
-    let ok = t.ping(0, 1, 5);
+    // Echoes of 442 bytes, and the ARP frames before them (60 bytes): on
+    // veth the kernel copies every frame sent, and frames up to 256 bytes
+    // are copied into a recently used frame first (see the afxdp module).
+    let ok = t.ping_sized(0, 1, 5, 400);
     let ports = fw.finish();
     for p in &ports {
         eprintln!("{}: {:?} {:?}", p.name(), p.info(), p.stats());
@@ -78,7 +81,9 @@ fn ping_through(tag: &str, mode: XdpMode, shared: bool) {
         let cp: u64 = field(&d, "copied_tx=");
         assert!(p.stats().tx_packets >= 6, "{d}");
         if shared {
-            assert!(zc >= 6 && cp == 0, "{}: {d}", p.name());
+            // The echoes leave from the frames they arrived in; only the
+            // small ARP frames are copied.
+            assert!(zc >= 5 && cp <= 4, "{}: {d}", p.name());
         } else {
             assert!(cp >= 6 && zc == 0, "{}: {d}", p.name());
         }
@@ -116,8 +121,11 @@ fn copy_mode_ping_generic() {
     ping_through("cg", XdpMode::Generic, false);
 }
 
-/// A received packet sent unchanged on another port of the same UMEM goes
-/// out as the same frame (no copy) and reaches B's peer namespace.
+/// A received packet sent unchanged on another port of the same UMEM
+/// reaches B's peer namespace. veth's sockets are copy-mode (the kernel
+/// copies what it sends), so this small frame (an ARP request) is copied
+/// into a recently used frame first; larger ones leave from the frame
+/// they arrived in (`shared_umem_ping_*`).
 #[test]
 fn shared_umem_rx_a_tx_b_arrives_unchanged() {
     let t = Topo::new("ab", 2);
@@ -162,8 +170,9 @@ fn shared_umem_rx_a_tx_b_arrives_unchanged() {
     pinger.join().unwrap();
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("10.9.0.99"), "B's peer did not see the frame: {s} {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(b.tx_path_counters().zero_copy, 1);
-    assert_eq!(b.tx_path_counters().copied, 0);
+    assert!(!b.driver_zero_copy(), "veth has no AF_XDP zero-copy driver mode");
+    assert_eq!(b.tx_path_counters().zero_copy, 0);
+    assert_eq!(b.tx_path_counters().copied, 1);
     assert_eq!(&bytes[38..42], &[10, 9, 0, 99]);
     // Dropping one port keeps the other working and frees its frames.
     drop(a);

@@ -103,10 +103,16 @@ impl Topo {
 
     /// `ping` from namespace `from` to 10.9.0.(to+1); true if all replies came.
     pub fn ping(&self, from: usize, to: usize, count: u32) -> bool {
+        self.ping_sized(from, to, count, 56)
+    }
+
+    /// [`Topo::ping`] with `size` bytes of ICMP payload.
+    pub fn ping_sized(&self, from: usize, to: usize, count: u32, size: u32) -> bool {
         let dst = format!("10.9.0.{}", to + 1);
         let c = count.to_string();
+        let s = size.to_string();
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns[from], "ping", "-c", &c, "-i", "0.2", "-W", "2", &dst])
+            .args(["netns", "exec", &self.ns[from], "ping", "-c", &c, "-s", &s, "-i", "0.2", "-W", "2", &dst])
             .output()
             .unwrap();
         let ok = out.status.success();
