@@ -136,6 +136,9 @@ pub struct AfxdpPort {
     c: Counters,
     /// Frame addresses, reused across calls (no per-batch allocation).
     scratch: Vec<u64>,
+    /// Frames of this UMEM whose packets were copied for sending, freed
+    /// together at the end of the batch.
+    released: Vec<u64>,
     tx_flush: std::time::Duration,
     /// When the oldest descriptor not yet kicked was queued.
     tx_deferred: Option<std::time::Instant>,
@@ -216,6 +219,7 @@ impl AfxdpPort {
             mode,
             c: Counters::default(),
             scratch: Vec::with_capacity(r as usize),
+            released: Vec::with_capacity(r as usize),
             tx_flush: std::time::Duration::from_micros(cfg.tx_flush_us as u64),
             tx_deferred: None,
             partial: vec![(Vec::new(), false); cfg.n_rxq],
@@ -568,9 +572,18 @@ impl Netdev for AfxdpPort {
                 }
                 room -= n;
                 self.c.path.copied += 1;
-                // Its tunnel fields' box goes back to the pool, not to
-                // the allocator, when the packet is dropped here.
-                let _ = p.take_tnl();
+                // A frame of this UMEM goes back with the others after the
+                // batch (one lock, not one per packet: 40 ns a frame).
+                if p.frame_owner().is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), ours)) {
+                    if let Ok((fb, _)) = p.into_frame() {
+                        let (frame, _owner) = fb.into_raw();
+                        self.released.push(frame);
+                    }
+                } else {
+                    // Its tunnel fields' box goes back to the pool, not to
+                    // the allocator, when the packet is dropped here.
+                    let _ = p.take_tnl();
+                }
             }
             sent += 1;
             self.c.tx_csum_offloaded += csum.is_some() as u64;
@@ -578,9 +591,12 @@ impl Netdev for AfxdpPort {
         }
         self.xsks[0].tx.submit(queued);
         self.c.tx_packets += sent;
-        // Frames allocated for packets that were dropped after all.
+        // Frames allocated for packets that were dropped after all, and
+        // those the copies were made from.
         self.umem.free_batch(&self.scratch);
         self.scratch.clear();
+        self.umem.free_batch(&self.released);
+        self.released.clear();
         if self.tx_flush.is_zero() || self.xsks[0].tx.outstanding() >= 32 {
             self.tx_deferred = None;
             return self.kick_tx();

@@ -239,10 +239,13 @@ impl TnlEnv {
             let mut q = b.inject.lock().expect("inject queue");
             let n = q.len().min(max.saturating_sub(out.len()));
             // Moved, then given their input port where they lie (see
-            // `Verdict`).
-            let at = out.len();
-            out.extend(q.drain(..n));
-            out[at..].iter_mut().for_each(|p| p.in_port = ofproto::actions::ofpp::LOCAL);
+            // `Verdict`); one at a time: `extend` from a VecDeque's drain
+            // is not inlined and cost more than it saved.
+            out.reserve(n);
+            for p in q.drain(..n) {
+                out.push(p);
+                out.last_mut().expect("pushed above").in_port = ofproto::actions::ofpp::LOCAL;
+            }
         }
         for p in self.ports.read().expect("tnl ports").iter().filter(|p| p.bridge == bridge) {
             let ofport = p.ofport.load(Ordering::Acquire);
@@ -251,9 +254,11 @@ impl TnlEnv {
             }
             let mut q = p.rx.lock().expect("tnl rx");
             let n = q.len().min(max.saturating_sub(out.len()));
-            let at = out.len();
-            out.extend(q.drain(..n));
-            out[at..].iter_mut().for_each(|p| p.in_port = ofport);
+            out.reserve(n);
+            for pkt in q.drain(..n) {
+                out.push(pkt);
+                out.last_mut().expect("pushed above").in_port = ofport;
+            }
         }
     }
 
