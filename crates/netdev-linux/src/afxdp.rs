@@ -475,12 +475,10 @@ impl Netdev for AfxdpPort {
         let descs = |p: &Packet| if p.len() <= room_per_frame { 1 } else { p.len().div_ceil(room_per_frame) };
         // Sent from its own frame: one of this UMEM's, with room in front.
         let ours = Arc::as_ptr(&self.umem);
+        let in_our_umem = |p: &Packet| p.frame_owner().is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), ours));
         let kernel_copies = !self.driver_zero_copy();
-        let zero_copy = |p: &Packet| {
-            !(kernel_copies && p.len() <= SMALL_COPY)
-                && p.frame_owner().is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), ours))
-                && p.headroom() >= meta
-        };
+        let zero_copy =
+            |p: &Packet| !(kernel_copies && p.len() <= SMALL_COPY) && in_our_umem(p) && p.headroom() >= meta;
         // The device's MTU plus Ethernet and one VLAN tag, as the kernel
         // forwards them.
         let max_len = self.mtu as usize + 18;
@@ -574,7 +572,7 @@ impl Netdev for AfxdpPort {
                 self.c.path.copied += 1;
                 // A frame of this UMEM goes back with the others after the
                 // batch (one lock, not one per packet: 40 ns a frame).
-                if p.frame_owner().is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), ours)) {
+                if in_our_umem(&p) {
                     if let Ok((fb, _)) = p.into_frame() {
                         let (frame, _owner) = fb.into_raw();
                         self.released.push(frame);
