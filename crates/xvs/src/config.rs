@@ -36,6 +36,13 @@ impl PortType {
     pub fn is_kernel_device(self) -> bool {
         !matches!(self, PortType::Patch | PortType::Tunnel | PortType::VhostUserClient | PortType::VhostUser)
     }
+
+    /// Whether frames sent to the port leave the switch there; patch,
+    /// tunnel and local (internal) ports lead into a bridge's pipeline of
+    /// their own.
+    pub fn leaves_the_switch(self) -> bool {
+        !matches!(self, PortType::Patch | PortType::Tunnel | PortType::Internal)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

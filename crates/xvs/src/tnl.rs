@@ -903,16 +903,12 @@ impl Prebuilt {
                         && peer.mirror.is_none()
                         && !varies(&t.mask) =>
                 {
-                    // A device, not another bridge's way in (patch,
-                    // tunnel, local port), which has a path of its own.
+                    // Not another bridge's way in, which has a path of its own.
                     peer.ports
                         .read()
                         .expect("ports lock")
                         .get(o)
-                        .filter(|p| {
-                            use crate::config::PortType::*;
-                            matches!(p.spec.kind, Afxdp | System | AfPacket | Tap | VhostUser | VhostUserClient)
-                        })
+                        .filter(|p| p.spec.kind.leaves_the_switch())
                         .map(|p| (Arc::downgrade(p), t.counters.clone()))
                 }
                 _ => None,
