@@ -1,40 +1,55 @@
 //! Forwarding through OVN's pipeline, xvs against Open vSwitch 3.1, in one
 //! run (issue 15's forwarding benchmark).
 //!
-//! The logical network of the OVN tests (`xvs::ovnref`: switches ls1 and
-//! ls2, router lr1 between them, VMs as namespaces whose veth peers are
-//! `type=afxdp` ports on br-int), programmed by Debian's ovn-northd and
-//! ovn-controller 23.03 into each switch in turn, with
+//! One OVN deployment (`xvs::ovnmulti`) with two hypervisors: hv1 runs
+//! xvs, hv2 Open vSwitch 3.1, each in its own namespace with its own
+//! ovsdb-server and Debian's ovn-controller 23.03, both programmed by the
+//! same ovn-northd from one logical network: switches ls1 and ls2, router
+//! lr1 between them, and on each hypervisor three VMs (namespaces whose
+//! veth peers are `type=afxdp` ports on br-int): x1, x2 on ls1 and x3 on
+//! ls2 on hv1; o1, o2, o3 likewise on hv2. Both switches have
 //! `other_config:pmd-cpu-mask=0x2` (the poll thread on CPU 1, as OVS users
 //! pin it). Cases, 64-byte UDP frames, `--flows` source ports:
-//! * `switch`: vm1 -> vm2 on ls1 (port security, the logical switch's L2
+//! * `switch`: VM 1 -> VM 2 on ls1 (port security, the logical switch's L2
 //!   lookup);
-//! * `router`: vm1 -> vm3 through lr1 (ls1, the router: TTL and MAC
+//! * `router`: VM 1 -> VM 3 through lr1 (ls1, the router: TTL and MAC
 //!   rewrite, ls2);
-//! * `acl`: vm1 -> vm2 again after `allow-related` ACLs on ls1 in both
+//! * `acl`: VM 1 -> VM 2 again after `allow-related` ACLs on ls1 in both
 //!   directions, so every packet goes through conntrack (`ct(commit)`, zones
 //!   from registers) twice;
-//! * flow setup (before the ACLs): 400,000 frames from vm1, each to a new
+//! * flow setup (before the ACLs): 400,000 frames from VM 1, each to a new
 //!   unknown MAC on ls1, sent for one second; every one is a new megaflow
 //!   (OVN's L2 lookup matches the destination MAC exactly), so the switch
 //!   translates through OVN's tables once per frame. Reported: upcalls per
 //!   second, the issue's "upcall rate on the same flows".
 //!
+//! The switches take turns: for each rep of each case, one switch runs and
+//! the other is stopped (SIGSTOP, so it takes no CPU), xvs first in even
+//! reps and OVS first in odd ones. A rep of xvs and the rep of OVS next to
+//! it run seconds apart, on the same machine in the same state; this
+//! machine's speed drifts by 1.5-3x over minutes, which made the ratio of
+//! two sequential runs (each switch set up in turn) move between 0.7 and
+//! 1.4 for the same binaries. The ratio printed is the median of the
+//! per-rep pairs' ratios, and each pair is listed.
+//!
 //! The generator (`xvs util pktgen --frames-file`, pinned to CPU 0) sends
-//! from vm1's namespace; the destination VM's eth0 runs the XDP
+//! from VM 1's namespace; the destination VM's eth0 runs the XDP
 //! count-and-drop sink (`xvs util xdp-sink`). Printed: a table of delivered
 //! packets/s (median of `--reps` runs), the xvs/OVS ratio, and each
 //! switch's processing time per delivered packet (see `busy_ns`); `--json
 //! FILE` writes the figures. xvs runs with `other_config:pmd-maxsleep=0`
 //! (spin, never sleep), which is Open vSwitch's default, so both poll the
-//! same way; `--xvs-adaptive` leaves xvs's own default (adaptive polling). Everything is removed afterwards (the set-up's Drop),
-//! also on failure.
+//! same way; `--xvs-adaptive` leaves xvs's own default (adaptive polling).
+//! (hv1's br-phy has a poll thread of its own on the same core; idle, it
+//! sleeps, see `CoreClaim` in switch.rs.) Everything is removed afterwards
+//! (the set-up's Drop), also on failure.
 //!
 //! Run through `./bench.sh --only ovn`, or as root after a release build:
 //! `XVS_BIN=target/release/xvs target/release/examples/ovn_bench [--seconds 3] [--flows 100] [--reps 3] [--no-ovs] [--xvs-adaptive]`.
 
 use std::process::Command;
 use xvs::netns::{number_after, wait_file, xvs_exe, Host};
+use xvs::ovnmulti::{Hypervisor, Multi, Switch};
 use xvs::ovnref::{eventually, Ovn};
 
 struct Args {
@@ -92,14 +107,30 @@ fn ip(s: &str) -> u32 {
     u32::from(s.parse::<std::net::Ipv4Addr>().expect("an IPv4 address"))
 }
 
-/// A frames file for pktgen: UDP from vm1 to `dst_ip` through `dst_mac`,
-/// one frame per source port.
-fn frames(dst_mac: &str, dst_ip: &str, flows: u16) -> String {
-    let path = format!("/tmp/xvs-ovnbench-{}-{dst_ip}.hex", std::process::id());
+/// One switch's VMs: (logical port and namespace name, MAC, IP) of VM 1
+/// and VM 2 on ls1 and VM 3 on ls2.
+type Vms = [(&'static str, &'static str, &'static str); 3];
+const XVS_VMS: Vms = [
+    ("x1", "00:00:00:00:01:01", "10.0.1.1"),
+    ("x2", "00:00:00:00:01:02", "10.0.1.2"),
+    ("x3", "00:00:00:00:02:01", "10.0.2.1"),
+];
+const OVS_VMS: Vms = [
+    ("o1", "00:00:00:00:01:11", "10.0.1.11"),
+    ("o2", "00:00:00:00:01:12", "10.0.1.12"),
+    ("o3", "00:00:00:00:02:11", "10.0.2.11"),
+];
+/// lr1's MAC on ls1 (`ovnref::logical_router_between_two_switches`).
+const ROUTER_MAC: &str = "00:00:00:00:ff:01";
+
+/// A frames file for pktgen: UDP from `src` (MAC, IP) to `dst_ip` through
+/// `dst_mac`, one frame per source port.
+fn frames(src: (&str, &str), dst_mac: &str, dst_ip: &str, flows: u16) -> String {
+    let path = format!("/tmp/xvs-ovnbench-{}-{}-{dst_ip}.hex", std::process::id(), src.1);
     let mut text = String::new();
     for f in 0..flows {
-        let b = wire::build::Frame::new(mac("00:00:00:00:01:01"), mac(dst_mac))
-            .ipv4(ip("10.0.1.1"), ip(dst_ip))
+        let b = wire::build::Frame::new(mac(src.0), mac(dst_mac))
+            .ipv4(ip(src.1), ip(dst_ip))
             .udp(10_000 + f, 5001)
             .payload(&[0u8; 18])
             .build();
@@ -110,40 +141,63 @@ fn frames(dst_mac: &str, dst_ip: &str, flows: u16) -> String {
     path
 }
 
+fn is_ovs(hv: &Hypervisor) -> bool {
+    hv.switch == Switch::Ovs
+}
+
+/// xvs's `pmd-stats --json` of the hypervisor's switch.
+fn xvs_pmd_stats(hv: &Hypervisor) -> serde_json::Value {
+    let out = hv.run(&[&xvs_exe().to_string_lossy(), "pmd-stats", "--run-dir", &hv.run_dir(), "--json"]);
+    serde_json::from_str(&out).expect("pmd-stats --json")
+}
+
+/// Sums OVS's `dpif-netdev/pmd-stats-show` lines that start with one of
+/// `keys`.
+fn ovs_pmd_stat(hv: &Hypervisor, keys: &[&str]) -> f64 {
+    let out = hv.appctl(&["dpif-netdev/pmd-stats-show"]);
+    out.lines()
+        .filter_map(|l| keys.iter().find_map(|k| l.trim().strip_prefix(k)))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Upcalls (datapath misses sent to the slow path) so far: xvs's
 /// `pmd-stats`, OVS's "miss with success/failed upcall".
-fn upcalls(o: &Ovn, ovs: bool) -> f64 {
-    if ovs {
-        let pid = o.switch_pid().expect("ovs-vswitchd's pid");
-        let out =
-            o.run(&["ovs-appctl", "-t", &format!("{}/ovs-vswitchd.{pid}.ctl", o.dir), "dpif-netdev/pmd-stats-show"]);
-        out.lines()
-            .filter_map(|l| {
-                let l = l.trim();
-                l.strip_prefix("miss with success upcall: ").or_else(|| l.strip_prefix("miss with failed upcall: "))
-            })
-            .filter_map(|v| v.trim().parse::<f64>().ok())
-            .sum()
+fn upcalls(hv: &Hypervisor) -> f64 {
+    if is_ovs(hv) {
+        ovs_pmd_stat(hv, &["miss with success upcall: ", "miss with failed upcall: "])
     } else {
-        let out = o.run(&[&xvs_exe().to_string_lossy(), "pmd-stats", "--run-dir", &o.run_dir(), "--json"]);
-        let v: serde_json::Value = serde_json::from_str(&out).expect("pmd-stats --json");
-        v["pmds"].as_array().into_iter().flatten().filter_map(|p| p["upcalls"].as_f64()).sum()
+        xvs_pmd_stats(hv)["pmds"].as_array().into_iter().flatten().filter_map(|p| p["upcalls"].as_f64()).sum()
     }
 }
 
-/// Flow setup through the pipeline: `n` frames from vm1, each to a
+/// The poll threads' processing time so far, in ns: the time of the
+/// iterations that moved packets (xvs: `busy_ns` of `xvs pmd-stats`; OVS:
+/// the processing cycles of `dpif-netdev/pmd-stats-show`, at the CPU's
+/// clock). Idle polling is left out, so with both switches spinning this is
+/// what packets cost, the kernel's transmit work inside those iterations
+/// included.
+fn busy_ns(hv: &Hypervisor) -> f64 {
+    if is_ovs(hv) {
+        ovs_pmd_stat(hv, &["processing cycles: "]) * 1000.0 / xvs::cpu_mhz()
+    } else {
+        xvs_pmd_stats(hv)["pmds"].as_array().into_iter().flatten().filter_map(|p| p["busy_ns"].as_f64()).sum()
+    }
+}
+
+/// Flow setup through the pipeline: `n` frames from `src`, each to a
 /// different unknown MAC (`base` + i) on ls1. ovn-controller's L2 lookup
 /// matches the destination MAC exactly and the miss drops, so every frame
 /// is a new megaflow in both switches: one upcall each. Returns upcalls per
 /// second over one second of sending (more frames than either switch sets
 /// up in a second).
-fn setup_rate(o: &Ovn, ovs: bool, src: &Host, base: u64, n: u64) -> f64 {
+fn setup_rate(hv: &Hypervisor, src: &Host, vms: &Vms, base: u64, n: u64) -> f64 {
     let path = format!("/tmp/xvs-ovnbench-{}-setup.hex", std::process::id());
     let mut text = String::with_capacity(n as usize * 121);
     for i in 0..n {
         let m = (0x0200_0000_0000 | (base + i)).to_be_bytes();
-        let b = wire::build::Frame::new(mac("00:00:00:00:01:01"), [m[2], m[3], m[4], m[5], m[6], m[7]])
-            .ipv4(ip("10.0.1.1"), ip("10.0.1.2"))
+        let b = wire::build::Frame::new(mac(vms[0].1), [m[2], m[3], m[4], m[5], m[6], m[7]])
+            .ipv4(ip(vms[0].2), ip(vms[1].2))
             .udp(10_000, 5001)
             .payload(&[0u8; 18])
             .build();
@@ -151,7 +205,7 @@ fn setup_rate(o: &Ovn, ovs: bool, src: &Host, base: u64, n: u64) -> f64 {
         text.push('\n');
     }
     std::fs::write(&path, text).expect("writing the frames file");
-    let u0 = upcalls(o, ovs);
+    let u0 = upcalls(hv);
     let gen = Command::new("ip")
         .args(["netns", "exec", &src.ns, "taskset", "-c", "0"])
         .arg(xvs_exe())
@@ -162,48 +216,20 @@ fn setup_rate(o: &Ovn, ovs: bool, src: &Host, base: u64, n: u64) -> f64 {
     assert!(gen.status.success(), "pktgen: {}", String::from_utf8_lossy(&gen.stderr));
     // Upcalls still queued when the generator stops are counted too.
     std::thread::sleep(std::time::Duration::from_millis(500));
-    upcalls(o, ovs) - u0
-}
-
-/// The poll threads' processing time so far, in ns: the time of the
-/// iterations that moved packets (xvs: `busy_ns` of `xvs pmd-stats`; OVS:
-/// the processing cycles of `dpif-netdev/pmd-stats-show`, at the CPU's
-/// clock). Idle polling is left out, so with both switches spinning this is
-/// what packets cost, the kernel's transmit work inside those iterations
-/// included.
-fn busy_ns(o: &Ovn, ovs: bool) -> f64 {
-    if ovs {
-        let pid = o.switch_pid().expect("ovs-vswitchd's pid");
-        let ctl = format!("{}/ovs-vswitchd.{pid}.ctl", o.dir);
-        let out = o.run(&["ovs-appctl", "-t", &ctl, "dpif-netdev/pmd-stats-show"]);
-        let cycles: f64 = out
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("processing cycles: "))
-            .filter_map(|l| l.split_whitespace().next()?.parse::<f64>().ok())
-            .sum();
-        cycles * 1000.0 / xvs::cpu_mhz()
-    } else {
-        let out = o.run(&[&xvs_exe().to_string_lossy(), "pmd-stats", "--run-dir", &o.run_dir(), "--json"]);
-        let v: serde_json::Value = serde_json::from_str(&out).expect("pmd-stats --json");
-        v["pmds"].as_array().into_iter().flatten().filter_map(|p| p["busy_ns"].as_f64()).sum()
-    }
+    upcalls(hv) - u0
 }
 
 /// With `OVN_BENCH_DIAG=1`: xvs's `show` and `pmd-stats` after a case
 /// (port counters with the AF_XDP queues' drops, drops by reason), on
 /// stderr, to see where a case lost frames.
-fn diag(o: &Ovn, ovs: bool, case: &str) {
-    if ovs || std::env::var("OVN_BENCH_DIAG").as_deref() != Ok("1") {
+fn diag(hv: &Hypervisor, case: &str) {
+    if is_ovs(hv) || std::env::var("OVN_BENCH_DIAG").as_deref() != Ok("1") {
         return;
     }
     for cmd in ["show", "pmd-stats"] {
-        let out = o.run(&[&xvs_exe().to_string_lossy(), cmd, "--run-dir", &o.run_dir()]);
+        let out = hv.run(&[&xvs_exe().to_string_lossy(), cmd, "--run-dir", &hv.run_dir()]);
         eprintln!("--- {case}: xvs {cmd}\n{out}");
     }
-    let stats = o.vsctl(&["--columns=name,statistics", "list", "interface"]);
-    eprintln!("--- {case}: Interface statistics\n{stats}");
-    let links = o.run(&["ip", "-s", "-s", "link"]);
-    eprintln!("--- {case}: ip -s -s link\n{links}");
 }
 
 /// One run: packets/s sent from `src` and delivered to `dst`.
@@ -229,63 +255,133 @@ fn once(src: &Host, dst: &Host, frames: &str, secs: f64) -> (f64, f64) {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }
 
-/// The three cases on one switch: (case, offered pps, delivered pps,
-/// processing ns per delivered packet), and the flow setup rate.
-fn cases(ovs: bool, a: &Args) -> (Vec<(&'static str, f64, f64, f64)>, f64) {
-    let busy = !ovs && a.xvs_busy;
-    // The AF_XDP datapaths compared: xvs's kernel fast path off (the
-    // sink's XDP program would take redirected frames). OVS ignores the key.
-    let conf: &[&str] = if busy {
-        &["pmd-cpu-mask=0x2", "pmd-maxsleep=0", "xdp-offload=false"]
-    } else {
-        &["pmd-cpu-mask=0x2", "xdp-offload=false"]
-    };
-    let mut o = Ovn::start_with(&xvs_exe().to_string_lossy(), ovs, conf);
-    o.two_switches_and_a_router();
-    let (vm1, vm2, vm3) = (o.host(0), o.host(1), o.host(2));
-    assert!(eventually(20, || vm1.ping(&vm2.ip, 1).unwrap_or(0) == 1), "vm1 reaches vm2");
-    assert!(eventually(20, || vm1.ping(&vm3.ip, 1).unwrap_or(0) == 1), "vm1 reaches vm3 through the router");
-    let flows_of = |o: &Ovn| {
-        o.run(&["ovs-ofctl", "-OOpenFlow15", "dump-flows", &format!("unix:{}/br-int.mgmt", o.run_dir())])
-            .lines()
-            .count()
-    };
-    eprintln!("{}: br-int has {} flows from ovn-controller", if ovs { "ovs" } else { "xvs" }, flows_of(&o));
-    let to_vm2 = frames("00:00:00:00:01:02", "10.0.1.2", a.flows);
-    let to_vm3 = frames("00:00:00:00:ff:01", "10.0.2.1", a.flows);
-    let mut out = Vec::new();
-    let mut run = |o: &Ovn, name: &'static str, dst: &Host, f: &str| {
-        let b0 = busy_ns(o, ovs);
-        let r: Vec<(f64, f64)> = (0..a.reps).map(|_| once(vm1, dst, f, a.seconds)).collect();
-        let busy = busy_ns(o, ovs) - b0;
-        let delivered: f64 = r.iter().map(|x| x.1 * a.seconds).sum();
-        let (off, got) = (median(r.iter().map(|x| x.0).collect()), median(r.iter().map(|x| x.1).collect()));
-        let per = busy / delivered.max(1.0);
-        eprintln!("  {name}: offered {off:.0} pps, delivered {got:.0} pps, {per:.0} ns of processing per packet");
-        diag(o, ovs, name);
-        out.push((name, off, got, per));
-    };
-    run(&o, "switch", vm2, &to_vm2);
-    run(&o, "router", vm3, &to_vm3);
-    let setups: Vec<f64> = (0..a.reps as u64).map(|r| setup_rate(&o, ovs, vm1, (r + 1) << 24, 400_000)).collect();
-    let setup = median(setups);
-    eprintln!("  flow setup: {setup:.0} upcalls/s");
-    for dir in ["from-lport", "to-lport"] {
-        o.nbctl(&["acl-add", "ls1", dir, "1000", "ip4", "allow-related"]);
+/// Lets switch `who` run and stops the others (see the file's header).
+fn turn(m: &Multi, who: usize) {
+    m.hvs[who].pause(false);
+    for (i, hv) in m.hvs.iter().enumerate() {
+        if i != who {
+            hv.pause(true);
+        }
     }
-    o.sync();
-    assert!(eventually(20, || vm1.ping(&vm2.ip, 1).unwrap_or(0) == 1), "vm1 reaches vm2 through the ACLs");
-    let ct = o.run(&["ovs-ofctl", "-OOpenFlow15", "dump-flows", &format!("unix:{}/br-int.mgmt", o.run_dir())]);
-    eprintln!("  with the ACLs: {} flows, {} with ct(", ct.lines().count(), ct.matches("ct(").count());
-    run(&o, "acl", vm2, &to_vm2);
-    for f in [to_vm2, to_vm3] {
+    // The resumed poll thread catches up on what waited (timers, stats).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
+fn all_run(m: &Multi) {
+    m.hvs.iter().for_each(|hv| hv.pause(false));
+}
+
+/// One case's reps on one switch: (offered pps, delivered pps) per rep and
+/// the processing ns per delivered packet over them.
+#[derive(Default)]
+struct Runs {
+    reps: Vec<(f64, f64)>,
+    busy: f64,
+    delivered: f64,
+}
+
+impl Runs {
+    fn offered(&self) -> f64 {
+        median(self.reps.iter().map(|x| x.0).collect())
+    }
+    fn pps(&self) -> f64 {
+        median(self.reps.iter().map(|x| x.1).collect())
+    }
+    fn ns_per_packet(&self) -> f64 {
+        self.busy / self.delivered.max(1.0)
+    }
+}
+
+/// The cases on every switch of `m`, in turns: per case, per switch, its
+/// runs; then the flow setup rates per switch (upcalls/s per rep).
+fn cases(m: &Multi, sides: &[&Vms], a: &Args) -> (Vec<(&'static str, Vec<Runs>)>, Vec<Vec<f64>>) {
+    let host = |side: usize, k: usize| m.host(side * 3 + k);
+    for (side, _) in sides.iter().enumerate() {
+        let (v1, v2, v3) = (host(side, 0), host(side, 1), host(side, 2));
+        assert!(eventually(20, || v1.ping(&v2.ip, 1).unwrap_or(0) == 1), "VM 1 reaches VM 2 ({})", m.hvs[side].name);
+        assert!(
+            eventually(20, || v1.ping(&v3.ip, 1).unwrap_or(0) == 1),
+            "VM 1 reaches VM 3 through the router ({})",
+            m.hvs[side].name
+        );
+    }
+    for hv in &m.hvs {
+        eprintln!("{}: br-int has {} flows from ovn-controller", hv.name, hv.flows().lines().count());
+    }
+    let to_vm2: Vec<String> = sides.iter().map(|v| frames((v[0].1, v[0].2), v[1].1, v[1].2, a.flows)).collect();
+    let to_vm3: Vec<String> = sides.iter().map(|v| frames((v[0].1, v[0].2), ROUTER_MAC, v[2].2, a.flows)).collect();
+    let run = |name: &'static str, dst: usize, f: &[String]| -> (&'static str, Vec<Runs>) {
+        let mut runs: Vec<Runs> = sides.iter().map(|_| Runs::default()).collect();
+        for r in 0..a.reps {
+            let order: Vec<usize> =
+                if r % 2 == 0 { (0..sides.len()).collect() } else { (0..sides.len()).rev().collect() };
+            for side in order {
+                let hv = &m.hvs[side];
+                turn(m, side);
+                let b0 = busy_ns(hv);
+                let x = once(host(side, 0), host(side, dst), &f[side], a.seconds);
+                runs[side].busy += busy_ns(hv) - b0;
+                runs[side].delivered += x.1 * a.seconds;
+                runs[side].reps.push(x);
+                eprintln!(
+                    "  {name} on {} (rep {}/{}): offered {:.0} pps, delivered {:.0} pps",
+                    hv.name,
+                    r + 1,
+                    a.reps,
+                    x.0,
+                    x.1
+                );
+            }
+        }
+        all_run(m);
+        for (side, hv) in m.hvs.iter().enumerate() {
+            diag(hv, name);
+            let x = &runs[side];
+            eprintln!("  {name} on {}: {:.0} ns of processing per packet", hv.name, x.ns_per_packet());
+        }
+        (name, runs)
+    };
+    let mut out = vec![run("switch", 1, &to_vm2), run("router", 2, &to_vm3)];
+    let mut setups: Vec<Vec<f64>> = sides.iter().map(|_| Vec::new()).collect();
+    for r in 0..a.reps {
+        let order: Vec<usize> = if r % 2 == 0 { (0..sides.len()).collect() } else { (0..sides.len()).rev().collect() };
+        for side in order {
+            turn(m, side);
+            let base = ((r * sides.len() + side + 1) as u64) << 24;
+            let u = setup_rate(&m.hvs[side], host(side, 0), sides[side], base, 400_000);
+            eprintln!("  flow setup on {} (rep {}/{}): {u:.0} upcalls/s", m.hvs[side].name, r + 1, a.reps);
+            setups[side].push(u);
+        }
+    }
+    all_run(m);
+    for dir in ["from-lport", "to-lport"] {
+        m.nbctl(&["acl-add", "ls1", dir, "1000", "ip4", "allow-related"]);
+    }
+    m.sync();
+    for (side, _) in sides.iter().enumerate() {
+        let (v1, v2) = (host(side, 0), host(side, 1));
+        assert!(
+            eventually(20, || v1.ping(&v2.ip, 1).unwrap_or(0) == 1),
+            "VM 1 reaches VM 2 through the ACLs ({})",
+            m.hvs[side].name
+        );
+    }
+    for hv in &m.hvs {
+        let ct = hv.flows();
+        eprintln!("  {} with the ACLs: {} flows, {} with ct(", hv.name, ct.lines().count(), ct.matches("ct(").count());
+    }
+    out.push(run("acl", 1, &to_vm2));
+    for f in to_vm2.iter().chain(&to_vm3) {
         let _ = std::fs::remove_file(f);
     }
-    (out, setup)
+    (out, setups)
 }
 
 /// Writes the fixture of the translation benchmark
@@ -333,34 +429,83 @@ fn main() {
         capture(dir);
         return;
     }
-    let (xvs, xvs_setup) = cases(false, &a);
-    let (ovs, ovs_setup) = if a.with_ovs { cases(true, &a) } else { (Vec::new(), 0.0) };
+    let mut conf = vec!["pmd-cpu-mask=0x2", "xdp-offload=false"];
+    if a.xvs_busy {
+        // Also OVS's default; OVS ignores xdp-offload (xvs's kernel fast
+        // path would hand frames to the sink's XDP program directly).
+        conf.push("pmd-maxsleep=0");
+    }
+    let switches: &[Switch] = if a.with_ovs { &[Switch::Xvs, Switch::Ovs] } else { &[Switch::Xvs] };
+    let sides: Vec<&Vms> = if a.with_ovs { vec![&XVS_VMS, &OVS_VMS] } else { vec![&XVS_VMS] };
+    let mut m = Multi::start_with(&xvs_exe().to_string_lossy(), "b", switches, &conf);
+    xvs::ovnref::logical_router_between_two_switches(|x| {
+        m.nbctl(x);
+    });
+    for (side, vms) in sides.iter().enumerate() {
+        for (k, (name, mac, ip)) in vms.iter().enumerate() {
+            let (ls, gw) = if k < 2 { ("ls1", "10.0.1.254") } else { ("ls2", "10.0.2.254") };
+            m.nbctl(&["lsp-add", ls, name]);
+            m.nbctl(&["lsp-set-addresses", name, &format!("{mac} {ip}")]);
+            m.vm(side, name, mac, ip, gw);
+        }
+    }
+    m.sync();
+    let (res, setups) = cases(&m, &sides, &a);
+    drop(m);
+    let ratio_runs = |runs: &[Runs]| -> Vec<f64> {
+        match runs {
+            [x, o] => x.reps.iter().zip(&o.reps).filter(|p| p.1 .1 > 0.0).map(|(x, o)| x.1 / o.1).collect(),
+            _ => Vec::new(),
+        }
+    };
     println!(
-        "\nOVN pipeline, 64-byte UDP, {} flows, {} s x {} runs (median); xvs {}",
+        "\nOVN pipeline, 64-byte UDP, {} flows, {} s x {} runs per switch, in turns (median); xvs {}",
         a.flows,
         a.seconds,
         a.reps,
         if a.xvs_busy { "spinning (pmd-maxsleep=0, as OVS)" } else { "with adaptive polling (its default)" }
     );
     println!(
-        "{:<8}{:>13}{:>11}{:>13}{:>11}{:>9}{:>14}{:>14}",
-        "case", "xvs offered", "xvs pps", "ovs offered", "ovs pps", "xvs/ovs", "xvs busy ns", "ovs busy ns"
+        "{:<8}{:>13}{:>11}{:>13}{:>11}{:>9}{:>14}{:>14}  {}",
+        "case", "xvs offered", "xvs pps", "ovs offered", "ovs pps", "xvs/ovs", "xvs busy ns", "ovs busy ns", "pairs"
     );
     let mut json = Vec::new();
-    for (i, (name, off, got, per)) in xvs.iter().enumerate() {
-        let (o_off, o_got, o_per) = ovs.get(i).map_or((0.0, 0.0, 0.0), |x| (x.1, x.2, x.3));
-        let ratio = if o_got > 0.0 { format!("{:.2}", got / o_got) } else { "-".into() };
-        println!("{name:<8}{off:>13.0}{got:>11.0}{o_off:>13.0}{o_got:>11.0}{ratio:>9}{per:>14.0}{o_per:>14.0}");
+    let none = Runs::default();
+    for (name, runs) in &res {
+        let (x, o) = (&runs[0], runs.get(1).unwrap_or(&none));
+        let pairs = ratio_runs(runs);
+        let ratio = if pairs.is_empty() { "-".into() } else { format!("{:.2}", median(pairs.clone())) };
+        let list = pairs.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
+        println!(
+            "{name:<8}{:>13.0}{:>11.0}{:>13.0}{:>11.0}{ratio:>9}{:>14.0}{:>14.0}  {list}",
+            x.offered(),
+            x.pps(),
+            o.offered(),
+            o.pps(),
+            x.ns_per_packet(),
+            o.ns_per_packet()
+        );
         json.push(serde_json::json!({"case": name, "flows": a.flows, "seconds": a.seconds, "reps": a.reps,
-            "xvs_offered_pps": off.round(), "xvs_pps": got.round(), "xvs_busy_ns_per_packet": per.round(),
-            "ovs_offered_pps": o_off.round(), "ovs_pps": o_got.round(), "ovs_busy_ns_per_packet": o_per.round()}));
+            "xvs_offered_pps": x.offered().round(), "xvs_pps": x.pps().round(),
+            "xvs_busy_ns_per_packet": x.ns_per_packet().round(),
+            "ovs_offered_pps": o.offered().round(), "ovs_pps": o.pps().round(),
+            "ovs_busy_ns_per_packet": o.ns_per_packet().round(),
+            "xvs_runs": x.reps.iter().map(|r| r.1.round()).collect::<Vec<_>>(),
+            "ovs_runs": o.reps.iter().map(|r| r.1.round()).collect::<Vec<_>>(),
+            "ratio_runs": pairs, "in_turns": true}));
     }
-    let ratio = if ovs_setup > 0.0 { format!("{:.2}", xvs_setup / ovs_setup) } else { "-".into() };
+    let (xs, os) = (median(setups[0].clone()), setups.get(1).map(|v| median(v.clone())).unwrap_or(0.0));
+    let pairs: Vec<f64> = setups
+        .get(1)
+        .map(|o| setups[0].iter().zip(o).filter(|p| *p.1 > 0.0).map(|(x, o)| x / o).collect())
+        .unwrap_or_default();
+    let ratio = if pairs.is_empty() { "-".into() } else { format!("{:.2}", median(pairs.clone())) };
+    let list = pairs.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
     println!(
-        "flow setup (a new destination MAC per frame, one upcall each): xvs {xvs_setup:.0}/s, ovs {ovs_setup:.0}/s, xvs/ovs {ratio}"
+        "flow setup (a new destination MAC per frame, one upcall each): xvs {xs:.0}/s, ovs {os:.0}/s, xvs/ovs {ratio} (pairs: {list})"
     );
-    json.push(serde_json::json!({"case": "flow setup", "xvs_upcalls_per_s": xvs_setup.round(),
-        "ovs_upcalls_per_s": ovs_setup.round(), "reps": a.reps}));
+    json.push(serde_json::json!({"case": "flow setup", "xvs_upcalls_per_s": xs.round(),
+        "ovs_upcalls_per_s": os.round(), "reps": a.reps, "ratio_runs": pairs, "in_turns": true}));
     if let Some(p) = a.json {
         std::fs::write(&p, serde_json::to_string_pretty(&json).expect("json")).expect("writing --json");
     }

@@ -73,6 +73,24 @@ impl Hypervisor {
         }
     }
 
+    /// The switch's process id (xvs, or ovs-vswitchd).
+    pub fn switch_pid(&self) -> Option<u32> {
+        match &self.xvs {
+            Some(c) => Some(c.id()),
+            None => std::fs::read_to_string(format!("{}/ovs-vswitchd.pid", self.dir)).ok()?.trim().parse().ok(),
+        }
+    }
+
+    /// Stops (SIGSTOP) or continues (SIGCONT) the switch process, so that
+    /// a benchmark can run two switches pinned to one core in turns: the
+    /// stopped one takes no CPU and its packets wait in its rings.
+    pub fn pause(&self, stop: bool) {
+        if let Some(pid) = self.switch_pid() {
+            let sig = if stop { "-STOP" } else { "-CONT" };
+            let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+        }
+    }
+
     /// Where the switch's sockets are (`br-int.mgmt`, the appctl socket).
     pub fn run_dir(&self) -> String {
         match self.switch {
@@ -257,6 +275,13 @@ impl Multi {
     /// of `switches` (hv1 at 172.31.77.1, hv2 at .2, ...). `tag` (at most
     /// 2 characters) tells set-ups of one process apart.
     pub fn start(xvs_bin: &str, tag: &str, switches: &[Switch]) -> Multi {
+        Multi::start_with(xvs_bin, tag, switches, &[])
+    }
+
+    /// As [`Multi::start`], with `Open_vSwitch` `other_config` entries
+    /// (`key=value`) set in every hypervisor's database before its switch
+    /// starts (the benchmark pins poll threads with `pmd-cpu-mask`).
+    pub fn start_with(xvs_bin: &str, tag: &str, switches: &[Switch], other_config: &[&str]) -> Multi {
         let pid = std::process::id();
         let tag = format!("m{}{tag}", pid % 100_000);
         let dir = format!("/tmp/xvs-ovnm-{pid}-{tag}");
@@ -289,13 +314,13 @@ impl Multi {
         }
         must(&crate::netns::northd_args(d).iter().map(String::as_str).collect::<Vec<_>>());
         for (i, s) in switches.iter().enumerate() {
-            let hv = m.hypervisor(xvs_bin, i + 1, *s);
+            let hv = m.hypervisor(xvs_bin, i + 1, *s, other_config);
             m.hvs.push(hv);
         }
         m
     }
 
-    fn hypervisor(&mut self, xvs_bin: &str, n: usize, switch: Switch) -> Hypervisor {
+    fn hypervisor(&mut self, xvs_bin: &str, n: usize, switch: Switch, other_config: &[&str]) -> Hypervisor {
         let name = format!("hv{n}");
         let ns = format!("xvs{}h{n}", self.tag);
         let dir = format!("{}/{name}", self.dir);
@@ -330,6 +355,17 @@ impl Multi {
         let args = crate::netns::ovsdb_server_args(d, "conf.db", "db.sock", "ovsdb");
         hv.exec(&args.iter().map(String::as_str).collect::<Vec<_>>());
         hv.run(&["ovs-vsctl", &format!("--db=unix:{d}/db.sock"), "--no-wait", "init"]);
+        for kv in other_config {
+            hv.run(&[
+                "ovs-vsctl",
+                &format!("--db=unix:{d}/db.sock"),
+                "--no-wait",
+                "set",
+                "Open_vSwitch",
+                ".",
+                &format!("other_config:{kv}"),
+            ]);
+        }
         match switch {
             Switch::Ovs => {
                 hv.exec(&[

@@ -19,7 +19,7 @@ use flow::FlowKey;
 use netdev::{Netdev, Packet, PortInfo, PortStats, BATCH};
 use ofproto::{Ofproto, PortConfig};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -334,6 +334,41 @@ const PMD_THREAD: &str = "pmd";
 /// narrowed any of its threads.
 static ALL_CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
 
+/// Poll threads of this process pinned to each CPU (CPUs 0-1023; the
+/// bridges' `pmd-cpu-mask`s may name the same core).
+static CORE_POLLERS: [AtomicU32; 1024] = [const { AtomicU32::new(0) }; 1024];
+
+/// A poll thread's claim on its pinned CPU, released when the thread ends.
+struct CoreClaim(Option<usize>);
+
+impl CoreClaim {
+    fn pin(cpu: Option<usize>) -> CoreClaim {
+        let c = cpu.filter(|&c| c < CORE_POLLERS.len());
+        if let Some(c) = c {
+            CORE_POLLERS[c].fetch_add(1, Ordering::Relaxed);
+        }
+        CoreClaim(c)
+    }
+
+    /// Another poll thread of the process is pinned to this core too.
+    /// Each bridge has poll threads of its own (OVS polls every bridge's
+    /// ports from one thread per core), so two bridges pinned to one core
+    /// and both spinning (`pmd-maxsleep=0`) would take half of it each,
+    /// whichever has the traffic. Such a thread sleeps when idle, as
+    /// adaptive polling does, and spins while its queues bring packets.
+    fn shared(&self) -> bool {
+        self.0.is_some_and(|c| CORE_POLLERS[c].load(Ordering::Relaxed) > 1)
+    }
+}
+
+impl Drop for CoreClaim {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            CORE_POLLERS[c].fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Keeps every thread of the process except the poll threads off the
 /// CPUs the poll threads are pinned to, so `pmd-cpu-mask` dedicates those
 /// cores as OVS users expect. Without this the scheduler puts the control
@@ -425,12 +460,14 @@ impl Switch {
                     // ofproto's nesting bound): room for it, reserved only.
                     .stack_size(16 << 20)
                     .spawn(move || {
+                        let mut pinned = None;
                         if let Some(c) = cpu {
-                            if let Err(e) = netdev_linux::sys::pin_current_thread(c) {
-                                eprintln!("xvs: pmd{id}: cannot pin to CPU {c}: {e}");
+                            match netdev_linux::sys::pin_current_thread(c) {
+                                Ok(()) => pinned = Some(c),
+                                Err(e) => eprintln!("xvs: pmd{id}: cannot pin to CPU {c}: {e}"),
                             }
                         }
-                        pmd_main(sh, id, cfg)
+                        pmd_main(sh, id, cfg, CoreClaim::pin(pinned))
                     })
                     .expect("spawn pmd thread"),
             );
@@ -950,7 +987,7 @@ const MAX_SLEEP_MS: i32 = 10;
 /// Megaflow slots a poll thread checks for expiry per 50 ms slice.
 const SWEEP_SLOTS: usize = 2048;
 
-fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
+fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig, core: CoreClaim) {
     let mut pmd = Pmd::new(cfg);
     let mut ports_gen = 0;
     let mut all_ports: BTreeMap<u32, Arc<Port>> = BTreeMap::new();
@@ -1097,7 +1134,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig) {
             idle_iters = idle_iters.saturating_add(1);
             if parked > 0 {
                 // Parked packets are retried at once, never slept on.
-            } else if sh.poll_mode == PollMode::Adaptive
+            } else if (sh.poll_mode == PollMode::Adaptive || core.shared())
                 && (slept_since_moved || idle_iters > 2000 && t0.duration_since(last_moved) >= IDLE_BEFORE_SLEEP)
             {
                 let ts = Instant::now();
@@ -1256,4 +1293,22 @@ pub fn collect_reports_of(sh: &Shared, with_flows: bool) -> Vec<PmdReport> {
 /// The kernel fast-path maps of an AF_XDP port (once).
 fn take_fast_path(dev: &mut dyn Netdev) -> Option<bpf::FastPath> {
     dev.as_any_mut()?.downcast_mut::<netdev_linux::AfxdpPort>()?.take_fast_path()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CoreClaim;
+
+    #[test]
+    fn a_core_is_shared_while_two_poll_threads_claim_it() {
+        // CPU 1000: no poll thread of this test process is pinned there.
+        let a = CoreClaim::pin(Some(1000));
+        assert!(!a.shared(), "one thread alone spins as asked");
+        let b = CoreClaim::pin(Some(1000));
+        assert!(a.shared() && b.shared());
+        drop(b);
+        assert!(!a.shared(), "the other thread's end gives the core back");
+        assert!(!CoreClaim::pin(None).shared(), "an unpinned thread shares no core");
+        assert!(!CoreClaim::pin(Some(1 << 20)).shared(), "CPUs beyond the table are never counted");
+    }
 }
