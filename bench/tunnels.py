@@ -31,7 +31,14 @@ sender, which a switch keeps up with).
 The receiving end runs the XDP count-and-drop sink (so the kernel stack
 costs nothing); what is counted is its veth's rx_packets over SECS
 seconds after a 1 s warm-up. Printed: a table of delivered packets/s and
-the xvs/OVS ratio; written: --out/results-tunnel.json. Everything created
+the xvs/OVS ratio; written: --out/results-tunnel.json.
+
+Each switch has its own copy of the topology (namespaces xbt-*-x for xvs,
+xbt-*-o for OVS), both set up once, and the switches take turns: for each
+case and rep one runs while the other is stopped (SIGSTOP, no CPU), xvs
+first in even reps, OVS first in odd ones. A pair of runs is seconds
+apart; this machine's speed drifts by 1.5-3x over minutes, so the ratio
+of each pair is the comparison, and the printed ratio is their median. Everything created
 is removed at the end, also on failure and Ctrl-C.
 
 Run through run.py (`./bench.sh --only tunnel`) or alone as root:
@@ -39,8 +46,17 @@ python3 bench/tunnels.py [--xvs target/release/xvs] [--secs 5] [--reps 1].
 """
 import argparse, json, os, re, shutil, signal, statistics, struct, subprocess, sys, tempfile, time
 
-HV, VM, SINK = "xbt-hv", "xbt-vm", "xbt-sink"
-VMP, ULP = "xbtvm", "xbtul"  # the hypervisor-side veth ends: the switch's ports
+
+class Topo:
+    """One copy of the topology; `k` ("x" or "o") tells the copies apart."""
+
+    def __init__(self, k):
+        self.hv, self.vm, self.sink = f"xbt-hv-{k}", f"xbt-vm-{k}", f"xbt-sink-{k}"
+        # The hypervisor-side veth ends: the switch's ports.
+        self.vmp, self.ulp = f"xbtvm{k}", f"xbtul{k}"
+
+
+TOPOS = {"xvs": Topo("x"), "ovs": Topo("o")}
 LOCAL_IP, REMOTE_IP = "172.31.9.1", "172.31.9.2"
 VNI = 5001
 REMOTE_VM_MAC = "02:00:00:00:09:02"  # the inner source: a VM behind the remote endpoint
@@ -62,13 +78,15 @@ def quiet(*a):
     subprocess.run(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def cleanup():
-    for n in (HV, VM, SINK):
-        quiet("ip", "netns", "del", n)
+def cleanup(t=None):
+    for t in [t] if t else TOPOS.values():
+        for n in (t.hv, t.vm, t.sink):
+            quiet("ip", "netns", "del", n)
 
 
-def topo():
-    cleanup()
+def topo(t):
+    HV, VM, SINK, VMP, ULP = t.hv, t.vm, t.sink, t.vmp, t.ulp
+    cleanup(t)
     for n in (HV, VM, SINK):
         sh("ip", "netns", "add", n)
         # No IPv6 chatter (router solicitations, MLD) through the switch or
@@ -141,7 +159,7 @@ class Switch:
     its own ovsdb-server (in the root namespace, a Unix socket)."""
 
     def __init__(self, name, xvs, port_type=None):
-        self.name, self.xvs = name, xvs
+        self.name, self.xvs, self.t = name, xvs, TOPOS[name]
         self.d = tempfile.mkdtemp(prefix=f"xbt-{name}-")
         d = self.d
         self.procs, self.pidfiles = [], [f"{d}/ovsdb-server.pid"]
@@ -158,6 +176,7 @@ class Switch:
 
     def start(self, port_type):
         name, xvs, d = self.name, self.xvs, self.d
+        HV, SINK, VMP, ULP = self.t.hv, self.t.sink, self.t.vmp, self.t.ulp
         sh("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
         sh("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
            f"--unixctl={d}/ovsdb.ctl", "--detach", f"--log-file={d}/ovsdb.log", env=self.env)
@@ -231,6 +250,14 @@ class Switch:
     def appctl(self, *a, check=True):
         return sh("ovs-appctl", *a, env=self.env, check=check)
 
+    def pause(self, stop):
+        """Stops (SIGSTOP) or continues the switch process: the one not
+        measured takes no CPU, and its rings wait."""
+        try:
+            os.kill(self.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+        except OSError:
+            pass
+
     def diagnose(self):
         """What the switch thinks, for a case where nothing arrived."""
         out = []
@@ -240,6 +267,8 @@ class Switch:
         return "\n".join(out)
 
     def stop(self):
+        if getattr(self, "pid", None):
+            self.pause(False)
         for p in self.procs:
             p.send_signal(signal.SIGTERM)
             try:
@@ -263,6 +292,7 @@ def quiet_ok(*a):
 def measure(xvs, sw, case, flows, secs, gen_kind="xdp"):
     """(offered pps, delivered pps) of one case: the sink's rx_packets over
     `secs` seconds after a WARM-second warm-up."""
+    VM, SINK = sw.t.vm, sw.t.sink
     gen_ns, sink_ns = (VM, SINK) if case == "encap" else (SINK, VM)
     ready = tempfile.mktemp(prefix="xbt-ready-")
     tmpl, sink, g = None, None, None
@@ -314,31 +344,36 @@ CASES = [("encap", 1), ("encap", 1000), ("decap", 1), ("decap", 1000)]
 
 
 def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kind="xdp"):
-    """Every rep sets up each switch afresh and runs all cases through it,
-    xvs and OVS alternating; the rows hold the median over reps."""
+    """Sets up each switch on its own copy of the topology, then runs every
+    case `reps` times on each, the switches in turns (see the header); the
+    rows hold the median over reps and each rep pair's ratio."""
     names = ["xvs"] + (["ovs"] if with_ovs and shutil.which("ovs-vswitchd") else [])
     got = {(n, c, f): [] for n in names for c, f in CASES}
     info = {}
+    sws = {}
     try:
+        for n in names:
+            topo(TOPOS[n])
+            log(f"tunnel: {n} set-up")
+            sws[n] = Switch(n, xvs, port_type)
+            info[n] = {"port_type": sws[n].ptype, "xdp_mode": sws[n].xdp_mode, "iface_types": sws[n].iface_types}
         for r in range(reps):
-            for n in names:
-                topo()
-                sw = None
-                try:
-                    log(f"tunnel: {n} set-up, rep {r + 1}/{reps}")
-                    sw = Switch(n, xvs, port_type)
-                    info[n] = {"port_type": sw.ptype, "xdp_mode": sw.xdp_mode, "iface_types": sw.iface_types}
-                    for c, f in CASES:
-                        log(f"tunnel: {n} {c}, {f} inner flows, {secs:g} s (rep {r + 1}/{reps})")
-                        off, fwd = measure(xvs, sw, c, f, secs, gen_kind)
-                        got[(n, c, f)].append((off, fwd))
-                        if fwd < 1:
-                            sys.stderr.write(f"\n{n} {c} {f} flows: nothing arrived\n{sw.diagnose()}\n")
-                finally:
-                    if sw:
-                        sw.stop()
-                    cleanup()
+            for c, f in CASES:
+                for n in (names if r % 2 == 0 else names[::-1]):
+                    sw = sws[n]
+                    sw.pause(False)
+                    for other in sws.values():
+                        if other is not sw:
+                            other.pause(True)
+                    time.sleep(0.3)
+                    log(f"tunnel: {n} {c}, {f} inner flows, {secs:g} s (rep {r + 1}/{reps})")
+                    off, fwd = measure(xvs, sw, c, f, secs, gen_kind)
+                    got[(n, c, f)].append((off, fwd))
+                    if fwd < 1:
+                        sys.stderr.write(f"\n{n} {c} {f} flows: nothing arrived\n{sw.diagnose()}\n")
     finally:
+        for sw in sws.values():
+            sw.stop()
         cleanup()
     rows = []
     for c, f in CASES:
@@ -349,13 +384,11 @@ def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kin
             row[f"{n}_pps"] = statistics.median(x[1] for x in v)
             row[f"{n}_runs"] = [x[1] for x in v]
         if "ovs_runs" in row:
-            # Rep r of xvs and rep r of OVS ran a minute apart; the
-            # machine's speed drifts more than that between reps, so each
-            # pair's ratio is the fairer comparison, and their spread says
-            # how far to trust the median.
+            # Rep r of xvs and rep r of OVS ran back to back.
             row["ratio_runs"] = [x / o for x, o in zip(row["xvs_runs"], row["ovs_runs"]) if o > 0]
+            row["ratio"] = statistics.median(row["ratio_runs"]) if row["ratio_runs"] else None
         rows.append(row)
-    return {"rows": rows, "switches": info, "seconds": secs, "warmup": WARM, "reps": reps,
+    return {"rows": rows, "switches": info, "seconds": secs, "warmup": WARM, "reps": reps, "in_turns": True,
             "generator": GENERATORS[gen_kind]}
 
 
@@ -363,10 +396,10 @@ def report(res):
     rows = res["rows"]
     ovs = any("ovs_pps" in r for r in rows)
     print(f"\n{'Geneve, 64 B inner':<20}{'inner flows':>12}{'xvs pps':>12}{'OVS pps':>12}{'xvs/OVS':>9}"
-          f"{'offered (xvs/OVS)':>22}  xvs/OVS per rep")
+          f"{'offered (xvs/OVS)':>22}  xvs/OVS per rep pair (the median is the ratio)")
     for r in rows:
         o = r.get("ovs_pps")
-        ratio = f"{r['xvs_pps'] / o:.2f}" if o else "-"
+        ratio = f"{r['ratio']:.2f}" if r.get("ratio") else "-"
         offered = f"{r['xvs_offered_pps']:.0f}/{r['ovs_offered_pps']:.0f}" if ovs else f"{r['xvs_offered_pps']:.0f}"
         per = " ".join(f"{x:.2f}" for x in r.get("ratio_runs", []))
         print(f"{r['case']:<20}{r['inner_flows']:>12}{r['xvs_pps']:>12.0f}{(f'{o:.0f}' if o is not None else '-'):>12}"
