@@ -591,6 +591,23 @@ mod tests {
         let d = v4(1, 7, [8, 0, 0x11, 0x22, 0, 1, 0, 1]);
         let e = v4(1, 8, [8, 0, 0x33, 0x44, 0, 1, 0, 2]);
         assert_eq!(frame_flow_hash(&d), frame_flow_hash(&e));
+        // Flows spread: 1,024 source ports give 1,024 hashes, and their low
+        // 8 bits (what picks a queue or varies a tunnel's source port) fill
+        // most of 256 buckets.
+        let hashes: std::collections::HashSet<u32> = (0..1024u16)
+            .map(|p| {
+                let sp = (10_000 + p).to_be_bytes();
+                frame_flow_hash(&v4(17, 1, [sp[0], sp[1], 0x13, 0x89, 0, 8, 0, 0]))
+            })
+            .collect();
+        assert_eq!(hashes.len(), 1024);
+        let buckets: std::collections::HashSet<u32> = hashes.iter().map(|h| h & 0xff).collect();
+        assert!(buckets.len() > 240, "{} of 256 buckets", buckets.len());
+        // Not IPv4: the Ethernet header; short frames do not panic.
+        let mut x = a.clone();
+        x[12..14].copy_from_slice(&[0x86, 0xdd]);
+        assert_ne!(frame_flow_hash(&x), frame_flow_hash(&a));
+        let _ = frame_flow_hash(&a[..10]);
     }
 
     #[test]
@@ -607,24 +624,26 @@ mod tests {
 /// hashed (it read the IP checksum once, so each packet of a TCP stream got
 /// its own tunnel source port, and an ECMP underlay could reorder them).
 pub fn frame_flow_hash(f: &[u8]) -> u32 {
-    fn fnv(mut h: u32, bytes: &[u8]) -> u32 {
-        for b in bytes {
-            h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
-        }
-        h
+    // The fields as a few words, mixed with multiplications (a byte-wise
+    // FNV over the same 13 bytes was a chain of 13 dependent multiplies:
+    // 30 ns of every encapsulated frame).
+    #[inline(always)]
+    fn mix(a: u64, b: u64) -> u32 {
+        let h = (a ^ 0x9e37_79b9_7f4a_7c15).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ b;
+        let h = (h ^ (h >> 31)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (h ^ (h >> 29) ^ (h >> 32)) as u32
     }
-    let mut h: u32 = 0x811c_9dc5;
+    let word = |at: usize, n: usize| f[at..at + n].iter().fold(0u64, |w, &b| w << 8 | b as u64);
     if f.len() >= 34 && f[12..14] == [8, 0] {
-        let proto = f[23];
-        h = fnv(h, &[proto]);
-        h = fnv(h, &f[26..34]);
+        let proto = f[23] as u64;
+        let addrs = word(26, 8);
         let l4 = 14 + (f[14] & 0x0f) as usize * 4;
         let fragment = u16::from_be_bytes([f[20], f[21]]) & 0x3fff != 0;
-        if matches!(proto, 6 | 17 | 132) && !fragment && f.len() >= l4 + 4 {
-            h = fnv(h, &f[l4..l4 + 4]);
-        }
+        let ports = if matches!(proto, 6 | 17 | 132) && !fragment && f.len() >= l4 + 4 { word(l4, 4) } else { 0 };
+        mix(addrs, ports << 8 | proto)
+    } else if f.len() >= 14 {
+        mix(word(0, 8), word(8, 6) | 1 << 63)
     } else {
-        h = fnv(h, &f[..f.len().min(14)]);
+        mix(word(0, f.len()), f.len() as u64)
     }
-    h ^ (h >> 15)
 }

@@ -45,7 +45,7 @@
 //! (the set-up's Drop), also on failure.
 //!
 //! Run through `./bench.sh --only ovn`, or as root after a release build:
-//! `XVS_BIN=target/release/xvs target/release/examples/ovn_bench [--seconds 3] [--flows 100] [--reps 3] [--no-ovs] [--xvs-adaptive]`.
+//! `XVS_BIN=target/release/xvs target/release/examples/ovn_bench [--seconds 3] [--flows 100] [--reps 3] [--no-ovs] [--xvs-adaptive] [--against-xvs OTHER_XVS]`.
 
 use std::process::Command;
 use xvs::netns::{number_after, wait_file, xvs_exe, Host};
@@ -64,10 +64,22 @@ struct Args {
     /// `--capture DIR`: only write the fixture of the translation benchmark
     /// (see [`capture`]) and exit.
     capture: Option<String>,
+    /// `--against-xvs BIN`: hv2 runs xvs from BIN instead of OVS (an A/B of
+    /// two xvs builds; the table's "ovs" columns are then BIN's).
+    against: Option<String>,
 }
 
 fn args() -> Args {
-    let mut a = Args { seconds: 3.0, flows: 100, reps: 3, json: None, with_ovs: true, xvs_busy: true, capture: None };
+    let mut a = Args {
+        seconds: 3.0,
+        flows: 100,
+        reps: 3,
+        json: None,
+        with_ovs: true,
+        xvs_busy: true,
+        capture: None,
+        against: None,
+    };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < v.len() {
@@ -78,6 +90,7 @@ fn args() -> Args {
             "--reps" => a.reps = next(i).parse().expect("--reps: a count"),
             "--json" => a.json = Some(next(i)),
             "--capture" => a.capture = Some(next(i)),
+            "--against-xvs" => a.against = Some(next(i)),
             "--no-ovs" => {
                 a.with_ovs = false;
                 i += 1;
@@ -435,9 +448,15 @@ fn main() {
         // path would hand frames to the sink's XDP program directly).
         conf.push("pmd-maxsleep=0");
     }
-    let switches: &[Switch] = if a.with_ovs { &[Switch::Xvs, Switch::Ovs] } else { &[Switch::Xvs] };
-    let sides: Vec<&Vms> = if a.with_ovs { vec![&XVS_VMS, &OVS_VMS] } else { vec![&XVS_VMS] };
-    let mut m = Multi::start_with(&xvs_exe().to_string_lossy(), "b", switches, &conf);
+    let exe = xvs_exe().to_string_lossy().into_owned();
+    let mut switches = vec![(Switch::Xvs, exe.as_str())];
+    match (&a.against, a.with_ovs) {
+        (Some(b), _) => switches.push((Switch::Xvs, b.as_str())),
+        (None, true) => switches.push((Switch::Ovs, exe.as_str())),
+        (None, false) => {}
+    }
+    let sides: Vec<&Vms> = if switches.len() == 2 { vec![&XVS_VMS, &OVS_VMS] } else { vec![&XVS_VMS] };
+    let mut m = Multi::start_each("b", &switches, &conf);
     xvs::ovnref::logical_router_between_two_switches(|x| {
         m.nbctl(x);
     });
@@ -458,6 +477,9 @@ fn main() {
             _ => Vec::new(),
         }
     };
+    if let Some(b) = &a.against {
+        println!("\nA/B: the \"ovs\" columns are xvs from {b}");
+    }
     println!(
         "\nOVN pipeline, 64-byte UDP, {} flows, {} s x {} runs per switch, in turns (median); xvs {}",
         a.flows,

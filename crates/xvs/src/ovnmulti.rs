@@ -282,6 +282,13 @@ impl Multi {
     /// (`key=value`) set in every hypervisor's database before its switch
     /// starts (the benchmark pins poll threads with `pmd-cpu-mask`).
     pub fn start_with(xvs_bin: &str, tag: &str, switches: &[Switch], other_config: &[&str]) -> Multi {
+        let each: Vec<(Switch, &str)> = switches.iter().map(|&s| (s, xvs_bin)).collect();
+        Multi::start_each(tag, &each, other_config)
+    }
+
+    /// As [`Multi::start_with`], with each hypervisor's switch and the xvs
+    /// binary it runs (two xvs builds side by side, for a benchmark's A/B).
+    pub fn start_each(tag: &str, switches: &[(Switch, &str)], other_config: &[&str]) -> Multi {
         let pid = std::process::id();
         let tag = format!("m{}{tag}", pid % 100_000);
         let dir = format!("/tmp/xvs-ovnm-{pid}-{tag}");
@@ -313,7 +320,7 @@ impl Multi {
             must(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
         must(&crate::netns::northd_args(d).iter().map(String::as_str).collect::<Vec<_>>());
-        for (i, s) in switches.iter().enumerate() {
+        for (i, (s, xvs_bin)) in switches.iter().enumerate() {
             let hv = m.hypervisor(xvs_bin, i + 1, *s, other_config);
             m.hvs.push(hv);
         }
