@@ -38,13 +38,22 @@ def quiet(*a):
     subprocess.run(a, capture_output=True)
 
 
+def names(k=""):
+    """The topology's names (gen ns, sink ns, gen port, sink port); `k`
+    tells apart the copies that run side by side (see measure_pair)."""
+    return f"{G}{k}", f"{S}{k}", f"{GP}{k}", f"{SP}{k}"
+
+
 class Topo:
     """gen and sink namespaces; the root-side veth ends are the switch ports.
     direct=True wires gen to sink with one veth pair (the bare ceiling)."""
 
-    def __init__(self, direct=False):
+    def __init__(self, direct=False, k=""):
         self.direct = direct
-        self.cleanup()
+        self.k = k
+        G, S, GP, SP = names(k)
+        self.g, self.s, self.gp, self.sp = G, S, GP, SP
+        self.cleanup(k)
         for n in (G, S):
             sh("ip", "netns", "add", n)
         if direct:
@@ -66,11 +75,14 @@ class Topo:
         self.smac = ns(S, "cat", "/sys/class/net/eth0/address").strip()
 
     @staticmethod
-    def cleanup():
-        for n in (G, S):
-            quiet("ip", "netns", "del", n)
-        for d in (GP, SP, "xbbr"):
-            quiet("ip", "link", "del", d)
+    def cleanup(k=None):
+        for kk in [k] if k is not None else ["", "x", "o"]:
+            G, S, GP, SP = names(kk)
+            for n in (G, S):
+                quiet("ip", "netns", "del", n)
+            for d in (GP, SP):
+                quiet("ip", "link", "del", d)
+        quiet("ip", "link", "del", "xbbr")
 
 
 def cpu_of(pid):
@@ -128,7 +140,7 @@ def run_once(topo, size, flows, secs, pid, first=0, tid=None, partial=False):
     """One measurement: (offered pps, forwarded pps, switch cpu s, softirq s,
     poll thread (user s, system s), CPU 1 (user, system, softirq, idle) s)."""
     ready = tempfile.mktemp(prefix="xb-ready-")
-    sink = subprocess.Popen(["ip", "netns", "exec", S, XVS, "util", "xdp-sink", "--dev", "eth0",
+    sink = subprocess.Popen(["ip", "netns", "exec", topo.s, XVS, "util", "xdp-sink", "--dev", "eth0",
                              "--seconds", str(secs + 1.0), "--ready-file", ready],
                             stdout=subprocess.PIPE, text=True)
     t0 = time.time()
@@ -136,7 +148,7 @@ def run_once(topo, size, flows, secs, pid, first=0, tid=None, partial=False):
         time.sleep(0.02)
     c0, s0 = cpu_of(pid) if pid else 0.0, softirq()
     t0, k0, a0 = thread_times(pid, tid), cpu_times(1), cpu_times("")
-    gen = sh("ip", "netns", "exec", G, "taskset", "-c", "0", XVS, "util", "pktgen", "--dev", "eth0",
+    gen = sh("ip", "netns", "exec", topo.g, "taskset", "-c", "0", XVS, "util", "pktgen", "--dev", "eth0",
              "--src-mac", topo.gmac, "--dst-mac", topo.smac, "--size", str(size - 4),
              "--flows", str(flows), "--first-flow", str(first), "--seconds", str(secs),
              *(["--partial-csum"] if partial else []), *(["--xdp"] if GEN == "xdp" else []))
@@ -214,7 +226,8 @@ class Xvs:
     # (--pmd-cpus) and the control threads run anywhere, as OVS's do.
     pin_process = True
 
-    def __init__(self, rules=None):
+    def __init__(self, rules=None, topo=None):
+        GP, SP = (topo.gp, topo.sp) if topo else (names()[2], names()[3])
         self.run = tempfile.mkdtemp(prefix="xb-xvs-")
         args = (["taskset", "-c", "1"] if self.pin_process else []) + [XVS, "switch", "--run-dir", self.run, "--no-local-port", "--poll", self.poll,
                 "--pmd-cpus", "1", "--port", GP, "--port", SP, "--tx-flush-us", str(TX_FLUSH_US)] + self.offload + self.extra
@@ -243,7 +256,12 @@ class Xvs:
                 "megaflows": j["megaflows"],
                 "conns": nconns(["ovs-appctl"], dict(os.environ, OVS_RUNDIR=self.run))}
 
+    def pause(self, stop):
+        """SIGSTOP / SIGCONT the switch (see measure_pair)."""
+        os.kill(self.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+
     def stop(self):
+        self.pause(False)
         self.p.send_signal(signal.SIGTERM)
         self.p.wait(timeout=10)
         shutil.rmtree(self.run, ignore_errors=True)
@@ -281,7 +299,8 @@ class XvsOffloadNapi(XvsOffloadAdaptive):
 class Ovs:
     name = "ovs"
 
-    def __init__(self, rules=None):
+    def __init__(self, rules=None, topo=None):
+        GP, SP = (topo.gp, topo.sp) if topo else (names()[2], names()[3])
         self.dir = tempfile.mkdtemp(prefix="xb-ovs-")
         d = self.dir
         env = dict(os.environ, OVS_RUNDIR=d, OVS_DBDIR=d, OVS_LOGDIR=d)
@@ -334,7 +353,15 @@ class Ovs:
         m = re.search(r"flows: (\d+)", sh(*self.appctl, "dpctl/show", env=self.env, check=False))
         return int(m.group(1)) if m else None
 
+    def pause(self, stop):
+        """SIGSTOP / SIGCONT ovs-vswitchd (see measure_pair)."""
+        os.kill(self.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+
     def stop(self):
+        try:
+            self.pause(False)
+        except OSError:
+            pass
         for f in ("ovs-vswitchd", "ovsdb-server"):
             try:
                 os.kill(int(open(f"{self.dir}/{f}.pid").read()), signal.SIGKILL)
@@ -349,7 +376,7 @@ class Ovs:
 class Bridge:
     name = "linux-bridge"
 
-    def __init__(self, rules=None):
+    def __init__(self, rules=None, topo=None):
         sh("ip", "link", "add", "xbbr", "type", "bridge")
         for p in (GP, SP):
             sh("ip", "link", "set", p, "master", "xbbr")
@@ -367,7 +394,7 @@ class Bridge:
 class Wire:
     name = "afxdp-wire"
 
-    def __init__(self, rules=None):
+    def __init__(self, rules=None, topo=None):
         self.p = subprocess.Popen(["taskset", "-c", "1", WIRE, GP, SP], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         time.sleep(1)
@@ -486,9 +513,14 @@ def main():
     # connections, (b) a new connection per packet (fresh 5-tuples every
     # run, as in flow setup), (c) (a) with source NAT.
     ct_rules, snat_rules = ct_rule_file(), ct_rule_file(snat=True)
+    # With OVS, xvs and OVS run in turns (measure_pair).
+    pairs = []
     for label, rf, flows in [("conntrack", ct_rules, 10000), ("conntrack setup", ct_rules, SETUP_FLOWS),
                              ("conntrack snat", snat_rules, 10000)]:
-        extra += [(f"xvs {label}", Xvs, rf, 64, flows)] + ([(f"ovs {label}", Ovs, rf, 64, flows)] if have_ovs else [])
+        if have_ovs:
+            pairs.append(((f"xvs {label}", Xvs), (f"ovs {label}", Ovs), rf, 64, flows))
+        else:
+            extra.append((f"xvs {label}", Xvs, rf, 64, flows))
     # Checksum offload on transmit (O5, issue 18): the generator's UDP
     # checksums are partial, as a local stack with tx offload on sends
     # them; xvs leaves them to the output port's TX metadata (default) or
@@ -497,41 +529,14 @@ def main():
         extra += [("xvs O5 partial csum", Xvs, None, size, 1), ("xvs software partial csum", XvsCsumSoftware, None, size, 1)]
         extra += [("ovs partial csum", Ovs, None, size, 1)] if have_ovs else []
     results = []
-    total = len(switches) * len(cases) + len(extra)
+    total = len(switches) * len(cases) + len(extra) + len(pairs)
     done = 0
 
     def progress(msg):
         sys.stderr.write(f"\r[{done}/{total}] {msg:<70}")
         sys.stderr.flush()
 
-    def measure(label, cls, rf, size, flows):
-        if a.only and not any(o in label for o in a.only):
-            return
-        if GEN == "xdp" and cls is Bridge:
-            # The generator's redirect needs XDP on the receiving veth end,
-            # which the Linux bridge's port does not run: nothing would arrive.
-            return
-        topo = Topo(direct=cls is None)
-        sw = cls(rf) if cls else None
-        try:
-            reps, per_run, up0, c0 = [], [], 0, 0
-            for r in range(a.reps):
-                progress(f"{label}: {size} B, {flows} flows, run {r + 1}/{a.reps}")
-                first = r * SETUP_FLOWS if "setup" in label else 0
-                reps.append(run_once(topo, size, flows, a.seconds, sw.pid if sw else None, first,
-                                     sw.tid if sw else None, partial="partial csum" in label))
-                if sw:
-                    st = sw.stats()
-                    if st.get("upcalls") is not None:
-                        per_run.append({"upcalls": st["upcalls"] - up0, "megaflows_after": st.get("megaflows"),
-                                        "new_conns": (st.get("conns") or 0) - c0})
-                        up0 = st["upcalls"]
-                        c0 = st.get("conns") or 0
-            st = sw.stats() if sw else {}
-        finally:
-            if sw:
-                sw.stop()
-            Topo.cleanup()
+    def row_of(label, size, flows, reps, sw, st, per_run):
         off = statistics.median(x[0] for x in reps)
         fwd = statistics.median(x[1] for x in reps)
         cpu = statistics.median(x[2] for x in reps) / a.seconds
@@ -566,7 +571,87 @@ def main():
                 row["new_conns_per_s"] = statistics.median(x["new_conns"] for x in per_run) / a.seconds
         if sw is not None and hasattr(sw, "mode"):
             row["xdp_mode"] = sw.mode
-        results.append(row)
+        return row
+
+    class Side:
+        """One switch's runs: measurements, upcall and connection counts."""
+
+        def __init__(self, label, sw, topo):
+            self.label, self.sw, self.topo = label, sw, topo
+            self.reps, self.per_run, self.up0, self.c0 = [], [], 0, 0
+
+        def once(self, r, size, flows):
+            sw = self.sw
+            first = r * SETUP_FLOWS if "setup" in self.label else 0
+            self.reps.append(run_once(self.topo, size, flows, a.seconds, sw.pid if sw else None, first,
+                                      sw.tid if sw else None, partial="partial csum" in self.label))
+            if sw:
+                st = sw.stats()
+                if st.get("upcalls") is not None:
+                    self.per_run.append({"upcalls": st["upcalls"] - self.up0, "megaflows_after": st.get("megaflows"),
+                                         "new_conns": (st.get("conns") or 0) - self.c0})
+                    self.up0 = st["upcalls"]
+                    self.c0 = st.get("conns") or 0
+
+    def measure(label, cls, rf, size, flows):
+        if a.only and not any(o in label for o in a.only):
+            return
+        if GEN == "xdp" and cls is Bridge:
+            # The generator's redirect needs XDP on the receiving veth end,
+            # which the Linux bridge's port does not run: nothing would arrive.
+            return
+        topo = Topo(direct=cls is None)
+        sw = cls(rf) if cls else None
+        try:
+            side = Side(label, sw, topo)
+            for r in range(a.reps):
+                progress(f"{label}: {size} B, {flows} flows, run {r + 1}/{a.reps}")
+                side.once(r, size, flows)
+            st = sw.stats() if sw else {}
+        finally:
+            if sw:
+                sw.stop()
+            Topo.cleanup()
+        results.append(row_of(label, size, flows, side.reps, sw, st, side.per_run))
+
+    def measure_pair(pair, rf, size, flows):
+        """xvs and OVS side by side, each on its own copy of the topology
+        (names with "x" and "o"), in turns: for each run one switch works
+        while the other is stopped (SIGSTOP, no CPU; both poll threads are
+        pinned to CPU 1), xvs first in even runs and OVS first in odd ones.
+        Two runs of a pair are seconds apart; this machine's speed drifts
+        1.5-3x over minutes, so each pair's ratio (`ratio_runs`, in both
+        rows) is the comparison."""
+        if a.only and not any(o in label for label, _ in pair for o in a.only):
+            return
+        sides = []
+        try:
+            for (label, cls), k in zip(pair, "xo"):
+                topo = Topo(k=k)
+                sides.append(Side(label, cls(rf, topo), topo))
+            for r in range(a.reps):
+                for side in (sides if r % 2 == 0 else sides[::-1]):
+                    side.sw.pause(False)
+                    for other in sides:
+                        if other is not side:
+                            other.sw.pause(True)
+                    time.sleep(0.3)
+                    progress(f"{side.label}: {size} B, {flows} flows, run {r + 1}/{a.reps} (in turns)")
+                    side.once(r, size, flows)
+            for side in sides:
+                side.sw.pause(False)
+            sts = [side.sw.stats() for side in sides]
+        finally:
+            for side in sides:
+                side.sw.stop()
+            Topo.cleanup()
+        rows = [row_of(side.label, size, flows, side.reps, side.sw, st, side.per_run) for side, st in zip(sides, sts)]
+        if len(rows) == 2:
+            pairs = [x[1] / o[1] for x, o in zip(sides[0].reps, sides[1].reps) if o[1] > 0]
+            for row in rows:
+                row["in_turns_with"] = rows[1 - rows.index(row)]["switch"]
+                row["ratio_runs"] = pairs
+        results.extend(rows)
 
     try:
         for label, cls, rf in switches:
@@ -576,6 +661,10 @@ def main():
         for label, cls, rf, size, flows in extra:
             as_is = "setup" in label or "csum" in label
             measure(label if as_is else label + " (many flows)", cls, rf, size, flows)
+            done += 1
+        for x, o, rf, size, flows in pairs:
+            named = [(lab if "setup" in lab else lab + " (many flows)", cls) for lab, cls in (x, o)]
+            measure_pair(named, rf, size, flows)
             done += 1
     finally:
         Topo.cleanup()
@@ -671,6 +760,12 @@ def main():
                   f"{(f'{cyc:.0f}' if cyc else '-'):>9}{(f'{ups:.0f}' if ups else '-'):>9}"
                   f"{(str(r['megaflows']) if r.get('megaflows') is not None else '-'):>9}  {split(r):<19}"
                   f"{sum(r['all_cpus_ns_per_packet'].values()):.0f}")
+    turns = [r for r in results if r.get("ratio_runs") and r["switch"].startswith("xvs")]
+    if turns:
+        print("\nin turns (one switch stopped while the other runs; the ratio is the median of the run pairs):")
+        for r in turns:
+            rr = r["ratio_runs"]
+            print(f"  {r['switch']:<34} xvs/OVS {statistics.median(rr):.2f}   pairs: {' '.join(f'{x:.2f}' for x in rr)}")
     if churn_results:
         print(f"\n{'rule churn':<18}{'rules':>8}{'ping sent':>11}{'lost':>6}{'rtt max':>9}{'in add':>9}{'in del':>9}"
               f"{'add-flows':>11}{'del-flows':>11}"
