@@ -722,7 +722,7 @@ def main():
     if (not a.only and not a.quick) or any("ovn" == o for o in a.only):
         ovn_results = []
         for flows in (100, 1000):
-            progress(f"OVN pipeline, {flows} flows: xvs, then OVS")
+            progress(f"OVN pipeline, {flows} flows: xvs and OVS in turns")
             out_json = tempfile.mktemp(prefix="xb-ovn-", suffix=".json")
             cmd = [OVN_BENCH, "--seconds", str(a.seconds), "--reps", str(a.reps), "--flows", str(flows),
                    "--json", out_json] + ([] if have_ovs else ["--no-ovs"])
