@@ -272,7 +272,12 @@ fn median(mut v: Vec<f64>) -> f64 {
         return 0.0;
     }
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// Lets switch `who` run and stops the others (see the file's header).
