@@ -319,7 +319,10 @@ impl Runs {
 
 /// The cases on every switch of `m`, in turns: per case, per switch, its
 /// runs; then the flow setup rates per switch (upcalls/s per rep).
-fn cases(m: &Multi, sides: &[&Vms], a: &Args) -> (Vec<(&'static str, Vec<Runs>)>, Vec<Vec<f64>>) {
+/// Per case, its name and each switch's runs.
+type CaseRuns = Vec<(&'static str, Vec<Runs>)>;
+
+fn cases(m: &Multi, sides: &[&Vms], a: &Args) -> (CaseRuns, Vec<Vec<f64>>) {
     let host = |side: usize, k: usize| m.host(side * 3 + k);
     for (side, _) in sides.iter().enumerate() {
         let (v1, v2, v3) = (host(side, 0), host(side, 1), host(side, 2));
@@ -493,8 +496,8 @@ fn main() {
         if a.xvs_busy { "spinning (pmd-maxsleep=0, as OVS)" } else { "with adaptive polling (its default)" }
     );
     println!(
-        "{:<8}{:>13}{:>11}{:>13}{:>11}{:>9}{:>14}{:>14}  {}",
-        "case", "xvs offered", "xvs pps", "ovs offered", "ovs pps", "xvs/ovs", "xvs busy ns", "ovs busy ns", "pairs"
+        "{:<8}{:>13}{:>11}{:>13}{:>11}{:>9}{:>14}{:>14}  pairs",
+        "case", "xvs offered", "xvs pps", "ovs offered", "ovs pps", "xvs/ovs", "xvs busy ns", "ovs busy ns"
     );
     let mut json = Vec::new();
     let none = Runs::default();
