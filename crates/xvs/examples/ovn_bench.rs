@@ -292,6 +292,16 @@ fn turn(m: &Multi, who: usize) {
     std::thread::sleep(std::time::Duration::from_millis(300));
 }
 
+/// The switches' order in rep `r`: first to last in even reps, last to
+/// first in odd ones, so neither always runs first.
+fn order(r: usize, n: usize) -> Vec<usize> {
+    if r % 2 == 0 {
+        (0..n).collect()
+    } else {
+        (0..n).rev().collect()
+    }
+}
+
 fn all_run(m: &Multi) {
     m.hvs.iter().for_each(|hv| hv.pause(false));
 }
@@ -341,9 +351,7 @@ fn cases(m: &Multi, sides: &[&Vms], a: &Args) -> (CaseRuns, Vec<Vec<f64>>) {
     let run = |name: &'static str, dst: usize, f: &[String]| -> (&'static str, Vec<Runs>) {
         let mut runs: Vec<Runs> = sides.iter().map(|_| Runs::default()).collect();
         for r in 0..a.reps {
-            let order: Vec<usize> =
-                if r % 2 == 0 { (0..sides.len()).collect() } else { (0..sides.len()).rev().collect() };
-            for side in order {
+            for side in order(r, sides.len()) {
                 let hv = &m.hvs[side];
                 turn(m, side);
                 let b0 = busy_ns(hv);
@@ -372,8 +380,7 @@ fn cases(m: &Multi, sides: &[&Vms], a: &Args) -> (CaseRuns, Vec<Vec<f64>>) {
     let mut out = vec![run("switch", 1, &to_vm2), run("router", 2, &to_vm3)];
     let mut setups: Vec<Vec<f64>> = sides.iter().map(|_| Vec::new()).collect();
     for r in 0..a.reps {
-        let order: Vec<usize> = if r % 2 == 0 { (0..sides.len()).collect() } else { (0..sides.len()).rev().collect() };
-        for side in order {
+        for side in order(r, sides.len()) {
             turn(m, side);
             let base = ((r * sides.len() + side + 1) as u64) << 24;
             let u = setup_rate(&m.hvs[side], host(side, 0), sides[side], base, 400_000);

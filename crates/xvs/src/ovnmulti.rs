@@ -68,8 +68,8 @@ impl Hypervisor {
             let _ = c.kill();
             let _ = c.wait();
         }
-        if let Ok(pid) = std::fs::read_to_string(format!("{}/ovs-vswitchd.pid", self.dir)) {
-            let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+        if let Some(pid) = self.switch_pid() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
     }
 
