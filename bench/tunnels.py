@@ -158,12 +158,15 @@ class Switch:
     """xvs or ovs-vswitchd in the hypervisor namespace, configured over
     its own ovsdb-server (in the root namespace, a Unix socket)."""
 
-    def __init__(self, name, xvs, port_type=None):
+    def __init__(self, name, xvs, port_type=None, kind=None):
+        # `name`: the copy of the topology ("xvs" or "ovs"); `kind`: the
+        # switch run there (the same, but "xvs" in both with --against-xvs).
         self.name, self.xvs, self.t = name, xvs, TOPOS[name]
+        self.kind = kind or name
         self.d = tempfile.mkdtemp(prefix=f"xbt-{name}-")
         d = self.d
         self.procs, self.pidfiles = [], [f"{d}/ovsdb-server.pid"]
-        self.rundir = f"{d}/run" if name == "xvs" else d
+        self.rundir = f"{d}/run" if self.kind == "xvs" else d
         os.makedirs(self.rundir, exist_ok=True)
         self.env = dict(os.environ, OVS_RUNDIR=self.rundir, OVS_DBDIR=d, OVS_LOGDIR=d)
         self.db = f"unix:{d}/db.sock"
@@ -183,7 +186,7 @@ class Switch:
         self.v("--no-wait", "init")
         # xvs's kernel fast path off: the AF_XDP datapaths are compared.
         self.v("--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2", "other_config:xdp-offload=false")
-        if name == "xvs":
+        if self.kind == "xvs":
             log = open(f"{d}/xvs.log", "w")
             self.procs.append(subprocess.Popen(["ip", "netns", "exec", HV, xvs, "switch", "--db", self.db,
                                                 "--run-dir", self.rundir], stdout=log, stderr=log))
@@ -200,7 +203,7 @@ class Switch:
         self.v("add-port", "br-int", "tun0", "--", "set", "interface", "tun0", "type=geneve",
                f"options:remote_ip={REMOTE_IP}", f"options:key={VNI}")
         self.xdp_mode = "-"
-        if self.ptype == "afxdp" and name == "ovs":
+        if self.ptype == "afxdp" and self.kind == "ovs":
             # As run.py: native XDP, generic if the kernel refuses it here.
             self.xdp_mode = "native"
             time.sleep(2)
@@ -231,7 +234,7 @@ class Switch:
         if self.ptype == "afxdp":
             # The XDP mode the ports ended up in: xvs says it in dpctl/show,
             # OVS in the interface's status column.
-            if name == "xvs":
+            if self.kind == "xvs":
                 shown = self.appctl("dpctl/show", check=False)
             else:
                 shown = self.v("get", "interface", ULP, "status") + self.v("get", "interface", VMP, "status")
@@ -343,7 +346,7 @@ GENERATORS = {
 CASES = [("encap", 1), ("encap", 1000), ("decap", 1), ("decap", 1000)]
 
 
-def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kind="xdp"):
+def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kind="xdp", against_xvs=None):
     """Sets up each switch on its own copy of the topology, then runs every
     case `reps` times on each, the switches in turns (see the header); the
     rows hold the median over reps and each rep pair's ratio."""
@@ -355,7 +358,10 @@ def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kin
         for n in names:
             topo(TOPOS[n])
             log(f"tunnel: {n} set-up")
-            sws[n] = Switch(n, xvs, port_type)
+            if n == "ovs" and against_xvs:
+                sws[n] = Switch(n, against_xvs, port_type, kind="xvs")
+            else:
+                sws[n] = Switch(n, xvs, port_type)
             info[n] = {"port_type": sws[n].ptype, "xdp_mode": sws[n].xdp_mode, "iface_types": sws[n].iface_types}
         for r in range(reps):
             for c, f in CASES:
@@ -416,13 +422,15 @@ def main():
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--port-type", help="afxdp or system for both switches (default: afxdp if OVS offers it)")
     ap.add_argument("--no-ovs", action="store_true")
+    ap.add_argument("--against-xvs", metavar="BIN", help="A/B: this xvs build runs where OVS would (its figures in the OVS columns)")
     ap.add_argument("--gen", choices=sorted(GENERATORS), default="xdp",
                     help="xdp (default): the generator transmits from inside the kernel, several times what "
                          "afpacket (a packet socket) offers, so the switch is the bottleneck")
     ap.add_argument("--out", default=os.path.join(root, "bench-out"))
     a = ap.parse_args()
     res = run(os.path.abspath(a.xvs), a.secs, a.reps, log=lambda m: sys.stderr.write(f"{m}\n"),
-              port_type=a.port_type, with_ovs=not a.no_ovs, gen_kind=a.gen)
+              port_type=a.port_type, with_ovs=not a.no_ovs, gen_kind=a.gen,
+              against_xvs=a.against_xvs)
     res["meta"] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "kernel": os.uname().release,
                    "ncpu": os.cpu_count(), "loadavg_at_end": os.getloadavg()[0],
                    "generator": GENERATORS[a.gen],

@@ -1021,6 +1021,9 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig, core: CoreClaim) {
     let mut rx_skip: Vec<u32> = Vec::new();
     let upcall = BridgeUpcall(&sh.ofproto);
     let (mut prev_t0, mut prev_moved) = (Instant::now(), false);
+    // Tunnel frames this bridge's rules send to its local port skip its
+    // datapath (see `tnl::DirectRx`).
+    let mut direct = crate::tnl::DirectRx::default();
     while !sh.stop.load(Ordering::Acquire) {
         let g = sh.ports_gen.load(Ordering::Acquire);
         if g != ports_gen {
@@ -1093,6 +1096,12 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig, core: CoreClaim) {
             moved += n;
             for p in pkts.iter_mut() {
                 p.in_port = port.ofport;
+            }
+            if sh.patches.tnl.is_active() {
+                sh.patches.tnl.take_direct(&sh, &mut pkts, &mut direct, &mut |peer, run| run_batch(peer, run));
+                if pkts.is_empty() {
+                    continue;
+                }
             }
             pmd.process_batch(&mut pkts, &upcall, now_ms, &mut sink);
             pkts.clear();
@@ -1195,30 +1204,37 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig, core: CoreClaim) {
 /// datapath (`slow_pmd`, whose counters the CLI shows as the main thread's).
 fn run_peers(sh: &Shared, pkts: &mut Vec<Packet>) {
     for peer in sh.patches.tnl.peers(sh) {
-        // The peer's clock: its megaflows' idle times are in it.
-        let now_ms = peer.now_ms();
         for _ in 0..4 {
             pkts.clear();
             sh.patches.tnl.drain_bridge(&peer.bridge, pkts, BATCH);
             if pkts.is_empty() {
                 break;
             }
-            let ports = peer.ports.read().expect("ports lock");
-            let mut sink = peer.sink(&ports, None);
-            let upcall = BridgeUpcall(&peer.ofproto);
-            {
-                let mut spmd = peer.slow_pmd.lock().expect("slow pmd");
-                spmd.set_generation(peer.generation.load(Ordering::Acquire));
-                spmd.process_batch(pkts, &upcall, now_ms, &mut sink);
-            }
-            for p in sink.sent.drain(..) {
-                if let Some(port) = ports.get(&p) {
-                    port.dev.lock().expect("port lock").flush_tx(true);
-                }
-            }
+            run_batch(&peer, pkts);
         }
     }
     pkts.clear();
+}
+
+/// Runs `pkts` (their input ports set) through bridge `peer`'s pipeline
+/// with its shared datapath (`slow_pmd`), from whichever poll thread has
+/// them; drains `pkts`.
+fn run_batch(peer: &Shared, pkts: &mut Vec<Packet>) {
+    // The peer's clock: its megaflows' idle times are in it.
+    let now_ms = peer.now_ms();
+    let ports = peer.ports.read().expect("ports lock");
+    let mut sink = peer.sink(&ports, None);
+    let upcall = BridgeUpcall(&peer.ofproto);
+    {
+        let mut spmd = peer.slow_pmd.lock().expect("slow pmd");
+        spmd.set_generation(peer.generation.load(Ordering::Acquire));
+        spmd.process_batch(pkts, &upcall, now_ms, &mut sink);
+    }
+    for p in sink.sent.drain(..) {
+        if let Some(port) = ports.get(&p) {
+            port.dev.lock().expect("port lock").flush_tx(true);
+        }
+    }
 }
 
 /// Sleeps until a queue is readable or `timeout_ms` passed. Returns whether

@@ -39,7 +39,12 @@
 //! pipeline). The answer is asked again when that bridge's rules, MAC
 //! table or ports change. With it, the frames do not appear in the
 //! underlay bridge's `dpctl/dump-flows` or poll-thread statistics, as in
-//! OVS, where they belong to the tunnel's megaflow. A frame that no longer
+//! OVS, where they belong to the tunnel's megaflow. Received tunnel frames
+//! get the mirror image ([`DirectRx`]): while the underlay bridge's rules
+//! send frames with given outer headers to its local port alone, they are
+//! popped as they are received and run through the tunnel port's bridge
+//! in the same thread, without a pass through the underlay bridge's
+//! datapath and local port. A frame that no longer
 //! fits the route device's MTU after encapsulation is sent anyway, as OVS
 //! sends it (the underlay port may well carry it: OVS's documentation has
 //! users raise the underlay's MTU, not br-phy's); the egress device drops
@@ -100,6 +105,10 @@ pub struct TnlPortState {
     rx_dropped: AtomicU64,
     tx_packets: AtomicU64,
     rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    /// Of `rx_packets`, the frames taken straight off the underlay
+    /// bridge's port (see [`DirectRx`]).
+    direct_rx: AtomicU64,
     /// The port's OpenFlow number (set once the bridge attached it).
     ofport: std::sync::atomic::AtomicU32,
     /// Its BFD session (Interface `bfd:enable=true`).
@@ -440,17 +449,20 @@ impl TnlEnv {
         let mut q = port.rx.lock().expect("tnl rx");
         let room = QUEUE.saturating_sub(q.len()).min(pkts.len());
         let lost = pkts.len() - room;
+        let bytes: u64 = pkts[..room].iter().map(|p| p.len() as u64).sum();
         q.extend(pkts.drain(..room));
         drop(q);
         pkts.clear();
         port.rx_packets.fetch_add(room as u64, Ordering::Relaxed);
+        port.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
         if lost > 0 {
             port.rx_dropped.fetch_add(lost as u64, Ordering::Relaxed);
             self.count_drop("tnl_queue_full", lost as u64);
         }
     }
 
-    /// One frame of [`TnlEnv::intercept_batch`].
+    /// One frame of [`TnlEnv::intercept_batch`] (and of
+    /// [`TnlEnv::take_direct`]).
     fn intercept(&self, pkt: &Packet, bridge: &str, view: &RxView) -> Verdict {
         let frame = pkt.data();
         let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
@@ -550,6 +562,290 @@ impl TnlEnv {
             }
         }
     }
+}
+
+/// Slots of a poll thread's [`DirectRx`] table (distinct sets of outer
+/// headers: about one per remote hypervisor).
+const DIRECT_SLOTS: usize = 256;
+
+/// A poll thread's memory of its own bridge's decision for the tunnel
+/// frames it receives: the mirror, for decapsulation, of what
+/// [`Underlay`] does for encapsulation. OVS's datapath makes the underlay
+/// bridge's part of a received tunnel frame one megaflow (`tnl_pop`) and
+/// recirculates the inner frame in the same thread. Here the bridge's
+/// rules are asked once per set of outer headers (MACs, addresses, IP
+/// protocol, UDP destination port, input port) whether they send such a
+/// frame to the bridge's local port, and nowhere else, without reading a
+/// field that varies between those frames (the UDP source port, TOS,
+/// TTL). While the answer holds (until the bridge's rules, MAC table or
+/// ports change), frames with those headers are popped as they are
+/// received and run through their tunnel port's bridge at once: no pass
+/// through this bridge's datapath, its output queue and local port, nor
+/// the tunnel port's receive queue. They are credited to the rules that
+/// made the decision, as a megaflow hit would be, and `tnl/ports/show`
+/// counts them. Anything else (other headers, IPv6 or fragmented outer
+/// packets, frames the decision does not cover) takes the datapath as
+/// before.
+pub struct DirectRx {
+    gens: [u64; 3],
+    /// Whether this bridge has a local port that pops tunnel frames.
+    underlay: bool,
+    slots: Vec<Option<DirectSlot>>,
+    keep: Vec<Packet>,
+    run: Vec<Packet>,
+    /// The bridges runs were handed to, by name.
+    peers: Vec<(String, Weak<crate::switch::Shared>)>,
+}
+
+struct DirectSlot {
+    key: [u64; 4],
+    /// The rules to credit, when the decision is "to the local port".
+    local: Option<dpif::CounterSet>,
+    packets: u64,
+    bytes: u64,
+}
+
+impl Default for DirectRx {
+    fn default() -> DirectRx {
+        DirectRx {
+            gens: [u64::MAX; 3],
+            underlay: false,
+            slots: (0..DIRECT_SLOTS).map(|_| None).collect(),
+            keep: Vec::new(),
+            run: Vec::new(),
+            peers: Vec::new(),
+        }
+    }
+}
+
+/// The outer headers that [`DirectRx`] keys its decisions on, if `f` is
+/// an untagged IPv4 frame without options or fragmentation carrying UDP to
+/// one of `listen`'s ports (or GRE, when a GRE port listens).
+fn direct_key(f: &[u8], in_port: u32, listen: &Listen) -> Option<[u64; 4]> {
+    if f.len() < 42 || f[12..15] != [8, 0, 0x45] || f[20] & 0x3f != 0 || f[21] != 0 {
+        return None;
+    }
+    let ok = match f[23] {
+        17 => {
+            let dport = u16::from_be_bytes([f[36], f[37]]);
+            listen.udp.iter().any(|(p, _)| *p == dport)
+        }
+        47 => listen.gre,
+        _ => false,
+    };
+    if !ok {
+        return None;
+    }
+    let w = |a: usize| u64::from_le_bytes(f[a..a + 8].try_into().expect("8 bytes"));
+    // Bytes 0..14 (MACs, EtherType) as two overlapping words, 26..34 (the
+    // addresses), then the input port, protocol and bytes 36..38 (UDP
+    // destination port; GRE's protocol type).
+    let tail = in_port as u64 | (f[23] as u64) << 32 | (f[36] as u64) << 40 | (f[37] as u64) << 48;
+    Some([w(0), w(6), w(26), tail])
+}
+
+fn direct_slot(k: &[u64; 4]) -> usize {
+    let h = (k[0] ^ k[1].rotate_left(17) ^ k[2].rotate_left(31) ^ k[3]).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> 56) as usize % DIRECT_SLOTS
+}
+
+impl TnlEnv {
+    /// Takes the tunnel frames for this host out of `pkts` (received on
+    /// bridge `sh`'s ports, their input ports set) when `sh`'s rules send
+    /// them to its local port (see [`DirectRx`]): pops them in place and
+    /// hands them, a run per bridge, to `deliver` with their tunnel ports
+    /// as input ports. What is left in `pkts` takes `sh`'s datapath.
+    pub fn take_direct(
+        &self,
+        sh: &crate::switch::Shared,
+        pkts: &mut Vec<Packet>,
+        d: &mut DirectRx,
+        deliver: &mut dyn FnMut(&Arc<crate::switch::Shared>, &mut Vec<Packet>),
+    ) {
+        let gens = [
+            sh.generation.load(Ordering::Acquire),
+            sh.ports_gen.load(Ordering::Acquire),
+            self.generation.load(Ordering::Acquire),
+        ];
+        if gens != d.gens {
+            d.gens = gens;
+            d.slots.iter_mut().for_each(|s| *s = None);
+            d.underlay = sh.mirror.is_none() && self.bridges.read().expect("tnl bridges").contains_key(&sh.bridge);
+        }
+        if !d.underlay {
+            return;
+        }
+        let ports = self.ports.read().expect("tnl ports");
+        let listen = self.listen.read().expect("tnl listen");
+        let tlv = self.tlv.read().expect("tnl tlv");
+        let view = RxView { ports: &ports, listen: &listen, tlv: &tlv };
+        let mut keep = std::mem::take(&mut d.keep);
+        let mut run = std::mem::take(&mut d.run);
+        // The bridge of this batch's run (frames for another bridge, rare,
+        // take the datapath): delivered after the locks above are let go,
+        // because its pipeline may send through tunnel ports.
+        let mut run_port: Option<Arc<TnlPortState>> = None;
+        // Receive counts of the current tunnel port, added once per run of it.
+        let mut counting: Option<(usize, u64, u64)> = None;
+        let mut used = [0usize; 8];
+        let mut n_used = 0;
+        for p in pkts.drain(..) {
+            let Some(k) = direct_key(p.data(), p.in_port, &listen) else {
+                keep.push(p);
+                continue;
+            };
+            let i = direct_slot(&k);
+            if d.slots[i].as_ref().is_none_or(|s| s.key != k) {
+                match decide(sh, p.data(), p.in_port) {
+                    Some(local) => d.slots[i] = Some(DirectSlot { key: k, local, packets: 0, bytes: 0 }),
+                    None => {
+                        keep.push(p);
+                        continue;
+                    }
+                }
+            }
+            let slot = d.slots[i].as_mut().expect("filled above");
+            if slot.local.is_none() {
+                keep.push(p);
+                continue;
+            }
+            let outer_len = p.len() as u64;
+            let received = match self.intercept(&p, &sh.bridge, &view) {
+                Verdict::Pass => {
+                    keep.push(p);
+                    continue;
+                }
+                // A BFD packet, or dropped and counted.
+                Verdict::Taken => None,
+                Verdict::Received(port_i, inner) => {
+                    let port = &ports[port_i];
+                    let ofport = port.ofport.load(Ordering::Acquire);
+                    // Not attached yet (the local port queues it for later),
+                    // or another bridge than this batch's run.
+                    if ofport == 0 || run_port.as_ref().is_some_and(|r| r.bridge != port.bridge) {
+                        keep.push(p);
+                        continue;
+                    }
+                    Some((port_i, inner, ofport))
+                }
+            };
+            slot.packets += 1;
+            slot.bytes += outer_len;
+            if !used[..n_used].contains(&i) {
+                if n_used == used.len() {
+                    // More decisions in one batch than kept here: credit
+                    // what is pending now.
+                    self.credit(sh, d, &used);
+                    n_used = 0;
+                }
+                used[n_used] = i;
+                n_used += 1;
+            }
+            let Some((port_i, inner, ofport)) = received else { continue };
+            if run_port.is_none() {
+                run_port = Some(Arc::clone(&ports[port_i]));
+            }
+            run.push(p);
+            let pkt = run.last_mut().expect("pushed above");
+            pkt.truncate(inner.end);
+            pkt.remove_bytes(0, inner.start);
+            pkt.rx_hash = None;
+            pkt.csum_partial = None;
+            pkt.set_tnl(inner.tnl);
+            pkt.in_port = ofport;
+            let len = pkt.len() as u64;
+            match &mut counting {
+                Some((c, n, b)) if *c == port_i => {
+                    *n += 1;
+                    *b += len;
+                }
+                _ => {
+                    if let Some((c, n, b)) = counting.replace((port_i, 1, len)) {
+                        count_rx(&ports[c], n, b);
+                    }
+                }
+            }
+        }
+        if let Some((c, n, b)) = counting {
+            count_rx(&ports[c], n, b);
+        }
+        drop((tlv, listen, ports));
+        self.credit(sh, d, &used[..n_used]);
+        if let Some(port) = run_port {
+            self.deliver_run(&port.bridge, &mut run, d, deliver);
+        }
+        std::mem::swap(pkts, &mut keep);
+        d.keep = keep;
+        d.run = run;
+    }
+
+    /// Credits the frames taken under decisions `slots` to their rules.
+    fn credit(&self, sh: &crate::switch::Shared, d: &mut DirectRx, slots: &[usize]) {
+        let now = sh.now_ms();
+        for &i in slots {
+            if let Some(s) = d.slots[i].as_mut() {
+                if let Some(c) = &s.local {
+                    for r in c.iter() {
+                        r.0.credit(s.packets, s.bytes, now);
+                    }
+                }
+                s.packets = 0;
+                s.bytes = 0;
+            }
+        }
+    }
+
+    fn deliver_run(
+        &self,
+        bridge: &str,
+        run: &mut Vec<Packet>,
+        d: &mut DirectRx,
+        deliver: &mut dyn FnMut(&Arc<crate::switch::Shared>, &mut Vec<Packet>),
+    ) {
+        let known = d.peers.iter().find(|(n, _)| n == bridge).and_then(|(_, w)| w.upgrade());
+        let peer = match known {
+            Some(p) => p,
+            None => match self.switch_of(bridge) {
+                Some(p) => {
+                    d.peers.retain(|(n, _)| n != bridge);
+                    d.peers.push((bridge.to_string(), Arc::downgrade(&p)));
+                    p
+                }
+                None => {
+                    self.count_drop("tnl_no_bridge", run.len() as u64);
+                    run.clear();
+                    return;
+                }
+            },
+        };
+        deliver(&peer, run);
+        run.clear();
+    }
+}
+
+fn count_rx(port: &TnlPortState, n: u64, bytes: u64) {
+    port.rx_packets.fetch_add(n, Ordering::Relaxed);
+    port.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
+    port.direct_rx.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Bridge `sh`'s decision for tunnel frames like `sample` received on
+/// `in_port`: `Some(Some(rules))` when its pipeline sends them to its
+/// local port and nowhere else without reading a field that varies from
+/// frame to frame, `Some(None)` when it does something else, `None` when
+/// a writer holds the rules (asked again with a later frame).
+fn decide(sh: &crate::switch::Shared, sample: &[u8], in_port: u32) -> Option<Option<dpif::CounterSet>> {
+    let of = sh.ofproto.try_read().ok()?;
+    let mut key = FlowKey::ZERO;
+    let _ = flow::extract::extract_into(sample, in_port, &mut key);
+    let t = of.translate_key(&key, 0);
+    drop(of);
+    Some(match t.actions.as_slice() {
+        [dpif::DpAction::Output(o)] if *o == ofproto::actions::ofpp::LOCAL && !t.too_deep && !varies(&t.mask) => {
+            Some(t.counters)
+        }
+        _ => None,
+    })
 }
 
 fn read_mtu(dev: &str) -> u64 {
@@ -763,6 +1059,8 @@ impl TunnelPort {
             rx_dropped: AtomicU64::new(0),
             tx_packets: AtomicU64::new(0),
             rx_packets: AtomicU64::new(0),
+            rx_bytes: AtomicU64::new(0),
+            direct_rx: AtomicU64::new(0),
             ofport: std::sync::atomic::AtomicU32::new(0),
             bfd: cfg_bfd.map(|c| Mutex::new(tunnel::bfd::Session::new(c, discriminator(name), env.now_ms()))),
             bfd_rx: AtomicU64::new(0),
@@ -1049,11 +1347,7 @@ impl Netdev for TunnelPort {
     fn rx_batch(&mut self, _rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
         let mut q = self.state.rx.lock().expect("tnl rx");
         let n = q.len().min(max);
-        for p in q.drain(..n) {
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += p.len() as u64;
-            out.push(p);
-        }
+        out.extend(q.drain(..n));
         Ok(n)
     }
 
@@ -1088,7 +1382,12 @@ impl Netdev for TunnelPort {
     }
 
     fn stats(&self) -> PortStats {
+        // Received: what was decapsulated for this port, whichever thread
+        // then ran it through the pipeline (this port's poll thread, the
+        // underlay bridge's one with run-to-completion, or `DirectRx`).
         let mut s = self.stats;
+        s.rx_packets = self.state.rx_packets.load(Ordering::Relaxed);
+        s.rx_bytes = self.state.rx_bytes.load(Ordering::Relaxed);
         s.rx_dropped += self.state.rx_dropped.load(Ordering::Relaxed);
         s
     }
@@ -1277,6 +1576,10 @@ pub fn ports_show(env: &TnlEnv) -> String {
         ));
         if let Some(via) = p.direct_via.lock().expect("direct via").as_ref() {
             s.push_str(&format!("    underlay: direct to {via} ({} frames)\n", p.direct_tx.load(Ordering::Relaxed)));
+        }
+        let direct_rx = p.direct_rx.load(Ordering::Relaxed);
+        if direct_rx > 0 {
+            s.push_str(&format!("    underlay: {direct_rx} frames received straight from the underlay port\n"));
         }
         if let Some(b) = &p.bfd {
             let st = b.lock().expect("bfd session").status();
@@ -1479,6 +1782,8 @@ mod tests {
                 rx_dropped: AtomicU64::new(0),
                 tx_packets: AtomicU64::new(0),
                 rx_packets: AtomicU64::new(0),
+                rx_bytes: AtomicU64::new(0),
+                direct_rx: AtomicU64::new(0),
                 ofport: std::sync::atomic::AtomicU32::new(0),
                 bfd: None,
                 bfd_rx: AtomicU64::new(0),

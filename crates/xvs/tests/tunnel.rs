@@ -667,6 +667,27 @@ fn normal_packets(hv: &xvs::tnlref::Hv) -> u64 {
         .unwrap_or_else(|| panic!("hv{} ({}): no NORMAL rule in br-phy:\n{out}", hv.name, hv.switch.name()))
 }
 
+/// Frames tunnel port `tun0` received, from `dump-ports` (OVS and xvs).
+fn tun_rx(hv: &xvs::tnlref::Hv) -> u64 {
+    let out = hv.ofctl_ok("br-int", &["dump-ports", "tun0"]);
+    out.split("rx pkts=")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("hv{} ({}): no rx count for tun0:\n{out}", hv.name, hv.switch.name()))
+}
+
+/// xvs: the frames `tun0` received straight off br-phy's port, without a
+/// pass through br-phy's datapath (`tnl/ports/show`).
+fn direct_rx(hv: &xvs::tnlref::Hv) -> u64 {
+    let out = hv.appctl_ok(&["tnl/ports/show"]);
+    out.lines()
+        .find(|l| l.contains("frames received straight from the underlay port"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The underlay bridge's own rules apply to the tunnel's frames, as with
 /// OVS's native tunneling, which translates br-phy's part of the path into
 /// the tunnel's megaflow: br-phy's NORMAL rule counts the frames both
@@ -675,7 +696,10 @@ fn normal_packets(hv: &xvs::tnlref::Hv) -> u64 {
 /// ping, and the ping is back once it is gone. xvs sends a tunnel's
 /// frames straight to br-phy's port while br-phy's decision for their
 /// outer headers is that port alone, and through br-phy's datapath
-/// otherwise: `tnl/ports/show` says which.
+/// otherwise: `tnl/ports/show` says which. The same holds for received
+/// frames: popped as they arrive while br-phy's decision for their outer
+/// headers is its local port alone. Either way the tunnel port counts
+/// what it received.
 fn underlay_rules(tag: &str, sw: [Switch; 2]) {
     let t0 = Instant::now();
     let Some(o) = setup(tag, Kind::Geneve, sw, Key::Fixed(VNI)) else { return };
@@ -683,27 +707,45 @@ fn underlay_rules(tag: &str, sw: [Switch; 2]) {
     let a = &o.hv[0];
     let direct = || a.appctl_ok(&["tnl/ports/show"]).contains("underlay: direct to br-phy port ul");
     let before = normal_packets(a);
+    let (rx0, direct0) = (tun_rx(a), direct_rx(a));
     assert_eq!(o.ping(3), 3, "ping vmA -> vmB");
     // Three requests out and three replies in, each through br-phy.
     let counted = xvs::ovnref::eventually(5, || normal_packets(a) >= before + 6);
     assert!(counted, "hvA ({}): br-phy's NORMAL rule went {before} -> {} packets", sw[0].name(), normal_packets(a));
+    // OVS refreshes a port's counters now and then: waited for.
+    xvs::ovnref::eventually(5, || tun_rx(a) >= rx0 + 3);
+    let rx1 = tun_rx(a);
+    assert!(rx1 >= rx0 + 3, "hvA ({}): tun0 received {rx0} -> {rx1} frames over three replies", sw[0].name());
+    let direct1 = direct_rx(a);
     if sw[0] == Xvs {
         assert!(direct(), "hvA sends straight to br-phy's port ul:\n{}", a.appctl_ok(&["tnl/ports/show"]));
+        assert!(
+            direct1 >= direct0 + 3,
+            "the replies are popped straight off ul ({direct0} -> {direct1}):\n{}",
+            a.appctl_ok(&["tnl/ports/show"])
+        );
     }
     step(tag, t0, "br-phy's NORMAL rule counts the tunnel's frames");
     a.ofctl_ok("br-phy", &["add-flow", "priority=100,udp,tp_dst=6081,nw_ttl=1,actions=drop"]);
     assert_eq!(o.ping(3), 3, "a br-phy rule on the outer TTL (64, not 1) lets the tunnel through");
+    xvs::ovnref::eventually(5, || tun_rx(a) >= rx1 + 3);
+    let rx2 = tun_rx(a);
+    assert!(rx2 >= rx1 + 3, "tun0 received {rx1} -> {rx2} frames through br-phy's datapath");
     if sw[0] == Xvs {
         assert!(!direct(), "a decision that reads the outer TTL is not taken once for every frame");
+        assert_eq!(direct_rx(a), direct1, "received frames whose decision reads the outer TTL take br-phy's datapath");
     }
     step(tag, t0, "a rule on the outer TTL: through br-phy's datapath, ping 3/3");
     a.ofctl_ok("br-phy", &["add-flow", "priority=100,udp,tp_dst=6081,actions=drop"]);
     assert_eq!(o.ping_quick(3), 0, "br-phy drops the tunnel's frames");
     step(tag, t0, "br-phy drops the tunnel's frames: ping 0/3");
     a.ofctl_ok("br-phy", &["del-flows", "udp,tp_dst=6081"]);
+    let direct2 = direct_rx(a);
     assert_eq!(o.ping(3), 3, "the drop rule is gone");
     if sw[0] == Xvs {
         assert!(direct(), "straight to ul again:\n{}", a.appctl_ok(&["tnl/ports/show"]));
+        let direct3 = direct_rx(a);
+        assert!(direct3 >= direct2 + 3, "popped straight off ul again ({direct2} -> {direct3})");
     }
     step(tag, t0, "rules removed: ping 3/3");
 }
