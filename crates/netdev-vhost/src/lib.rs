@@ -561,12 +561,11 @@ impl VhostUserClientPort {
                 self.stats.rx_dropped += 1;
                 continue;
             }
-            let mut pkt = Packet::zeroed(total - HDR_LEN);
-            ring::read_segs(segs, HDR_LEN, pkt.data_mut());
+            let len = total - HDR_LEN;
+            out.push(Packet::filled(len, |d| ring::read_segs(segs, HDR_LEN, d)));
             self.stats.rx_packets += 1;
             self.rxq_packets[rxq] += 1;
-            self.stats.rx_bytes += pkt.len() as u64;
-            out.push(pkt);
+            self.stats.rx_bytes += len as u64;
             n += 1;
         }
         ring.publish_used();

@@ -258,7 +258,8 @@ impl<'m> Ring<'m> {
 
 /// Copies the bytes of `segs` (found by [`Ring::chain`] in this batch, its
 /// map still held) from offset `skip` on into `dst` (as many as fit).
-pub(crate) fn read_segs(segs: &[Seg], mut skip: usize, dst: &mut [u8]) {
+/// Returns how many bytes it copied.
+pub(crate) fn read_segs(segs: &[Seg], mut skip: usize, dst: &mut [u8]) -> usize {
     let mut at = 0;
     for s in segs {
         if at == dst.len() {
@@ -280,6 +281,7 @@ pub(crate) fn read_segs(segs: &[Seg], mut skip: usize, dst: &mut [u8]) {
         at += n;
         skip = 0;
     }
+    at
 }
 
 /// Copies `src` into the bytes of `segs` from offset `skip` on (as many as
