@@ -584,7 +584,8 @@ const DIRECT_SLOTS: usize = 256;
 /// the tunnel port's receive queue. They are credited to the rules that
 /// made the decision, as a megaflow hit would be, and `tnl/ports/show`
 /// counts them. Anything else (other headers, IPv6 or fragmented outer
-/// packets, frames the decision does not cover) takes the datapath as
+/// packets, frames the decision does not cover, and every frame of a
+/// bridge whose local port holds no address of this host) takes the datapath as
 /// before.
 pub struct DirectRx {
     gens: [u64; 3],
@@ -670,7 +671,12 @@ impl TnlEnv {
         if gens != d.gens {
             d.gens = gens;
             d.slots.iter_mut().for_each(|s| *s = None);
-            d.underlay = sh.mirror.is_none() && self.bridges.read().expect("tnl bridges").contains_key(&sh.bridge);
+            // Only a bridge whose local port holds an address of this host
+            // (br-phy, with the tunnel endpoint) is looked at: br-int's
+            // batches, a VM's traffic, skip even the look at their headers.
+            d.underlay = sh.mirror.is_none()
+                && self.bridges.read().expect("tnl bridges").contains_key(&sh.bridge)
+                && self.routes.read().expect("tnl routes").routes().iter().any(|r| r.local && r.dev == sh.bridge);
         }
         if !d.underlay {
             return;
