@@ -96,10 +96,6 @@ thread_local! {
 struct HeapBuf(Box<[u8]>);
 
 impl HeapBuf {
-    /// A buffer for `len` bytes after the headroom; only those bytes are
-    /// zeroed (a recycled buffer's other bytes are never exposed: a
-    /// packet's data is its `start..start + len`, and growing it zeroes
-    /// what it adds).
     /// Like [`HeapBuf::with_len`], but a recycled buffer's bytes are left
     /// as they were: for a caller that overwrites `HEADROOM..HEADROOM + len`
     /// at once ([`Packet::filled`]).
@@ -111,18 +107,14 @@ impl HeapBuf {
         HeapBuf(recycled.unwrap_or_else(|| vec![0u8; POOLED].into_boxed_slice()))
     }
 
+    /// A buffer for `len` bytes after the headroom; only those bytes are
+    /// zeroed (a recycled buffer's other bytes are never exposed: a
+    /// packet's data is its `start..start + len`, and growing it zeroes
+    /// what it adds).
     fn with_len(len: usize) -> HeapBuf {
-        if HEADROOM + len > POOLED {
-            return HeapBuf(vec![0u8; HEADROOM + len].into_boxed_slice());
-        }
-        let recycled = POOL.try_with(|p| p.borrow_mut().pop()).ok().flatten();
-        match recycled {
-            Some(mut b) => {
-                b[HEADROOM..HEADROOM + len].fill(0);
-                HeapBuf(b)
-            }
-            None => HeapBuf(vec![0u8; POOLED].into_boxed_slice()),
-        }
+        let mut b = HeapBuf::with_len_unzeroed(len);
+        b.0[HEADROOM..HEADROOM + len].fill(0);
+        b
     }
 }
 

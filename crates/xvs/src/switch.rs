@@ -1098,7 +1098,7 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig, core: CoreClaim) {
                 p.in_port = port.ofport;
             }
             if sh.patches.tnl.is_active() {
-                sh.patches.tnl.take_direct(&sh, &mut pkts, &mut direct, &mut |peer, run| run_batch(peer, run));
+                sh.patches.tnl.take_direct(&sh, &mut pkts, &mut direct);
                 if pkts.is_empty() {
                     continue;
                 }
@@ -1219,7 +1219,7 @@ fn run_peers(sh: &Shared, pkts: &mut Vec<Packet>) {
 /// Runs `pkts` (their input ports set) through bridge `peer`'s pipeline
 /// with its shared datapath (`slow_pmd`), from whichever poll thread has
 /// them; drains `pkts`.
-fn run_batch(peer: &Shared, pkts: &mut Vec<Packet>) {
+pub(crate) fn run_batch(peer: &Shared, pkts: &mut Vec<Packet>) {
     // The peer's clock: its megaflows' idle times are in it.
     let now_ms = peer.now_ms();
     let ports = peer.ports.read().expect("ports lock");

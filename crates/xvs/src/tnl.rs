@@ -144,6 +144,19 @@ struct Inner {
     tnl: flow::key::TnlWords,
 }
 
+impl Inner {
+    /// Turns `pkt`, the tunnel frame this was found in, into its inner
+    /// frame where it lies (padding after the outer datagram cut, the outer
+    /// headers given back as headroom), with its tunnel fields.
+    fn pop(self, pkt: &mut Packet) {
+        pkt.truncate(self.end);
+        pkt.remove_bytes(0, self.start);
+        pkt.rx_hash = None;
+        pkt.csum_partial = None;
+        pkt.set_tnl(self.tnl);
+    }
+}
+
 /// What decapsulation reads, borrowed once per batch.
 struct RxView<'a> {
     ports: &'a [Arc<TnlPortState>],
@@ -427,15 +440,7 @@ impl TnlEnv {
                         run_port = Some(port);
                     }
                     run.push(p);
-                    // The inner frame, where it is: padding after the
-                    // outer datagram cut, the outer headers given back as
-                    // headroom.
-                    let pkt = run.last_mut().expect("pushed above");
-                    pkt.truncate(inner.end);
-                    pkt.remove_bytes(0, inner.start);
-                    pkt.rx_hash = None;
-                    pkt.csum_partial = None;
-                    pkt.set_tnl(inner.tnl);
+                    inner.pop(run.last_mut().expect("pushed above"));
                 }
             }
         }
@@ -654,15 +659,9 @@ impl TnlEnv {
     /// Takes the tunnel frames for this host out of `pkts` (received on
     /// bridge `sh`'s ports, their input ports set) when `sh`'s rules send
     /// them to its local port (see [`DirectRx`]): pops them in place and
-    /// hands them, a run per bridge, to `deliver` with their tunnel ports
-    /// as input ports. What is left in `pkts` takes `sh`'s datapath.
-    pub fn take_direct(
-        &self,
-        sh: &crate::switch::Shared,
-        pkts: &mut Vec<Packet>,
-        d: &mut DirectRx,
-        deliver: &mut dyn FnMut(&Arc<crate::switch::Shared>, &mut Vec<Packet>),
-    ) {
+    /// runs them through their tunnel ports' bridge, with those ports as
+    /// input ports. What is left in `pkts` takes `sh`'s datapath.
+    pub fn take_direct(&self, sh: &crate::switch::Shared, pkts: &mut Vec<Packet>, d: &mut DirectRx) {
         let gens = [
             sh.generation.load(Ordering::Acquire),
             sh.ports_gen.load(Ordering::Acquire),
@@ -763,11 +762,7 @@ impl TnlEnv {
             }
             run.push(p);
             let pkt = run.last_mut().expect("pushed above");
-            pkt.truncate(inner.end);
-            pkt.remove_bytes(0, inner.start);
-            pkt.rx_hash = None;
-            pkt.csum_partial = None;
-            pkt.set_tnl(inner.tnl);
+            inner.pop(pkt);
             pkt.in_port = ofport;
             let len = pkt.len() as u64;
             match &mut counting {
@@ -788,7 +783,7 @@ impl TnlEnv {
         drop((tlv, listen, ports));
         self.credit(sh, d, &used[..n_used]);
         if let Some(port) = run_port {
-            self.deliver_run(&port.bridge, &mut run, d, deliver);
+            self.deliver_run(&port.bridge, &mut run, d);
         }
         std::mem::swap(pkts, &mut keep);
         d.keep = keep;
@@ -814,13 +809,8 @@ impl TnlEnv {
         }
     }
 
-    fn deliver_run(
-        &self,
-        bridge: &str,
-        run: &mut Vec<Packet>,
-        d: &mut DirectRx,
-        deliver: &mut dyn FnMut(&Arc<crate::switch::Shared>, &mut Vec<Packet>),
-    ) {
+    /// Runs `run` through bridge `bridge`'s pipeline (drains it).
+    fn deliver_run(&self, bridge: &str, run: &mut Vec<Packet>, d: &mut DirectRx) {
         let known = d.peers.iter().find(|(n, _)| n == bridge).and_then(|(_, w)| w.upgrade());
         let peer = match known {
             Some(p) => p,
@@ -837,7 +827,7 @@ impl TnlEnv {
                 }
             },
         };
-        deliver(&peer, run);
+        crate::switch::run_batch(&peer, run);
         run.clear();
     }
 }
