@@ -208,15 +208,7 @@ impl Packet {
 
     /// A heap packet of `len` zero bytes, for a port to fill.
     pub fn zeroed(len: usize) -> Packet {
-        Packet {
-            buf: Buf::Heap(HeapBuf::with_len(len)),
-            start: HEADROOM,
-            len,
-            in_port: 0,
-            rx_hash: None,
-            tnl: None,
-            csum_partial: None,
-        }
+        Packet::filled(len, |_| 0)
     }
 
     /// A heap packet of `len` bytes that `fill` writes; it returns how many
