@@ -455,12 +455,16 @@ impl std::fmt::Debug for Packet {
 mod tests {
     use super::*;
 
-    #[test]
-    fn heap_buffers_are_recycled_and_come_back_zeroed() {
+    /// Leaves a buffer full of 0xff in this thread's pool; its address.
+    fn dirty_buffer_in_pool() -> *const u8 {
         let mut p = Packet::zeroed(100);
         p.data_mut().fill(0xff);
-        let at = p.data().as_ptr();
-        drop(p);
+        p.data().as_ptr()
+    }
+
+    #[test]
+    fn heap_buffers_are_recycled_and_come_back_zeroed() {
+        let at = dirty_buffer_in_pool();
         // The next small packet on this thread reuses the buffer, and sees
         // zeros, not the last packet's bytes.
         let mut q = Packet::zeroed(60);
@@ -478,10 +482,7 @@ mod tests {
 
     #[test]
     fn a_filled_packet_shows_what_was_written_and_zeros_after_it() {
-        let mut p = Packet::zeroed(100);
-        p.data_mut().fill(0xff);
-        let at = p.data().as_ptr();
-        drop(p);
+        let at = dirty_buffer_in_pool();
         // The recycled buffer is not cleared first; what the filler wrote
         // is there, and what it did not write is zero, not old bytes.
         let q = Packet::filled(80, |d| {
