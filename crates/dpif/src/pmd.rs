@@ -454,7 +454,8 @@ impl Pmd {
                 continue;
             }
             self.stats.packets += 1;
-            if let Some(c) = crate::execute::partial_checksum(&pkt, &key, &layout) {
+            let partial = if pkt.csum_complete { None } else { crate::execute::partial_checksum(&pkt, &key, &layout) };
+            if let Some(c) = partial {
                 self.stats.csum_partial += 1;
                 pkt.csum_partial = Some(c);
                 if !self.cfg.csum_offload {
@@ -539,6 +540,14 @@ impl Pmd {
                         self.samples[self.sample_next] = *key;
                     }
                     self.sample_next = (self.sample_next + 1) % SAMPLES;
+                }
+                // A megaflow that only outputs, for a packet as received:
+                // straight to the port's queue. (`execute` would do the
+                // same: nothing to complete, and the key's tunnel words are
+                // the packet's own before any action ran.)
+                if let ([DpAction::Output(port)], 0) = (&f.actions[..], depth) {
+                    self.out.push(*port, pkt);
+                    return;
                 }
                 execute(&f.actions, pkt, key, layout, &mut self.out, sink, now_ms)
             }

@@ -554,15 +554,18 @@ impl VhostUserClientPort {
             let to = self.chains.get(k + 1).map_or(self.chain_segs.len(), |c| c.2);
             let segs = &self.chain_segs[from..to];
             // flags (byte 0): NEEDS_CSUM; gso_type (byte 1): non-zero = GSO.
-            let mut hdr = [0u8; 2];
-            ring::read_segs(segs, 0, &mut hdr);
+            let hdr = ring::read_hdr2(segs);
             if hdr[0] & 1 != 0 || hdr[1] != 0 {
                 self.offload_refused += 1;
                 self.stats.rx_dropped += 1;
                 continue;
             }
             let len = total - HDR_LEN;
-            out.push(Packet::filled(len, |d| ring::read_segs(segs, HDR_LEN, d)));
+            let mut p = Packet::filled(len, |d| ring::read_segs(segs, HDR_LEN, d));
+            // Checksum offload is not offered, and frames asking for it were
+            // refused above: every checksum in this one is complete.
+            p.csum_complete = true;
+            out.push(p);
             self.stats.rx_packets += 1;
             self.rxq_packets[rxq] += 1;
             self.stats.rx_bytes += len as u64;
@@ -703,9 +706,7 @@ impl VhostUserClientPort {
         for (pkt, plan) in pkts[..planned].iter().zip(&self.plans) {
             let Some((c0, c1)) = *plan else { continue };
             let data = pkt.data();
-            let mut hdr = HDR_ZERO;
-            // num_buffers (bytes 10..12 of the header, little endian).
-            hdr[10..12].copy_from_slice(&((c1 - c0) as u16).to_le_bytes());
+            let num_buffers = (c1 - c0) as u16;
             let mut pos = 0usize;
             for k in c0..c1 {
                 let (head, take, from) = self.chains[k];
@@ -713,7 +714,13 @@ impl VhostUserClientPort {
                 let segs = &self.chain_segs[from..to];
                 // This chain holds bytes [pos, pos + take) of header ++ frame.
                 let end = pos + take;
-                if pos < HDR_LEN {
+                if pos == 0 && end >= HDR_LEN {
+                    ring::write_hdr(segs, num_buffers);
+                } else if pos < HDR_LEN {
+                    // A first chain shorter than the header (legal, odd).
+                    let mut hdr = HDR_ZERO;
+                    // num_buffers (bytes 10..12 of the header, little endian).
+                    hdr[10..12].copy_from_slice(&num_buffers.to_le_bytes());
                     ring::write_segs(segs, 0, &hdr[pos..end.min(HDR_LEN)]);
                 }
                 let d0 = pos.max(HDR_LEN);

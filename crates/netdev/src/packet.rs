@@ -185,6 +185,12 @@ pub struct Packet {
     /// paper's O5); [`Packet::complete_checksum`] does it in software
     /// wherever they cannot.
     pub csum_partial: Option<CsumPartial>,
+    /// The receiving port vouches that no checksum in the frame is left
+    /// to finish (a vhost-user port, which does not offer checksum offload
+    /// and drops frames that ask for it), so the datapath does not look
+    /// for a partial one. Kept through copies; it costs no space (it sits
+    /// in what was padding).
+    pub csum_complete: bool,
 }
 
 /// Where a checksum left to offload is (see [`Packet::csum_partial`]).
@@ -221,8 +227,20 @@ impl Packet {
         let mut buf = HeapBuf::with_len_unzeroed(len);
         let data = &mut buf.0[HEADROOM..HEADROOM + len];
         let n = fill(data).min(len);
-        data[n..].fill(0);
-        Packet { buf: Buf::Heap(buf), start: HEADROOM, len, in_port: 0, rx_hash: None, tnl: None, csum_partial: None }
+        if n < len {
+            // (Only when short: an empty `fill` is still a call to memset.)
+            data[n..].fill(0);
+        }
+        Packet {
+            buf: Buf::Heap(buf),
+            start: HEADROOM,
+            len,
+            in_port: 0,
+            rx_hash: None,
+            tnl: None,
+            csum_partial: None,
+            csum_complete: false,
+        }
     }
 
     /// A packet stored in `frame`: `len` bytes at `offset` within it. The
@@ -232,7 +250,16 @@ impl Packet {
     /// If `offset + len` exceeds the frame.
     pub fn from_frame(frame: FrameBuf, offset: usize, len: usize) -> Packet {
         assert!(offset + len <= frame.bytes.len(), "packet beyond its frame");
-        Packet { buf: Buf::Frame(frame), start: offset, len, in_port: 0, rx_hash: None, tnl: None, csum_partial: None }
+        Packet {
+            buf: Buf::Frame(frame),
+            start: offset,
+            len,
+            in_port: 0,
+            rx_hash: None,
+            tnl: None,
+            csum_partial: None,
+            csum_complete: false,
+        }
     }
 
     /// The owner of the frame holding this packet, if it is frame-backed.
@@ -440,6 +467,7 @@ impl Clone for Packet {
         p.rx_hash = self.rx_hash;
         p.tnl.clone_from(&self.tnl);
         p.csum_partial = self.csum_partial;
+        p.csum_complete = self.csum_complete;
         p
     }
 }
@@ -453,6 +481,14 @@ impl std::fmt::Debug for Packet {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_checksum_flag_fits_in_padding() {
+        // Packets move by value through every batch: the flag must not
+        // make them bigger than before it existed.
+        #[cfg(target_pointer_width = "64")]
+        assert_eq!(std::mem::size_of::<super::Packet>(), 88);
+    }
+
     use super::*;
 
     /// Leaves a buffer full of 0xff in this thread's pool; its address.
