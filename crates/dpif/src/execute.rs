@@ -120,7 +120,7 @@ pub enum Exec {
 /// Carries the key's tunnel fields with the packet to its output port (a
 /// tunnel port encapsulates with them; other ports ignore them).
 #[inline]
-fn attach_tunnel(pkt: &mut Packet, key: &FlowKey) {
+pub(crate) fn attach_tunnel(pkt: &mut Packet, key: &FlowKey) {
     let t = flow::key::TNL_WORDS.map(|w| key.w[w]);
     // An OR over the words, not `!= [0; N]`: that calls memcmp.
     if pkt.tnl.is_some() || t.iter().fold(0, |a, &w| a | w) != 0 {

@@ -541,12 +541,18 @@ impl Pmd {
                     }
                     self.sample_next = (self.sample_next + 1) % SAMPLES;
                 }
-                // A megaflow that only outputs, for a packet as received:
-                // straight to the port's queue. (`execute` would do the
-                // same: nothing to complete, and the key's tunnel words are
-                // the packet's own before any action ran.)
-                if let ([DpAction::Output(port)], 0) = (&f.actions[..], depth) {
-                    self.out.push(*port, pkt);
+                // A megaflow that only outputs: straight to the port's
+                // queue, which is all `execute` would do (an output owes no
+                // checksum completion). For a packet as received the key's
+                // tunnel words are the packet's own, so there is nothing to
+                // attach either; after a recirculation the pipeline may have
+                // set some.
+                if let [DpAction::Output(port)] = f.actions[..] {
+                    let mut pkt = pkt;
+                    if depth > 0 {
+                        crate::execute::attach_tunnel(&mut pkt, key);
+                    }
+                    self.out.push(port, pkt);
                     return;
                 }
                 execute(&f.actions, pkt, key, layout, &mut self.out, sink, now_ms)

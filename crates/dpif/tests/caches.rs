@@ -399,6 +399,47 @@ fn recirculation_looks_the_rewritten_packet_up_again() {
 }
 
 #[test]
+fn output_only_megaflows_carry_the_tunnel_metadata_the_pipeline_set() {
+    // A megaflow whose only action is an output skips the executor; the
+    // packet must still leave with the tunnel fields the key holds: set by
+    // an earlier pass (port 1, then recirculation), or received with it
+    // (port 2), or none (port 2, a plain packet).
+    use flow::key::loc::TUN_ID;
+    let mut m = Model::new();
+    let (mut set, mut mask) = (FlowKey::ZERO, FlowKey::ZERO);
+    TUN_ID.set(&mut set, 77);
+    TUN_ID.set(&mut mask, u64::MAX as u128);
+    m.add(
+        10,
+        "recirc_id=0,in_port=1",
+        vec![DpAction::SetMasked(dpif::SetFields::new(&set, &mask)), DpAction::Recirc(1)],
+    );
+    m.add(10, "recirc_id=1", out(3));
+    m.add(10, "in_port=2", out(4));
+    let mut p = pmd(1);
+    p.set_generation(m.generation);
+    let mut rec = Rec::default();
+    let f = udp_frame(0x0a00_0001, 0x0a00_0002, 53);
+    let mut received = pkt(&f, 2);
+    received.set_tnl([5, 0x0a00_0009, 0, 0, 0, 0, 0, 0]);
+    // Twice: the first batch's packets go through upcalls, the second's
+    // through the installed megaflows.
+    for _ in 0..2 {
+        p.process_batch(&mut vec![pkt(&f, 1), received.clone(), pkt(&f, 2)], &m, 0, &mut rec);
+    }
+    assert_eq!(rec.out.len(), 6);
+    let tnl_word = flow::key::TNL_WORDS.iter().position(|&w| w == TUN_ID.word).unwrap();
+    for round in rec.out.chunks(3).zip(rec.tnl.chunks(3)) {
+        let ports: Vec<u32> = round.0.iter().map(|o| o.0).collect();
+        assert_eq!(ports, [3, 4, 4]);
+        assert_eq!(round.1[0].map(|t| t[tnl_word]), Some(77));
+        assert_eq!(round.1[1], Some([5, 0x0a00_0009, 0, 0, 0, 0, 0, 0]));
+        assert_eq!(round.1[2], None);
+    }
+    assert_eq!(p.stats().upcalls, 3);
+}
+
+#[test]
 fn dump_flush_and_display() {
     let mut m = Model::new();
     m.add(10, "in_port=1,udp,nw_dst=10.0.0.2", vec![DpAction::Output(2), DpAction::Output(3)]);

@@ -92,12 +92,15 @@ pub struct Rec {
     /// Calls of `Sink::output` (one per port per batch).
     pub batches: usize,
     pub to_user: Vec<(Vec<u8>, DpAction)>,
+    /// The tunnel metadata each output packet carried, in `out`'s order.
+    pub tnl: Vec<Option<[u64; 8]>>,
 }
 
 impl Sink for Rec {
     fn output(&mut self, port: u32, pkts: &mut Vec<Packet>) {
         self.batches += 1;
         for p in pkts.drain(..) {
+            self.tnl.push(p.tnl.as_deref().copied());
             self.out.push((port, p.data().to_vec()));
         }
     }
