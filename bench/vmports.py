@@ -55,6 +55,9 @@ the same ovs-ofctl rules in xvs and OVS-DPDK:
              that commits: the issue's case (b), new connections per
              second. Both switches get a limit of 12,000,000 connections
              (ct-set-maxconns), above what a run makes.
+With `--reps N` (default 3 when run alone) each case runs N times per
+switch in turns, as VM to VM does, and its ratio is the median of the
+pairs' (printed with them); through run.py it runs once.
 Unanswered UDP is +new on every frame in xvs (as in Linux and in OVS's
 kernel datapath), so one-way runs ct twice per frame in xvs (the check,
 then the commit); OVS's userspace tracker calls such a connection
@@ -386,10 +389,12 @@ NEW_MAXCONNS = 12_000_000
 CT_CASES = ("forward", "one-way", "snat", "est", "new")
 
 
-def vm_conntrack(xvs, secs=3, flows=10000, log=print, cases=CT_CASES):
+def vm_conntrack(xvs, secs=3, flows=10000, log=print, cases=CT_CASES, reps=1):
     """Conntrack between two VMs, xvs against OVS-DPDK (see the module
     text): one row per case and switch, frames the VMs received per
-    second."""
+    second. With `reps` above 1 the two switches run each case that many
+    times in turns (xvs first in even reps): a row then holds the median
+    rate, and xvs's row the pairs' ratios (`ratio_runs`)."""
     if not os.path.exists(OVS_DPDK):
         log("conntrack between VMs: OVS-DPDK not installed (openvswitch-switch-dpdk): skipped")
         return []
@@ -408,12 +413,21 @@ def vm_conntrack(xvs, secs=3, flows=10000, log=print, cases=CT_CASES):
                                                    ("vhu2", "dpdkvhostuserclient", [f"options:vhost-server-path={b}"])],
                                             rules, dpdk=True, maxconns=limit)),
         ]
-        for label, start in switches:
-            for f in (a, b):
-                quiet("rm", "-f", f)
-            log(f"conntrack between VMs, {case}, {label}: testpmd flowgen ({n} flows per vNIC) for {secs} s")
-            pps = vm2vm_case(label, secs, vhost, start, True, extra=(f"--flowgen-flows={n}",))
-            out.append({"kind": "vm-ct", "case": case, "path": label, "delivered_pps": pps})
+        got = {label: [] for label, _ in switches}
+        for r in range(reps):
+            for label, start in (switches if r % 2 == 0 else switches[::-1]):
+                for f in (a, b):
+                    quiet("rm", "-f", f)
+                rep = f" (rep {r + 1}/{reps})" if reps > 1 else ""
+                log(f"conntrack between VMs, {case}, {label}: testpmd flowgen ({n} flows per vNIC) for {secs} s{rep}")
+                got[label].append(vm2vm_case(label, secs, vhost, start, True, extra=(f"--flowgen-flows={n}",)))
+        pairs = [x / o for x, o in zip(got["xvs"], got["ovs-dpdk"]) if o]
+        for label, _ in switches:
+            row = {"kind": "vm-ct", "case": case, "path": label, "delivered_pps": statistics.median(got[label]),
+                   "runs": got[label]}
+            if label == "xvs" and reps > 1:
+                row["ratio_runs"] = pairs
+            out.append(row)
     return out
 
 
@@ -469,8 +483,14 @@ def report(rows):
         for case in dict.fromkeys(r["case"] for r in ct):
             by = {r["path"]: r["delivered_pps"] for r in ct if r["case"] == case}
             x, o = by.get("xvs", 0), by.get("ovs-dpdk", 0)
-            ratio = f"{x / o:.2f}" if o else "-"
-            print(f"{case:<22}{x:>12.0f}{o:>13.0f}{ratio:>11}  {goals.get(case, '')}")
+            pairs = next((r.get("ratio_runs") for r in ct if r["case"] == case and r["path"] == "xvs"), None)
+            if pairs:
+                # In turns: the median of the pairs' ratios, and the pairs.
+                ratio = f"{statistics.median(pairs):.2f}"
+                shown = "  pairs " + " ".join(f"{p:.2f}" for p in pairs)
+            else:
+                ratio, shown = (f"{x / o:.2f}" if o else "-"), ""
+            print(f"{case:<22}{x:>12.0f}{o:>13.0f}{ratio:>11}  {goals.get(case, '')}{shown}")
     vv = [r for r in rows if r.get("kind") == "vm-vm"]
     if vv:
         print(f"\n{'VM <-> VM (64 B)':<24}{'received/s':>13}")
@@ -491,11 +511,12 @@ if __name__ == "__main__":
     ap.add_argument("--xvs", default=os.environ.get("XVS", "target/release/xvs"))
     ap.add_argument("--secs", type=float, default=3)
     ap.add_argument("--only-vm2vm", action="store_true", help="only the VM to VM table")
-    ap.add_argument("--reps", type=int, default=3, help="VM to VM: runs of each vhost-user path, in turns")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="runs of each vhost-user path (VM to VM, and each conntrack case), in turns")
     ap.add_argument("--only-ct", action="store_true", help="only conntrack between VMs")
     ap.add_argument("--ct-case", action="append", choices=CT_CASES, help="with --only-ct: only this case (repeatable)")
     a = ap.parse_args()
     if a.only_ct:
-        report(vm_conntrack(a.xvs, a.secs, cases=tuple(a.ct_case or CT_CASES)))
+        report(vm_conntrack(a.xvs, a.secs, cases=tuple(a.ct_case or CT_CASES), reps=a.reps))
     else:
         report(vm2vm(a.xvs, a.secs, reps=a.reps) if a.only_vm2vm else run(a.xvs, a.secs))
