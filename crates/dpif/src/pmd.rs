@@ -505,7 +505,7 @@ impl Pmd {
     #[allow(clippy::too_many_arguments)] // reason: the per-packet context, passed down without a struct on the hot path
     fn handle(
         &mut self,
-        pkt: Packet,
+        mut pkt: Packet,
         key: &mut FlowKey,
         layout: flow::Layout,
         upcall: &dyn Upcall,
@@ -548,7 +548,6 @@ impl Pmd {
                 // attach either; after a recirculation the pipeline may have
                 // set some.
                 if let [DpAction::Output(port)] = f.actions[..] {
-                    let mut pkt = pkt;
                     if depth > 0 {
                         crate::execute::attach_tunnel(&mut pkt, key);
                     }

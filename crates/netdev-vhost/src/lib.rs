@@ -718,10 +718,7 @@ impl VhostUserClientPort {
                     ring::write_hdr(segs, num_buffers);
                 } else if pos < HDR_LEN {
                     // A first chain shorter than the header (legal, odd).
-                    let mut hdr = HDR_ZERO;
-                    // num_buffers (bytes 10..12 of the header, little endian).
-                    hdr[10..12].copy_from_slice(&num_buffers.to_le_bytes());
-                    ring::write_segs(segs, 0, &hdr[pos..end.min(HDR_LEN)]);
+                    ring::write_segs(segs, 0, &ring::net_hdr(num_buffers)[pos..end.min(HDR_LEN)]);
                 }
                 let d0 = pos.max(HDR_LEN);
                 if end > d0 {
@@ -767,5 +764,3 @@ impl VhostUserClientPort {
         r
     }
 }
-
-const HDR_ZERO: [u8; HDR_LEN] = [0; HDR_LEN];

@@ -304,10 +304,8 @@ pub(crate) fn read_hdr2(segs: &[Seg]) -> [u8; 2] {
     }
 }
 
-/// Writes a 12-byte virtio-net header that is all zero but for
-/// `num_buffers` (bytes 10..12, little endian) at the start of the chain
-/// `segs`. When the first buffer holds it, it
-/// is written with two stores in place; building it on the stack and
+/// Writes [`net_hdr`]`(num_buffers)` at the start of the chain `segs`.
+/// When the first buffer holds it, it is written with two stores in place; building it on the stack and
 /// copying it with `write_segs` cost a libc call and a stalled load (the
 /// copy read back the two bytes just stored, wider than they were
 /// written) per frame.
@@ -327,11 +325,17 @@ pub(crate) fn write_hdr(segs: &[Seg], num_buffers: u16) {
             }
         }
         _ => {
-            let mut h = [0u8; 12];
-            h[10..12].copy_from_slice(&num_buffers.to_le_bytes());
-            write_segs(segs, 0, &h);
+            write_segs(segs, 0, &net_hdr(num_buffers));
         }
     }
+}
+
+/// The 12-byte virtio-net header the port writes: all zero (no offloads)
+/// but for `num_buffers` (bytes 10..12, little endian).
+pub(crate) fn net_hdr(num_buffers: u16) -> [u8; 12] {
+    let mut h = [0u8; 12];
+    h[10..12].copy_from_slice(&num_buffers.to_le_bytes());
+    h
 }
 
 /// Copies `src` into the bytes of `segs` from offset `skip` on (as many as

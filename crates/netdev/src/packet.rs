@@ -231,16 +231,7 @@ impl Packet {
             // (Only when short: an empty `fill` is still a call to memset.)
             data[n..].fill(0);
         }
-        Packet {
-            buf: Buf::Heap(buf),
-            start: HEADROOM,
-            len,
-            in_port: 0,
-            rx_hash: None,
-            tnl: None,
-            csum_partial: None,
-            csum_complete: false,
-        }
+        Packet::in_buf(Buf::Heap(buf), HEADROOM, len)
     }
 
     /// A packet stored in `frame`: `len` bytes at `offset` within it. The
@@ -250,16 +241,13 @@ impl Packet {
     /// If `offset + len` exceeds the frame.
     pub fn from_frame(frame: FrameBuf, offset: usize, len: usize) -> Packet {
         assert!(offset + len <= frame.bytes.len(), "packet beyond its frame");
-        Packet {
-            buf: Buf::Frame(frame),
-            start: offset,
-            len,
-            in_port: 0,
-            rx_hash: None,
-            tnl: None,
-            csum_partial: None,
-            csum_complete: false,
-        }
+        Packet::in_buf(Buf::Frame(frame), offset, len)
+    }
+
+    /// A packet of `len` bytes at `start` in `buf`, with no metadata yet.
+    #[inline]
+    fn in_buf(buf: Buf, start: usize, len: usize) -> Packet {
+        Packet { buf, start, len, in_port: 0, rx_hash: None, tnl: None, csum_partial: None, csum_complete: false }
     }
 
     /// The owner of the frame holding this packet, if it is frame-backed.
@@ -481,15 +469,15 @@ impl std::fmt::Debug for Packet {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_checksum_flag_fits_in_padding() {
         // Packets move by value through every batch: the flag must not
         // make them bigger than before it existed.
         #[cfg(target_pointer_width = "64")]
-        assert_eq!(std::mem::size_of::<super::Packet>(), 88);
+        assert_eq!(std::mem::size_of::<Packet>(), 88);
     }
-
-    use super::*;
 
     /// Leaves a buffer full of 0xff in this thread's pool; its address.
     fn dirty_buffer_in_pool() -> *const u8 {
