@@ -305,6 +305,24 @@ def vm2vm_case(label, secs, vdevs, start_switch, switch_first, extra=()):
         return (r1 - r0) / (t1 - t0)
 
 
+def in_turns(labels, reps, run_one):
+    """Runs each path of `labels` `reps` times, in turns: in the given
+    order in even reps, reversed in odd ones, so each pair of runs is
+    seconds apart (this machine's speed drifts more than that over
+    minutes). `run_one(label, rep)` returns a rate. Returns the rates per
+    label."""
+    got = {label: [] for label in labels}
+    for r in range(max(1, reps)):
+        for label in (labels if r % 2 == 0 else labels[::-1]):
+            got[label].append(run_one(label, r))
+    return got
+
+
+def median_of_pairs(pairs):
+    """The ratio printed for runs in turns, and the pairs it comes from."""
+    return f"{statistics.median(pairs):.2f}", " ".join(f"{p:.2f}" for p in pairs)
+
+
 def vm2vm(xvs, secs=3, log=print, reps=3):
     """The VM to VM table. The two vhost-user paths (xvs, OVS-DPDK) run
     `reps` times each, in turns (xvs first in even reps, OVS-DPDK first in
@@ -333,12 +351,15 @@ def vm2vm(xvs, secs=3, log=print, reps=3):
     if shutil.which("ovs-vswitchd"):
         cases.append(("ovs tap (system port)", taps, lambda: ovs_switch(
             None, [(TAPS[0], "system", []), (TAPS[1], "system", [])], VV_FLOWS), False))
+    by_label = {c[0]: c for c in cases}
+
+    def one(label, r):
+        _, vdevs, start, first = by_label[label]
+        log(f"VM to VM, {label}: testpmd flowgen for {secs} s (rep {r + 1}/{reps})")
+        return vm2vm_case(label, secs, vdevs, start, first)
+
     runs = {c[0]: [] for c in cases}
-    turns = [c for c in cases if "vhost-user" in c[0]]
-    for r in range(max(1, reps)):
-        for label, vdevs, start, first in (turns if r % 2 == 0 else turns[::-1]):
-            log(f"VM to VM, {label}: testpmd flowgen for {secs} s (rep {r + 1}/{reps})")
-            runs[label].append(vm2vm_case(label, secs, vdevs, start, first))
+    runs.update(in_turns([c[0] for c in cases if "vhost-user" in c[0]], reps, one))
     for label, vdevs, start, first in cases:
         if not runs[label]:
             log(f"VM to VM, {label}: testpmd flowgen for {secs} s")
@@ -413,14 +434,16 @@ def vm_conntrack(xvs, secs=3, flows=10000, log=print, cases=CT_CASES, reps=1):
                                                    ("vhu2", "dpdkvhostuserclient", [f"options:vhost-server-path={b}"])],
                                             rules, dpdk=True, maxconns=limit)),
         ]
-        got = {label: [] for label, _ in switches}
-        for r in range(reps):
-            for label, start in (switches if r % 2 == 0 else switches[::-1]):
-                for f in (a, b):
-                    quiet("rm", "-f", f)
-                rep = f" (rep {r + 1}/{reps})" if reps > 1 else ""
-                log(f"conntrack between VMs, {case}, {label}: testpmd flowgen ({n} flows per vNIC) for {secs} s{rep}")
-                got[label].append(vm2vm_case(label, secs, vhost, start, True, extra=(f"--flowgen-flows={n}",)))
+        starts = dict(switches)
+
+        def one(label, r):
+            for f in (a, b):
+                quiet("rm", "-f", f)
+            rep = f" (rep {r + 1}/{reps})" if reps > 1 else ""
+            log(f"conntrack between VMs, {case}, {label}: testpmd flowgen ({n} flows per vNIC) for {secs} s{rep}")
+            return vm2vm_case(label, secs, vhost, starts[label], True, extra=(f"--flowgen-flows={n}",))
+
+        got = in_turns([label for label, _ in switches], reps, one)
         pairs = [x / o for x, o in zip(got["xvs"], got["ovs-dpdk"]) if o]
         for label, _ in switches:
             row = {"kind": "vm-ct", "case": case, "path": label, "delivered_pps": statistics.median(got[label]),
@@ -466,9 +489,8 @@ def ratios(rows, goals):
         if not by.get(other):
             continue
         if other == "ovs-dpdk vhost-user" and pairs:
-            # In turns: the median of the pairs' ratios, and the pairs.
-            shown = " ".join(f"{p:.2f}" for p in pairs)
-            print(f"xvs vhost-user / {other}: {statistics.median(pairs):.2f}x in turns (pairs: {shown})"
+            ratio, shown = median_of_pairs(pairs)
+            print(f"xvs vhost-user / {other}: {ratio}x in turns (pairs: {shown})"
                   + (f" ({goal})" if goal else ""))
         else:
             print(f"xvs vhost-user / {other}: {v / by[other]:.2f}x" + (f" ({goal})" if goal else ""))
@@ -485,9 +507,8 @@ def report(rows):
             x, o = by.get("xvs", 0), by.get("ovs-dpdk", 0)
             pairs = next((r.get("ratio_runs") for r in ct if r["case"] == case and r["path"] == "xvs"), None)
             if pairs:
-                # In turns: the median of the pairs' ratios, and the pairs.
-                ratio = f"{statistics.median(pairs):.2f}"
-                shown = "  pairs " + " ".join(f"{p:.2f}" for p in pairs)
+                ratio, shown = median_of_pairs(pairs)
+                shown = "  pairs " + shown
             else:
                 ratio, shown = (f"{x / o:.2f}" if o else "-"), ""
             print(f"{case:<22}{x:>12.0f}{o:>13.0f}{ratio:>11}  {goals.get(case, '')}{shown}")
