@@ -110,11 +110,14 @@ impl OutQueues {
 pub enum Exec {
     Done,
     /// A `Recirc(id)` action: look the (rewritten) packet up again; its
-    /// key (updated in place, recirc_id set) is the caller's.
-    Recirc(Packet, u32),
+    /// key (updated in place, recirc_id set) is the caller's. The layout is
+    /// the packet's as the actions left it (they keep it current, as they
+    /// keep the key), so the packet need not be parsed again.
+    Recirc(Packet, u32, Layout),
     /// A `ct()` completed a fragmented datagram: its fragments ran the rest
-    /// of the actions, and these recirculate, each with its own key.
-    RecircMany(Vec<(Packet, FlowKey)>),
+    /// of the actions, and these recirculate, each with its own key and
+    /// layout.
+    RecircMany(Vec<(Packet, FlowKey, Layout)>),
 }
 
 /// Carries the key's tunnel fields with the packet to its output port (a
@@ -194,7 +197,7 @@ pub fn execute(
             }
             DpAction::Recirc(id) => {
                 key.set_recirc_id(*id);
-                return Exec::Recirc(pkt, *id);
+                return Exec::Recirc(pkt, *id, layout);
             }
             DpAction::Ct(ct, params) if key.nw_frag() & FRAG_ANY != 0 => {
                 let rest = &actions[i + 1..];
@@ -351,7 +354,7 @@ fn run_ct_fragment(
         k.w[STAGE_L2..].copy_from_slice(&fk.w[STAGE_L2..]);
         match execute(rest, p, &mut k, flayout, out, sink, now_ms) {
             Exec::Done => {}
-            Exec::Recirc(p, _) => recirc.push((p, k)),
+            Exec::Recirc(p, _, l) => recirc.push((p, k, l)),
             Exec::RecircMany(v) => recirc.extend(v),
         }
     }

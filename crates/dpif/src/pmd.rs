@@ -590,13 +590,9 @@ impl Pmd {
     ) {
         match res {
             Exec::Done => {}
-            Exec::Recirc(p, _) => {
-                let (_, layout, _) = flow::extract(p.data(), p.in_port);
-                self.handle(p, key, layout, upcall, now_ms, sink, depth);
-            }
+            Exec::Recirc(p, _, layout) => self.handle(p, key, layout, upcall, now_ms, sink, depth),
             Exec::RecircMany(v) => {
-                for (p, mut k) in v {
-                    let (_, layout, _) = flow::extract(p.data(), p.in_port);
+                for (p, mut k, layout) in v {
                     self.handle(p, &mut k, layout, upcall, now_ms, sink, depth);
                 }
             }

@@ -797,3 +797,52 @@ fn partial_checksums_are_left_to_ports_that_fill_them() {
     // Option off: completed on arrival.
     assert_eq!(go(false, vec![DpAction::Output(2)])[0], (2, good.clone(), None));
 }
+
+/// A recirculated packet is looked up again with the layout the actions
+/// kept (the fast path does not parse it a second time): for every action
+/// that moves headers, that layout is the one a fresh parse of the bytes
+/// gives, so rewrites in the next pass land where they should.
+#[test]
+fn recirculation_carries_the_layout_a_fresh_parse_gives() {
+    use dpif::execute::{execute, Exec, OutQueues};
+    let v4 = Frame::new(A, B).ipv4(1, 2).udp(1000, 53).build();
+    let tagged = Frame::new(A, B).vlan(0x8100, 7).ipv4(1, 2).tcp(1000, 80, 0x02).build();
+    let v6 = Frame::new(A, B).ipv6(1, 2).ipv6_ext(0).tcp(1000, 80, 0x10).build();
+    let mut mpls = Frame::new(A, B).ethertype(0x8847).build();
+    mpls.truncate(14);
+    mpls.extend_from_slice(&[0x00, 0x06, 0x41, 0x40]);
+    mpls.extend_from_slice(&v4[14..]);
+    let nat = set(|k, m| {
+        k.set_nw_src(0x0a03_0101);
+        m.set_nw_src(u32::MAX);
+        k.set_tp_src(4000);
+        m.set_tp_src(0xffff);
+    });
+    let push = |tpid| DpAction::PushVlan { tpid, tci: 0x1000 | 9 };
+    let cases: Vec<(&str, &[u8], Vec<DpAction>)> = vec![
+        ("plain", &v4, vec![]),
+        ("nat", &v4, vec![nat.clone()]),
+        ("push", &v4, vec![push(0x8100)]),
+        ("push twice", &v4, vec![push(0x8100), push(0x88a8)]),
+        ("push over a tag", &tagged, vec![push(0x88a8), nat.clone()]),
+        ("pop", &tagged, vec![DpAction::PopVlan]),
+        ("pop untagged", &v4, vec![DpAction::PopVlan]),
+        ("ipv6 behind an extension", &v6, vec![push(0x8100)]),
+        ("push mpls", &v4, vec![DpAction::PushMpls { ethertype: 0x8847, lse: 0x0006_4140 }]),
+        ("pop mpls", &mpls, vec![DpAction::PopMpls { ethertype: 0x0800 }, nat]),
+    ];
+    for (name, frame, mut actions) in cases {
+        actions.push(DpAction::Recirc(5));
+        let p = Packet::from_slice(frame);
+        let (mut key, layout, _) = flow::extract(p.data(), p.in_port);
+        let mut q = OutQueues::default();
+        match execute(&actions, p, &mut key, layout, &mut q, &mut Rec::default(), 0) {
+            Exec::Recirc(p, 5, kept) => {
+                let (fresh_key, fresh, _) = flow::extract(p.data(), p.in_port);
+                assert_eq!(kept, fresh, "{name}: layout");
+                assert_eq!(fresh_key.w[flow::key::STAGE_L2..], key.w[flow::key::STAGE_L2..], "{name}: key");
+            }
+            _ => panic!("{name}: not recirculated"),
+        }
+    }
+}
