@@ -57,6 +57,17 @@ fn frame(dst: u32) -> Vec<u8> {
         .build()
 }
 
+/// 32 packets of frame `f` from port 1.
+fn batch_of(f: &[u8]) -> Vec<Packet> {
+    (0..32)
+        .map(|_| {
+            let mut p = Packet::from_slice(f);
+            p.in_port = 1;
+            p
+        })
+        .collect()
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("fastpath");
     g.throughput(Throughput::Elements(1));
@@ -145,15 +156,7 @@ fn bench(c: &mut Criterion) {
     let mut sink = Count(0);
     g.bench_function("process_batch_32x64B", |b| {
         b.iter_batched(
-            || {
-                (0..32)
-                    .map(|_| {
-                        let mut p = Packet::from_slice(&f);
-                        p.in_port = 1;
-                        p
-                    })
-                    .collect::<Vec<_>>()
-            },
+            || batch_of(&f),
             |mut pkts| pmd.process_batch(&mut pkts, &up, 0, &mut sink),
             BatchSize::SmallInput,
         )
@@ -161,15 +164,7 @@ fn bench(c: &mut Criterion) {
     let mut pmd = Pmd::new(PmdConfig::default());
     g.bench_function("process_batch_32x64B_recirculated", |b| {
         b.iter_batched(
-            || {
-                (0..32)
-                    .map(|_| {
-                        let mut p = Packet::from_slice(&f);
-                        p.in_port = 1;
-                        p
-                    })
-                    .collect::<Vec<_>>()
-            },
+            || batch_of(&f),
             |mut pkts| pmd.process_batch(&mut pkts, &TwoPasses, 0, &mut sink),
             BatchSize::SmallInput,
         )
