@@ -110,10 +110,11 @@ impl OutQueues {
 pub enum Exec {
     Done,
     /// A `Recirc(id)` action: look the (rewritten) packet up again; its
-    /// key (updated in place, recirc_id set) is the caller's. The layout is
+    /// key (updated in place, `recirc_id` set to `id`, which is how the
+    /// next pass learns it) is the caller's. The layout is
     /// the packet's as the actions left it (they keep it current, as they
     /// keep the key), so the packet need not be parsed again.
-    Recirc(Packet, u32, Layout),
+    Recirc(Packet, Layout),
     /// A `ct()` completed a fragmented datagram: its fragments ran the rest
     /// of the actions, and these recirculate, each with its own key and
     /// layout.
@@ -197,7 +198,7 @@ pub fn execute(
             }
             DpAction::Recirc(id) => {
                 key.set_recirc_id(*id);
-                return Exec::Recirc(pkt, *id, layout);
+                return Exec::Recirc(pkt, layout);
             }
             DpAction::Ct(ct, params) if key.nw_frag() & FRAG_ANY != 0 => {
                 let rest = &actions[i + 1..];
@@ -354,7 +355,7 @@ fn run_ct_fragment(
         k.w[STAGE_L2..].copy_from_slice(&fk.w[STAGE_L2..]);
         match execute(rest, p, &mut k, flayout, out, sink, now_ms) {
             Exec::Done => {}
-            Exec::Recirc(p, _, l) => recirc.push((p, k, l)),
+            Exec::Recirc(p, l) => recirc.push((p, k, l)),
             Exec::RecircMany(v) => recirc.extend(v),
         }
     }

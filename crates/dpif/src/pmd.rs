@@ -590,7 +590,7 @@ impl Pmd {
     ) {
         match res {
             Exec::Done => {}
-            Exec::Recirc(p, _, layout) => self.handle(p, key, layout, upcall, now_ms, sink, depth),
+            Exec::Recirc(p, layout) => self.handle(p, key, layout, upcall, now_ms, sink, depth),
             Exec::RecircMany(v) => {
                 for (p, mut k, layout) in v {
                     self.handle(p, &mut k, layout, upcall, now_ms, sink, depth);

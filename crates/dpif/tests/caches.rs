@@ -626,7 +626,7 @@ mod property {
             let t = m.fresh(&key);
             match execute(&t.actions, p, &mut key, layout, &mut q, sink, 0) {
                 Exec::Done => break,
-                Exec::Recirc(np, _, _) => {
+                Exec::Recirc(np, _) => {
                     // Parsed afresh: the fast path takes the layout the
                     // actions kept, and must agree with this.
                     layout = flow::extract(np.data(), np.in_port).1;

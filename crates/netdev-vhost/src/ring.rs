@@ -305,10 +305,10 @@ pub(crate) fn read_hdr2(segs: &[Seg]) -> [u8; 2] {
 }
 
 /// Writes [`net_hdr`]`(num_buffers)` at the start of the chain `segs`.
-/// When the first buffer holds it, it is written with two stores in place; building it on the stack and
-/// copying it with `write_segs` cost a libc call and a stalled load (the
-/// copy read back the two bytes just stored, wider than they were
-/// written) per frame.
+/// When the first buffer holds it, it is written with two stores in
+/// place; building it on the stack and copying it with `write_segs` cost
+/// a libc call and a stalled load (the copy read back the two bytes just
+/// stored, wider than they were written) per frame.
 #[inline]
 pub(crate) fn write_hdr(segs: &[Seg], num_buffers: u16) {
     match segs.first() {
