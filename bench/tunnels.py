@@ -56,7 +56,7 @@ class Topo:
         self.vmp, self.ulp = f"xbtvm{k}", f"xbtul{k}"
 
 
-TOPOS = {"xvs": Topo("x"), "ovs": Topo("o")}
+TOPOS = {"xvs": Topo("x"), "ovs": Topo("o"), "xvsoff": Topo("f")}
 LOCAL_IP, REMOTE_IP = "172.31.9.1", "172.31.9.2"
 VNI = 5001
 REMOTE_VM_MAC = "02:00:00:00:09:02"  # the inner source: a VM behind the remote endpoint
@@ -162,7 +162,9 @@ class Switch:
         # `name`: the copy of the topology ("xvs" or "ovs"); `kind`: the
         # switch run there (the same, but "xvs" in both with --against-xvs).
         self.name, self.xvs, self.t = name, xvs, TOPOS[name]
-        self.kind = kind or name
+        # "xvsoff": xvs with its kernel fast path on (its default).
+        self.offload = name == "xvsoff"
+        self.kind = kind or ("xvs" if self.offload else name)
         self.d = tempfile.mkdtemp(prefix=f"xbt-{name}-")
         d = self.d
         self.procs, self.pidfiles = [], [f"{d}/ovsdb-server.pid"]
@@ -184,8 +186,10 @@ class Switch:
         sh("ovsdb-server", f"{d}/conf.db", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb-server.pid",
            f"--unixctl={d}/ovsdb.ctl", "--detach", f"--log-file={d}/ovsdb.log", env=self.env)
         self.v("--no-wait", "init")
-        # xvs's kernel fast path off: the AF_XDP datapaths are compared.
-        self.v("--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2", "other_config:xdp-offload=false")
+        # xvs's kernel fast path off: the AF_XDP datapaths are compared; on
+        # (xvs's default) in the third copy.
+        self.v("--no-wait", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2",
+               f"other_config:xdp-offload={'true' if self.offload else 'false'}")
         if self.kind == "xvs":
             log = open(f"{d}/xvs.log", "w")
             self.procs.append(subprocess.Popen(["ip", "netns", "exec", HV, xvs, "switch", "--db", self.db,
@@ -261,6 +265,14 @@ class Switch:
         except OSError:
             pass
 
+    def kernel_forwarded(self):
+        """Packets xvs's kernel fast path forwarded so far (credited every
+        250 ms), 0 without it."""
+        if not self.offload:
+            return 0
+        r = subprocess.run(["ovs-appctl", "dpif-netdev/offload-show"], capture_output=True, text=True, env=self.env)
+        return sum(int(x) for x in re.findall(r"forwarded by the kernel: (\d+) packets", r.stdout))
+
     def diagnose(self):
         """What the switch thinks, for a case where nothing arrived."""
         out = []
@@ -301,13 +313,13 @@ def measure(xvs, sw, case, flows, secs, gen_kind="xdp"):
     tmpl, sink, g = None, None, None
     try:
         sink = subprocess.Popen(["ip", "netns", "exec", sink_ns, xvs, "util", "xdp-sink", "--dev", "eth0",
-                                 "--seconds", str(WARM + secs + 1.5), "--ready-file", ready],
+                                 "--seconds", str(WARM + secs + 3), "--ready-file", ready],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         t = time.time()
         while not os.path.exists(ready) and time.time() - t < 5:
             time.sleep(0.02)
         gen = ["ip", "netns", "exec", gen_ns, "taskset", "-c", "0", xvs, "util", "pktgen", "--dev", "eth0",
-               "--seconds", str(WARM + secs + 0.5)] + (["--xdp"] if gen_kind == "xdp" else [])
+               "--seconds", str(WARM + secs + (2 if sw.offload else 0.5))] + (["--xdp"] if gen_kind == "xdp" else [])
         if case == "encap":
             gen += ["--src-mac", mac_of(VM, "eth0"), "--dst-mac", REMOTE_VM_MAC, "--size", "60",
                     "--flows", str(flows)]
@@ -318,16 +330,20 @@ def measure(xvs, sw, case, flows, secs, gen_kind="xdp"):
                     f.write(fr.hex() + "\n")
             gen += ["--frames-file", tmpl]
         g = subprocess.Popen(gen, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        time.sleep(WARM)
+        # The kernel fast path takes a flow once it has been hot for a tick
+        # or two (250 ms each): a longer warm-up for that switch.
+        time.sleep(WARM + (1.5 if sw.offload else 0))
+        k0 = sw.kernel_forwarded()
         r0, t0 = rx_packets(sink_ns), time.time()
         time.sleep(secs)
         r1, t1 = rx_packets(sink_ns), time.time()
+        k1 = sw.kernel_forwarded()
         gout = g.communicate(timeout=30)[0]
         sink.communicate(timeout=30)
         m = re.search(r"pps (\d+)", gout)
         if not m:
             raise RuntimeError(f"pktgen: {gout.strip()}")
-        return float(m.group(1)), (r1 - r0) / (t1 - t0)
+        return float(m.group(1)), (r1 - r0) / (t1 - t0), (k1 - k0) / (t1 - t0)
     finally:
         for p in (g, sink):
             if p and p.poll() is None:
@@ -346,11 +362,15 @@ GENERATORS = {
 CASES = [("encap", 1), ("encap", 1000), ("decap", 1), ("decap", 1000)]
 
 
-def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kind="xdp", against_xvs=None):
+def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kind="xdp", against_xvs=None,
+        offload=True):
     """Sets up each switch on its own copy of the topology, then runs every
     case `reps` times on each, the switches in turns (see the header); the
-    rows hold the median over reps and each rep pair's ratio."""
+    rows hold the median over reps and each rep pair's ratio. With
+    `offload`, a third copy runs xvs with its kernel fast path on."""
     names = ["xvs"] + (["ovs"] if with_ovs and shutil.which("ovs-vswitchd") else [])
+    if offload and not against_xvs:
+        names.append("xvsoff")
     got = {(n, c, f): [] for n in names for c, f in CASES}
     info = {}
     sws = {}
@@ -373,8 +393,8 @@ def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kin
                             other.pause(True)
                     time.sleep(0.3)
                     log(f"tunnel: {n} {c}, {f} inner flows, {secs:g} s (rep {r + 1}/{reps})")
-                    off, fwd = measure(xvs, sw, c, f, secs, gen_kind)
-                    got[(n, c, f)].append((off, fwd))
+                    off, fwd, kern = measure(xvs, sw, c, f, secs, gen_kind)
+                    got[(n, c, f)].append((off, fwd, kern))
                     if fwd < 1:
                         sys.stderr.write(f"\n{n} {c} {f} flows: nothing arrived\n{sw.diagnose()}\n")
     finally:
@@ -389,10 +409,16 @@ def run(xvs, secs=5.0, reps=1, log=print, port_type=None, with_ovs=True, gen_kin
             row[f"{n}_offered_pps"] = statistics.median(x[0] for x in v)
             row[f"{n}_pps"] = statistics.median(x[1] for x in v)
             row[f"{n}_runs"] = [x[1] for x in v]
+            if n == "xvsoff":
+                row["xvsoff_kernel_share"] = statistics.median(x[2] / x[1] if x[1] else 0 for x in v)
         if "ovs_runs" in row:
             # Rep r of xvs and rep r of OVS ran back to back.
             row["ratio_runs"] = [x / o for x, o in zip(row["xvs_runs"], row["ovs_runs"]) if o > 0]
             row["ratio"] = statistics.median(row["ratio_runs"]) if row["ratio_runs"] else None
+            if "xvsoff_runs" in row:
+                row["offload_ratio_runs"] = [x / o for x, o in zip(row["xvsoff_runs"], row["ovs_runs"]) if o > 0]
+                row["offload_ratio"] = (statistics.median(row["offload_ratio_runs"])
+                                        if row["offload_ratio_runs"] else None)
         rows.append(row)
     return {"rows": rows, "switches": info, "seconds": secs, "warmup": WARM, "reps": reps, "in_turns": True,
             "generator": GENERATORS[gen_kind]}
@@ -410,6 +436,16 @@ def report(res):
         per = " ".join(f"{x:.2f}" for x in r.get("ratio_runs", []))
         print(f"{r['case']:<20}{r['inner_flows']:>12}{r['xvs_pps']:>12.0f}{(f'{o:.0f}' if o is not None else '-'):>12}"
               f"{ratio:>9}{offered:>22}  {per}")
+    if any("xvsoff_pps" in r for r in rows):
+        print(f"\n{'xvs kernel fast path':<20}{'inner flows':>12}{'xvs pps':>12}{'OVS pps':>12}{'xvs/OVS':>9}"
+              f"{'kernel-served':>22}  xvs/OVS per rep pair")
+        for r in rows:
+            o = r.get("ovs_pps")
+            ratio = f"{r['offload_ratio']:.2f}" if r.get("offload_ratio") else "-"
+            per = " ".join(f"{x:.2f}" for x in r.get("offload_ratio_runs", []))
+            served = f"{r.get('xvsoff_kernel_share', 0) * 100:.0f}%"
+            print(f"{r['case']:<20}{r['inner_flows']:>12}{r['xvsoff_pps']:>12.0f}"
+                  f"{(f'{o:.0f}' if o is not None else '-'):>12}{ratio:>9}{served:>22}  {per}")
     for n, i in res["switches"].items():
         print(f"{n}: ports type={i['port_type']} xdp-mode={i['xdp_mode']}")
 
@@ -426,11 +462,12 @@ def main():
     ap.add_argument("--gen", choices=sorted(GENERATORS), default="xdp",
                     help="xdp (default): the generator transmits from inside the kernel, several times what "
                          "afpacket (a packet socket) offers, so the switch is the bottleneck")
+    ap.add_argument("--no-offload", action="store_true", help="leave out xvs with its kernel fast path on")
     ap.add_argument("--out", default=os.path.join(root, "bench-out"))
     a = ap.parse_args()
     res = run(os.path.abspath(a.xvs), a.secs, a.reps, log=lambda m: sys.stderr.write(f"{m}\n"),
               port_type=a.port_type, with_ovs=not a.no_ovs, gen_kind=a.gen,
-              against_xvs=a.against_xvs)
+              against_xvs=a.against_xvs, offload=not a.no_offload)
     res["meta"] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "kernel": os.uname().release,
                    "ncpu": os.cpu_count(), "loadavg_at_end": os.getloadavg()[0],
                    "generator": GENERATORS[a.gen],

@@ -44,12 +44,18 @@ pub mod act {
     pub const SET_DL_SRC: u16 = 4;
     pub const SET_DL_DST: u16 = 8;
     pub const SET_TTL: u16 = 16;
+    /// Push the outer headers of a tunnel (see [`super::FastAction::hdr`]).
+    pub const ENCAP: u16 = 32;
 }
 
+/// Largest outer header an entry can push (`XVS_ENCAP_MAX` in the C).
+pub const ENCAP_MAX: usize = 80;
+
 /// `struct xvs_fact`: applied in the order pop VLAN, push VLAN, Ethernet
-/// addresses, TTL; then the frame goes to `out_ifindex`.
+/// addresses, TTL, tunnel encapsulation; then the frame goes to
+/// `out_ifindex`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastAction {
     pub out_ifindex: u32,
     /// Index of this entry's counters in `xvs_fcounts`.
@@ -60,7 +66,38 @@ pub struct FastAction {
     pub dl_src: [u8; 6],
     pub dl_dst: [u8; 6],
     pub ttl: u8,
-    pub pad: [u8; 7],
+    /// With [`act::ENCAP`]: the offset of the outer UDP header in `hdr`
+    /// (0 for GRE), the header's length, the longest inner frame that may
+    /// be encapsulated (longer ones go to userspace), and the folded
+    /// ones-complement sum of the outer IPv4 header with its total length,
+    /// identification and checksum zero. `hdr` starts with Ethernet and
+    /// IPv4 (at offset 14); the program fills total length, identification
+    /// and checksum, and the UDP length.
+    pub encap_udp: u8,
+    pub encap_len: u16,
+    pub encap_max: u16,
+    pub encap_sum: u16,
+    pub hdr: [u8; ENCAP_MAX],
+}
+
+impl Default for FastAction {
+    fn default() -> FastAction {
+        FastAction {
+            out_ifindex: 0,
+            slot: 0,
+            gen: 0,
+            flags: 0,
+            vlan_tci: 0,
+            dl_src: [0; 6],
+            dl_dst: [0; 6],
+            ttl: 0,
+            encap_udp: 0,
+            encap_len: 0,
+            encap_max: 0,
+            encap_sum: 0,
+            hdr: [0; ENCAP_MAX],
+        }
+    }
 }
 
 #[repr(C)]
@@ -71,7 +108,7 @@ struct FastCount {
 }
 
 const _: () = assert!(std::mem::size_of::<FastKey>() == 64);
-const _: () = assert!(std::mem::size_of::<FastAction>() == 40);
+const _: () = assert!(std::mem::size_of::<FastAction>() == 40 + ENCAP_MAX);
 const _: () = assert!(std::mem::size_of::<FastCount>() == 16);
 
 // SAFETY: plain-old-data with no padding the kernel could leak: every byte
@@ -97,6 +134,8 @@ pub struct FastStats {
     pub unparsed: u64,
     /// Dropped because a rewrite failed.
     pub error: u64,
+    /// Too long to encapsulate within the underlay's MTU: to userspace.
+    pub too_long: u64,
 }
 
 /// The fast-path maps of one attached program (one ingress device).
@@ -197,6 +236,6 @@ impl FastPath {
 
     pub fn stats(&self) -> Result<FastStats, Error> {
         let s = |i: u32| -> Result<u64, Error> { Ok(self.stats.get(&i, 0)?.iter().sum()) };
-        Ok(FastStats { hit: s(0)?, miss: s(1)?, stale: s(2)?, unparsed: s(3)?, error: s(4)? })
+        Ok(FastStats { hit: s(0)?, miss: s(1)?, stale: s(2)?, unparsed: s(3)?, error: s(4)?, too_long: s(5)? })
     }
 }

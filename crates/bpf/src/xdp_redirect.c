@@ -67,6 +67,11 @@ struct xvs_fkey {
 #define XVS_SET_DL_SRC 4
 #define XVS_SET_DL_DST 8
 #define XVS_SET_TTL 16
+#define XVS_ENCAP 32
+
+/* Largest outer header an entry can push (Ethernet, IPv4, UDP, Geneve with
+ * up to 30 bytes of options). */
+#define XVS_ENCAP_MAX 80
 
 struct xvs_fact {
 	__u32 out_ifindex;
@@ -77,7 +82,17 @@ struct xvs_fact {
 	__u8 dl_src[6];
 	__u8 dl_dst[6];
 	__u8 ttl;
-	__u8 pad[7];
+	/* Tunnel encapsulation, last before the output (XVS_ENCAP): push
+	 * `encap_len` bytes of `hdr` (Ethernet, IPv4 at offset 14, then UDP at
+	 * `encap_udp`, or GRE when that is 0), then fill the per-frame fields:
+	 * IPv4 total length, identification and checksum (from `encap_sum`,
+	 * the header's folded sum with those three zero), UDP length. Frames
+	 * longer than `encap_max` go to userspace untouched. */
+	__u8 encap_udp;
+	__u16 encap_len;
+	__u16 encap_max;
+	__u16 encap_sum;
+	__u8 hdr[XVS_ENCAP_MAX];
 };
 
 struct xvs_fcount {
@@ -114,10 +129,11 @@ struct {
 } xvs_tx SEC(".maps");
 
 /* Fast-path outcomes, per CPU: 0 hit, 1 miss, 2 stale generation,
- * 3 not parsed (left to userspace), 4 dropped (a rewrite failed). */
+ * 3 not parsed (left to userspace), 4 dropped (a rewrite failed),
+ * 5 too long to encapsulate (left to userspace). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 5);
+	__uint(max_entries, 6);
 	__type(key, __u32);
 	__type(value, __u64);
 } xvs_fstats SEC(".maps");
@@ -237,6 +253,20 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 		fstat(2);
 		return -1;
 	}
+	if (a->flags & XVS_ENCAP) {
+		/* The length the inner frame will have, checked before anything
+		 * is rewritten: userspace handles (and counts) what would not
+		 * fit the underlay. */
+		__u32 len = ctx->data_end - ctx->data;
+		if (a->flags & XVS_POP_VLAN)
+			len -= 4;
+		if (a->flags & XVS_PUSH_VLAN)
+			len += 4;
+		if (len > a->encap_max) {
+			fstat(5);
+			return -1;
+		}
+	}
 	c = bpf_map_lookup_elem(&xvs_fcounts, &a->slot);
 	if (c) {
 		c->packets += 1;
@@ -298,6 +328,53 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 					goto fail;
 				ip6->hop_limit = a->ttl;
 			}
+		}
+	}
+	if (a->flags & XVS_ENCAP) {
+		__u32 inner = ctx->data_end - ctx->data;
+		__u32 hl = a->encap_len;
+		__u32 uo = a->encap_udp;
+		void *data, *end;
+		__u16 *d;
+		__u16 id = c ? (__u16)c->packets : 0;
+		__u32 i, tot, sum;
+
+		if (hl < 38 || hl > XVS_ENCAP_MAX || (hl & 1) || (uo && (uo < 34 || uo + 8 > hl)))
+			goto fail;
+		if (bpf_xdp_adjust_head(ctx, -(int)hl))
+			goto fail;
+		data = (void *)(long)ctx->data;
+		end = (void *)(long)ctx->data_end;
+		d = data;
+		for (i = 0; i < XVS_ENCAP_MAX / 2; i++) {
+			if (i * 2 >= hl)
+				break;
+			if ((void *)(d + i + 1) > end)
+				goto fail;
+			d[i] = *(__u16 *)&a->hdr[i * 2];
+		}
+		{
+			struct iphdr *ip = data + 14;
+			if ((void *)(ip + 1) > end)
+				goto fail;
+			/* DF is set (userspace offers only such tunnels), so any
+			 * identification will do (RFC 6864): the entry's packet
+			 * count on this CPU. */
+			tot = inner + hl - 14;
+			ip->tot_len = bpf_htons(tot);
+			ip->id = bpf_htons(id);
+			sum = a->encap_sum + tot + id;
+			sum = (sum & 0xffff) + (sum >> 16);
+			sum = (sum & 0xffff) + (sum >> 16);
+			ip->check = bpf_htons(~sum & 0xffff);
+		}
+		if (uo) {
+			__u16 *udp;
+			uo &= 0x7f;
+			udp = data + uo;
+			if ((void *)(udp + 4) > end)
+				goto fail;
+			udp[2] = bpf_htons(inner + hl - uo);
 		}
 	}
 	fstat(0);

@@ -334,6 +334,52 @@ impl Template {
     }
 }
 
+/// The headers of one inner flow for a writer that patches only the
+/// lengths, the identification and the IPv4 checksum per frame (the XDP
+/// fast path): the bytes [`Template::write`] puts in front of a frame,
+/// with this flow's UDP source port, TOS and TTL, and with the IPv4 total
+/// length, identification and checksum and the UDP length zero.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FixedHeader {
+    pub bytes: Vec<u8>,
+    /// Offset of the outer UDP header (None for GRE).
+    pub udp: Option<usize>,
+    /// The folded ones-complement sum of the IPv4 header as in `bytes`:
+    /// the checksum of a frame is the complement of this plus its total
+    /// length and identification, folded.
+    pub ip_sum: u16,
+}
+
+impl Template {
+    /// [`FixedHeader`] for this template, or why a per-frame patch of
+    /// lengths, identification and IPv4 checksum cannot give what
+    /// [`Template::write`] gives: over IPv6 and with outer checksums, the
+    /// checksums cover the payload.
+    pub fn fixed_header(&self, tp_src: u16, tos: u8, ttl: u8) -> Result<FixedHeader, &'static str> {
+        if self.meta.v6 {
+            return Err("an IPv6 underlay (its UDP checksum covers the payload)");
+        }
+        if self.spec.csum || self.meta.flags & flags::CSUM != 0 {
+            return Err("outer checksums (they cover the payload)");
+        }
+        let mut bytes = self.bytes.clone();
+        let udp = (self.spec.kind != Kind::Gre).then_some(34);
+        bytes[15] = tos;
+        bytes[22] = ttl;
+        bytes[16..20].fill(0);
+        bytes[24..26].fill(0);
+        if let Some(u) = udp {
+            bytes[u..u + 2].copy_from_slice(&tp_src.to_be_bytes());
+            bytes[u + 4..u + 6].fill(0);
+        }
+        let mut sum = self.ip_base + tos as u32 + ((ttl as u32) << 8);
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        Ok(FixedHeader { bytes, udp, ip_sum: sum as u16 })
+    }
+}
+
 /// Fills the outer checksums that cover the payload (UDP when asked for,
 /// and always over IPv6; GRE when asked for) in `frame`: what [`header`]
 /// made, followed by the inner frame.

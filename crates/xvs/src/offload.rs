@@ -60,6 +60,8 @@ pub enum NotOffloadable {
     Action(String),
     /// The output port has no kernel device to redirect to.
     NoDevice(u32),
+    /// An output to a tunnel port the program cannot encapsulate for.
+    Tunnel(String),
 }
 
 impl std::fmt::Display for NotOffloadable {
@@ -69,6 +71,7 @@ impl std::fmt::Display for NotOffloadable {
             NotOffloadable::Packet(x) => write!(f, "{x} frames are not parsed by the XDP program"),
             NotOffloadable::Action(x) => write!(f, "action {x} must run in userspace"),
             NotOffloadable::NoDevice(p) => write!(f, "output port {p} has no kernel device"),
+            NotOffloadable::Tunnel(x) => write!(f, "{x}"),
         }
     }
 }
@@ -225,6 +228,70 @@ pub fn entry(
     Ok((fast_key(k, inport), a))
 }
 
+/// Credits what the kernel forwarded for an entry (packets, bytes,
+/// now in ms) to objects outside the megaflow's rules: for an
+/// encapsulation, the tunnel port and the underlay bridge's rules.
+pub type Credit = Arc<dyn Fn(u64, u64, u64) + Send + Sync>;
+
+/// Resolves an output to datapath port N for packet key K: None if N is
+/// not a tunnel port, else the encapsulating action (its `out_ifindex` the
+/// underlay device) and what to credit, or why the kernel cannot do it.
+pub type EncapFn<'a> = &'a dyn Fn(u32, &FlowKey) -> Option<Result<(FastAction, Credit), NotOffloadable>>;
+
+/// The program's action for a tunnel's outer header `hdr` (see
+/// [`tunnel::encap::FixedHeader`]), sent to `out_ifindex`, for inner frames
+/// of at most `max_inner` bytes.
+pub fn encap_action(
+    hdr: &tunnel::encap::FixedHeader,
+    max_inner: usize,
+    out_ifindex: u32,
+) -> Result<FastAction, NotOffloadable> {
+    let n = hdr.bytes.len();
+    if !(38..=bpf::fastpath::ENCAP_MAX).contains(&n) || n % 2 != 0 {
+        return Err(NotOffloadable::Tunnel(format!(
+            "a {n}-byte outer header (the XDP program takes at most {})",
+            bpf::fastpath::ENCAP_MAX
+        )));
+    }
+    let mut a = FastAction {
+        out_ifindex,
+        flags: act::ENCAP,
+        encap_udp: hdr.udp.unwrap_or(0) as u8,
+        encap_len: n as u16,
+        encap_max: max_inner.min(u16::MAX as usize) as u16,
+        encap_sum: hdr.ip_sum,
+        ..FastAction::default()
+    };
+    a.hdr[..n].copy_from_slice(&hdr.bytes);
+    Ok(a)
+}
+
+/// [`entry`], with outputs to tunnel ports resolved by `encap`: a megaflow
+/// whose only action is an output to a tunnel port is served by an entry
+/// that encapsulates (the frame unchanged inside) and redirects to the
+/// underlay device.
+pub fn entry_encap(
+    k: &FlowKey,
+    mask: &FlowMask,
+    actions: &[DpAction],
+    ifindex: &dyn Fn(u32) -> Option<u32>,
+    encap: EncapFn,
+) -> Result<(FastKey, FastAction, Option<Credit>), NotOffloadable> {
+    if let [DpAction::Output(p)] = actions {
+        if ifindex(*p).is_none() {
+            if let Some(r) = encap(*p, k) {
+                mask_ok(k, mask)?;
+                packet_ok(k)?;
+                let (a, credit) = r?;
+                let inport = ifindex(k.in_port()).ok_or(NotOffloadable::NoDevice(k.in_port()))?;
+                return Ok((fast_key(k, inport), a, Some(credit)));
+            }
+        }
+    }
+    let (fk, a) = entry(k, mask, actions, ifindex)?;
+    Ok((fk, a, None))
+}
+
 // ---------------------------------------------------------------------
 // The offload manager: which flows go into the kernel, kept sound.
 // ---------------------------------------------------------------------
@@ -258,6 +325,19 @@ struct Entry {
     used_ms: u64,
     /// Packets served in the last tick (for eviction).
     recent: u64,
+    /// An encapsulation: what else to credit (see [`Credit`]).
+    credit: Option<Credit>,
+}
+
+/// The generation the kernel compares entries with (see [`Offloader`]).
+#[derive(Default)]
+struct Gen {
+    /// Written to every port's map; 0 turns the fast path off.
+    kernel: u64,
+    /// Changes outside this bridge that encapsulations depend on.
+    external: u64,
+    /// Some entry encapsulates: external changes must move `kernel`.
+    encap: bool,
 }
 
 /// Counters of the offload manager (`xvs offload-show`).
@@ -283,12 +363,19 @@ pub struct OffloadStats {
 ///   estimated from the poll threads' rings of sampled packet keys (one
 ///   packet in 16), if [`entry`] accepts them.
 /// * **Generation**: the bridge calls [`Offloader::set_generation`] from
-///   its generation hook, i.e. before a rule, port, group, meter or MAC
-///   change returns to whoever made it (and so before any OpenFlow barrier
-///   reply or database acknowledgement). The new value goes into every
-///   port's map at once; entries carry the generation their translation
-///   was made at, so from then on none of the old ones matches. Generations
-///   written to the kernel only grow (a late writer never moves it back).
+///   its generation hook, i.e. after a rule, port, group, meter or MAC
+///   change is made and before it returns to whoever made it (and so
+///   before any OpenFlow barrier reply or database acknowledgement). That
+///   moves the offloader's own counter on, and the new value goes into
+///   every port's map at once; entries carry the value read before their
+///   translation, so from then on none of the old ones matches. Values
+///   written to the kernel only grow.
+/// * **Encapsulations** depend on more than this bridge: routes,
+///   neighbours, tunnel ports, and the underlay bridge's rules, MAC table
+///   and ports. Each such change calls [`Offloader::external_change`]
+///   (through `TnlEnv::underlay_changed`), which moves the kernel's value
+///   on too while any entry encapsulates; an encapsulating entry goes in
+///   only if no such change happened since it was resolved.
 /// * **Revalidation**: each tick re-translates stale entries (without
 ///   side effects, as the poll threads revalidate megaflows) at the current
 ///   generation, read under the same lock as the translation, and rewrites
@@ -302,7 +389,7 @@ pub struct OffloadStats {
 ///   holds `ports` or `entries` while it waits for the rule lock.
 pub struct Offloader {
     ports: Mutex<BTreeMap<u32, PortFp>>,
-    gen: Mutex<u64>,
+    gen: Mutex<Gen>,
     entries: Mutex<(HashMap<FastKey, Entry>, Vec<u32>)>,
     /// The poll threads' packet count at the previous tick.
     seen: Mutex<u64>,
@@ -317,7 +404,7 @@ impl Offloader {
     pub fn new(threshold_pps: u64) -> Offloader {
         Offloader {
             ports: Mutex::new(BTreeMap::new()),
-            gen: Mutex::new(0),
+            gen: Mutex::new(Gen::default()),
             entries: Mutex::new((HashMap::new(), Vec::new())),
             seen: Mutex::new(0),
             threshold_pps: AtomicU64::new(threshold_pps),
@@ -329,7 +416,7 @@ impl Offloader {
     /// Registers a port's maps; every registered port may redirect to
     /// every other.
     pub fn add_port(&self, ofport: u32, ifindex: u32, mut fp: bpf::FastPath) {
-        let g = *self.gen.lock().expect("gen");
+        let g = self.gen.lock().expect("gen").kernel;
         let mut ports = self.ports.lock().expect("ports");
         for p in ports.values() {
             let _ = p.fp.lock().expect("fp").add_output(ifindex);
@@ -362,19 +449,37 @@ impl Offloader {
         }
     }
 
-    /// Makes every entry of an older generation stale (see the type's
-    /// documentation). Called from the bridge's generation hook.
-    pub fn set_generation(&self, g: u64) {
-        let mut cur = self.gen.lock().expect("gen");
-        if g <= *cur {
-            return;
+    /// Makes every entry made before now stale (see the type's
+    /// documentation). Called from the bridge's generation hook with the
+    /// bridge's new generation, which only says that something changed.
+    pub fn set_generation(&self, _bridge_generation: u64) {
+        let mut g = self.gen.lock().expect("gen");
+        self.advance(&mut g);
+    }
+
+    /// A change outside this bridge that encapsulations depend on (see the
+    /// type's documentation).
+    pub fn external_change(&self) {
+        let mut g = self.gen.lock().expect("gen");
+        g.external += 1;
+        if g.encap {
+            self.advance(&mut g);
         }
+    }
+
+    fn advance(&self, g: &mut Gen) {
+        g.kernel += 1;
         for p in self.ports.lock().expect("ports").values() {
-            if let Err(e) = p.fp.lock().expect("fp").set_generation(g) {
+            if let Err(e) = p.fp.lock().expect("fp").set_generation(g.kernel) {
                 eprintln!("xvs: offload: cannot write the generation: {e}");
             }
         }
-        *cur = g;
+    }
+
+    /// (kernel generation, external changes) now.
+    fn snapshot(&self) -> (u64, u64) {
+        let g = self.gen.lock().expect("gen");
+        (g.kernel, g.external)
     }
 
     /// Turns the fast path on or off (off removes every entry at once, its
@@ -409,6 +514,9 @@ impl Offloader {
         if dp > 0 {
             for c in v.counters.iter() {
                 c.0.credit(dp, db, now_ms);
+            }
+            if let Some(credit) = &v.credit {
+                credit(dp, db, now_ms);
             }
             self.stats.packets.fetch_add(dp, Relaxed);
             self.stats.bytes.fetch_add(db, Relaxed);
@@ -459,6 +567,7 @@ impl Offloader {
                 t.stale += s.stale;
                 t.unparsed += s.unparsed;
                 t.error += s.error;
+                t.too_long += s.too_long;
             }
         }
         t
@@ -470,8 +579,8 @@ impl Offloader {
     /// `packets` is the poll threads' packet count so far. A key that is a
     /// fraction f of its ring, while the threads forward R packets per
     /// second, carries about f * R of them. `translate` re-translates a key
-    /// without side effects and returns it with the generation it is valid
-    /// at.
+    /// without side effects. `encap` resolves outputs to tunnel ports (see
+    /// [`entry_encap`]).
     ///
     /// `takes_redirects` says whether a device (by ifindex) accepts frames
     /// redirected to it right now (its `NETDEV_XDP_ACT_NDO_XMIT` feature;
@@ -480,13 +589,15 @@ impl Offloader {
     /// the kernel drops what is redirected. So no entry redirects to a port
     /// without it: existing ones go at the tick that sees it gone, and hot
     /// flows to it stay in userspace until it is back.
+    #[allow(clippy::too_many_arguments)]
     pub fn tick(
         &self,
         samples: &[(FlowKey, u64)],
         packets: u64,
         dt_ms: u64,
         now_ms: u64,
-        translate: &dyn Fn(&FlowKey) -> Option<(dpif::Translation, u64)>,
+        translate: &dyn Fn(&FlowKey) -> Option<dpif::Translation>,
+        encap: EncapFn,
         takes_redirects: &dyn Fn(u32) -> Option<bool>,
     ) {
         let ports: BTreeMap<u32, (u32, Arc<Mutex<bpf::FastPath>>)> =
@@ -521,9 +632,14 @@ impl Offloader {
         let ifindex = |p: u32| ports.get(&p).map(|x| x.0);
         // 1. Credit what the kernel forwarded.
         let mut stale: Vec<(FastKey, FlowKey)> = Vec::new();
-        let cur_gen = *self.gen.lock().expect("gen");
+        let cur_gen = self.gen.lock().expect("gen").kernel;
         {
             let mut e = self.entries.lock().expect("entries");
+            // No entry encapsulates: changes outside the bridge need not
+            // move the kernel's generation (only this thread adds entries).
+            if !e.0.values().any(|v| v.credit.is_some()) {
+                self.gen.lock().expect("gen").encap = false;
+            }
             for (k, v) in e.0.iter_mut() {
                 let Some((_, fp)) = ports.get(&v.ingress) else { continue };
                 self.settle(v, &fp.lock().expect("fp"), now_ms);
@@ -552,10 +668,13 @@ impl Offloader {
         let mut todo: Vec<(FlowKey, Option<FastKey>)> = stale.into_iter().map(|(fk, k)| (k, Some(fk))).collect();
         todo.extend(hot.into_iter().map(|k| (k, None)));
         for (key, old) in todo {
+            // Read before the translation: a change made after it moves
+            // the kernel's generation past this.
+            let (g, ext) = self.snapshot();
             let fresh = match translate(&key) {
                 None => None,
-                Some((t, g)) => match entry(&key, &t.mask, &t.actions, &ifindex) {
-                    Ok((_, fa)) if closed.contains_key(&fa.out_ifindex) => {
+                Some(t) => match entry_encap(&key, &t.mask, &t.actions, &ifindex, encap) {
+                    Ok((_, fa, _)) if closed.contains_key(&fa.out_ifindex) => {
                         self.stats.refused.fetch_add(1, Relaxed);
                         *self.stats.last_refusal.lock().expect("refusal") = format!(
                             "output port {} takes no redirected frames now (a veth: GRO off and no XDP program at its far end)",
@@ -563,7 +682,7 @@ impl Offloader {
                         );
                         None
                     }
-                    Ok(e) => Some((e, t, g)),
+                    Ok((fk, fa, credit)) => Some(((fk, fa), t, credit)),
                     Err(why) => {
                         self.stats.refused.fetch_add(1, Relaxed);
                         *self.stats.last_refusal.lock().expect("refusal") = why.to_string();
@@ -579,7 +698,17 @@ impl Offloader {
             }
             let (map, free) = &mut *e;
             match fresh {
-                Some(((fk, mut fa), t, g)) => {
+                Some(((fk, mut fa), t, credit)) => {
+                    if credit.is_some() {
+                        // Nothing it was resolved from may have changed
+                        // since; from here on such changes move the
+                        // kernel's generation.
+                        let mut gen = self.gen.lock().expect("gen");
+                        if gen.kernel != g || gen.external != ext {
+                            continue;
+                        }
+                        gen.encap = true;
+                    }
                     if old.is_none() && map.contains_key(&fk) {
                         continue;
                     }
@@ -608,7 +737,13 @@ impl Offloader {
                     fa.gen = g;
                     fa.slot = slot;
                     let Some((_, fp)) = ports.get(&key.in_port()) else { continue };
-                    if fp.lock().expect("fp").insert(&fk, &fa).is_err() {
+                    let mut fp = fp.lock().expect("fp");
+                    // An underlay device of another bridge: allowed here.
+                    if credit.is_some() && fp.add_output(fa.out_ifindex).is_err() {
+                        free.push(slot);
+                        continue;
+                    }
+                    if fp.insert(&fk, &fa).is_err() {
                         free.push(slot);
                         continue;
                     }
@@ -629,6 +764,7 @@ impl Offloader {
                             credited: (0, 0),
                             used_ms: 0,
                             recent: 0,
+                            credit,
                         },
                     );
                 }
@@ -686,8 +822,8 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
         )?;
         writeln!(
             out,
-            "  kernel: hit:{} miss:{} stale:{} unparsed:{} error:{}",
-            k.hit, k.miss, k.stale, k.unparsed, k.error
+            "  kernel: hit:{} miss:{} stale:{} unparsed:{} error:{} too-long-to-encapsulate:{}",
+            k.hit, k.miss, k.stale, k.unparsed, k.error, k.too_long
         )?;
         let why = s.last_refusal.lock().expect("refusal").clone();
         let last = if why.is_empty() { String::new() } else { format!(" (last: {why})") };
@@ -717,7 +853,7 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
         v.push(serde_json::json!({
             "bridge": b.shared.bridge, "enabled": true, "flows": o.n_entries(), "threshold_pps": o.threshold_pps(),
             "installed": s.installed.load(Relaxed), "removed": s.removed.load(Relaxed), "evicted": s.evicted.load(Relaxed),
-            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error},
+            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error, "too_long": k.too_long},
             "packets": s.packets.load(Relaxed), "bytes": s.bytes.load(Relaxed),
             "refused": s.refused.load(Relaxed), "last_refusal": *s.last_refusal.lock().expect("refusal"),
             "closed_targets": closed,

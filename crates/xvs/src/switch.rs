@@ -569,9 +569,15 @@ impl Switch {
         {
             let mut of = sh.ofproto.write().expect("ofproto lock");
             let o = Arc::clone(&off);
-            of.set_generation_hook(Arc::new(move |g| o.set_generation(g)));
+            // Other bridges' encapsulations may go through this one.
+            let tnl = Arc::clone(&sh.patches.tnl);
+            of.set_generation_hook(Arc::new(move |g| {
+                o.set_generation(g);
+                tnl.underlay_changed(Some(&o));
+            }));
             off.set_generation(of.generation());
         }
+        sh.patches.tnl.add_offloader(&off);
         for p in self.ports() {
             let mut dev = p.dev.lock().expect("port lock");
             if let (Some(fp), Ok(ifx)) = (take_fast_path(&mut **dev), bpf::ifindex(&p.spec.name)) {
@@ -600,14 +606,30 @@ impl Switch {
                 let now = sh.ofproto.read().expect("ofproto lock").now();
                 let translate = |k: &flow::FlowKey| {
                     let of = sh.ofproto.read().expect("ofproto lock");
-                    let g = of.generation();
-                    dpif::Upcall::revalidate(&*of, k).map(|t| (t, g))
+                    dpif::Upcall::revalidate(&*of, k)
                 };
                 let takes_redirects = |ifindex: u32| {
                     let f = netdev_linux::genl::xdp_features(ifindex).ok()??;
                     Some(f & netdev_linux::genl::XDP_ACT_NDO_XMIT != 0)
                 };
-                off.tick(&samples, packets, dt, now, &translate, &takes_redirects);
+                let encap = |port: u32, k: &flow::FlowKey| {
+                    use crate::offload::NotOffloadable;
+                    let e = match sh.patches.tnl.offload_encap(&sh.bridge, port, k)? {
+                        Ok(e) => e,
+                        Err(why) => return Some(Err(NotOffloadable::Tunnel(why))),
+                    };
+                    let Ok(ifx) = bpf::ifindex(&e.out_dev) else {
+                        return Some(Err(NotOffloadable::Tunnel(format!("underlay port {} has no kernel device", e.out_dev))));
+                    };
+                    if takes_redirects(ifx) == Some(false) {
+                        return Some(Err(NotOffloadable::Tunnel(format!(
+                            "underlay port {} takes no redirected frames now (a veth: GRO off and no XDP program at its far end)",
+                            e.out_dev
+                        ))));
+                    }
+                    Some(crate::offload::encap_action(&e.hdr, e.max_inner, ifx).map(|a| (a, e.credit)))
+                };
+                off.tick(&samples, packets, dt, now, &translate, &encap, &takes_redirects);
             }
             off.clear();
         })?;

@@ -120,6 +120,10 @@ pub struct TnlPortState {
     /// [`Underlay`]), and how many did.
     direct_via: Mutex<Option<String>>,
     direct_tx: AtomicU64,
+    /// Frames (and their inner bytes) the XDP fast path encapsulated for
+    /// this port without userspace (see [`TnlEnv::offload_encap`]).
+    xdp_tx: AtomicU64,
+    xdp_tx_bytes: AtomicU64,
 }
 
 /// What a bridge's local port does with one frame the pipeline sent it.
@@ -186,6 +190,9 @@ pub struct TnlEnv {
     start: Instant,
     /// The process's bridges, for run-to-completion ([`TnlEnv::peers`]).
     switches: Mutex<Vec<Weak<crate::switch::Shared>>>,
+    /// The bridges' kernel fast paths, told of every change an offloaded
+    /// encapsulation depends on (see [`TnlEnv::offload_encap`]).
+    offloaders: Mutex<Vec<Weak<crate::offload::Offloader>>>,
 }
 
 impl Default for TnlEnv {
@@ -205,6 +212,7 @@ impl Default for TnlEnv {
             bfd_thread: AtomicBool::new(false),
             start: Instant::now(),
             switches: Mutex::new(Vec::new()),
+            offloaders: Mutex::new(Vec::new()),
         }
     }
 }
@@ -294,6 +302,29 @@ impl TnlEnv {
 
     fn bump(&self) {
         self.generation.fetch_add(1, Ordering::Release);
+        self.underlay_changed(None);
+    }
+
+    /// A bridge's kernel fast path, to be told of changes to routes,
+    /// neighbours, tunnel ports and the other bridges.
+    pub fn add_offloader(&self, o: &Arc<crate::offload::Offloader>) {
+        let mut v = self.offloaders.lock().expect("tnl offloaders");
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(o));
+    }
+
+    /// Something an offloaded encapsulation may depend on changed (a route,
+    /// a neighbour, a tunnel port, or the rules, MAC table or ports of
+    /// bridge `except`, whose own fast path already knows): every other
+    /// fast path stops serving its encapsulations before this returns.
+    pub fn underlay_changed(&self, except: Option<&crate::offload::Offloader>) {
+        let v: Vec<Arc<crate::offload::Offloader>> =
+            self.offloaders.lock().expect("tnl offloaders").iter().filter_map(Weak::upgrade).collect();
+        for o in v {
+            if !except.is_some_and(|e| std::ptr::eq(e, &*o)) {
+                o.external_change();
+            }
+        }
     }
 
     fn register_bridge(&self, name: &str) -> Arc<BridgeTnl> {
@@ -567,6 +598,114 @@ impl TnlEnv {
             }
         }
     }
+}
+
+/// What the XDP fast path needs to encapsulate the frames of one inner
+/// flow that the pipeline sends, unchanged, to a tunnel port: the outer
+/// headers with this flow's UDP source port, TOS and TTL; the underlay
+/// port they leave by; the longest inner frame the underlay takes; and
+/// how to credit what the kernel sent.
+pub struct OffloadEncap {
+    pub hdr: encap::FixedHeader,
+    /// The underlay bridge's port (its kernel device's name).
+    pub out_dev: String,
+    pub max_inner: usize,
+    /// Credits (packets, inner bytes) to the tunnel port's counters and to
+    /// the underlay bridge's rules that chose the port.
+    pub credit: Arc<dyn Fn(u64, u64, u64) + Send + Sync>,
+}
+
+impl TnlEnv {
+    /// [`OffloadEncap`] for frames with flow key `k` (as received, no
+    /// action before the output) sent to port `ofport` of `bridge`; why
+    /// not, if the kernel cannot give the bytes userspace gives. What it
+    /// reads (routes, neighbours, the tunnel port, the underlay bridge's
+    /// decision) may change: every change calls
+    /// [`TnlEnv::underlay_changed`], which makes the kernel stop serving
+    /// entries built before it.
+    ///
+    /// None if the port is not a tunnel port.
+    pub fn offload_encap(&self, bridge: &str, ofport: u32, k: &FlowKey) -> Option<Result<OffloadEncap, String>> {
+        let port = self
+            .ports
+            .read()
+            .expect("tnl ports")
+            .iter()
+            .find(|p| p.bridge == bridge && p.ofport.load(Ordering::Acquire) == ofport)
+            .cloned()?;
+        Some(self.offload_encap_of(port, bridge, k))
+    }
+
+    fn offload_encap_of(&self, port: Arc<TnlPortState>, bridge: &str, k: &FlowKey) -> Result<OffloadEncap, String> {
+        let cfg = &port.cfg;
+        let name = &port.name;
+        if !cfg.df_default {
+            return Err(format!("tunnel {name}: df_default=false (each frame needs its own IPv4 identification)"));
+        }
+        let dst = match cfg.remote {
+            FromFlow::Fixed(r) => r,
+            FromFlow::Flow => return Err(format!("tunnel {name}: remote_ip=flow")),
+        };
+        if cfg.local_flow || matches!(cfg.out_key, Some(FromFlow::Flow)) {
+            return Err(format!("tunnel {name}: local_ip or key from the flow"));
+        }
+        if cfg.bfd.is_some() {
+            return Err(format!("tunnel {name}: BFD (its state decides what goes out)"));
+        }
+        let hop = self.resolve(dst, cfg.local).map_err(|e| format!("tunnel {name}: {e}"))?;
+        let tlv_map = self.tlv.read().expect("tnl tlv");
+        let tlv = tlv_map.get(bridge).map_or(&[][..], |v| &v[..]);
+        // The frames carry no tunnel fields (they come from a device).
+        let tmpl = template(cfg, &hop, dst, &FlowKey::ZERO, tlv);
+        drop(tlv_map);
+        let (sport, tos, ttl) = key_encap_fields(cfg, k);
+        let hdr = tmpl.fixed_header(sport, tos, ttl).map_err(|e| format!("tunnel {name}: {e}"))?;
+        let n = tmpl.len();
+        let max_inner = (hop.bridge.mtu.load(Ordering::Relaxed) as usize + 14).saturating_sub(n);
+        // The underlay bridge's decision, as encapsulation in userspace
+        // asks it (see `Prebuilt::underlay_port`), for a frame with these
+        // headers.
+        let mut sample = vec![0u8; n + 64];
+        tmpl.write(&mut sample, 0, sport, tos, ttl);
+        let mut pre = Prebuilt { words: [0; TNL_WORDS.len()], generation: 0, tmpl, bridge: hop.bridge, underlay: None };
+        let (peer, out, counters) = pre
+            .underlay_port(self, &port, &sample)
+            .ok_or_else(|| format!("tunnel {name}: the underlay bridge does not send its frames to one port"))?;
+        if peer.offload.lock().expect("offload").is_none() {
+            return Err(format!("tunnel {name}: bridge {} has no kernel fast path", peer.bridge));
+        }
+        let out_dev = out.spec.name.clone();
+        let credit = Arc::new(move |packets: u64, bytes: u64, now_ms: u64| {
+            port.xdp_tx.fetch_add(packets, Ordering::Relaxed);
+            port.xdp_tx_bytes.fetch_add(bytes, Ordering::Relaxed);
+            let outer = bytes + packets * n as u64 - packets * 14;
+            for c in counters.iter() {
+                c.0.credit(packets, outer, now_ms);
+            }
+        });
+        Ok(OffloadEncap { hdr, out_dev, max_inner, credit })
+    }
+}
+
+/// The first bytes of a frame with flow key `k`, enough for
+/// [`netdev::packet::frame_flow_hash`] to hash it as the frame itself.
+fn key_frame(k: &FlowKey) -> Vec<u8> {
+    let mut f = Vec::with_capacity(38);
+    f.extend_from_slice(&flow::key::mac_to_bytes(k.dl_dst()));
+    f.extend_from_slice(&flow::key::mac_to_bytes(k.dl_src()));
+    let tagged = k.vlan_tci() & flow::key::VLAN_PRESENT != 0;
+    f.extend_from_slice(&(if tagged { 0x8100 } else { k.dl_type() }).to_be_bytes());
+    if !tagged && k.is_ip() {
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[9] = k.nw_proto();
+        ip[12..16].copy_from_slice(&k.nw_src().to_be_bytes());
+        ip[16..20].copy_from_slice(&k.nw_dst().to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&k.tp_src().to_be_bytes());
+        f.extend_from_slice(&k.tp_dst().to_be_bytes());
+    }
+    f
 }
 
 /// Slots of a poll thread's [`DirectRx`] table (distinct sets of outer
@@ -1075,6 +1214,8 @@ impl TunnelPort {
             bfd_rx: AtomicU64::new(0),
             direct_via: Mutex::new(None),
             direct_tx: AtomicU64::new(0),
+            xdp_tx: AtomicU64::new(0),
+            xdp_tx_bytes: AtomicU64::new(0),
         });
         env.register_port(Arc::clone(&state));
         TunnelPort { env: Arc::clone(env), state, stats: PortStats::default(), ip_id: 0, pre: None, run: Vec::new() }
@@ -1283,6 +1424,42 @@ fn template(cfg: &PortCfg, hop: &NextHop, dst: u128, k: &FlowKey, tlv: &[TlvMapp
     encap::Template::new(spec, meta)
 }
 
+/// The outer TOS and TTL for inner frame `inner`: fixed, or inherited
+/// from its IP header (TOS 0 and TTL 64 when it has none).
+pub fn inner_tos_ttl(cfg: &PortCfg, inner: &[u8]) -> (u8, u8) {
+    let inner_ip = if inner.len() >= 34 && inner[12..14] == [8, 0] {
+        Some((inner[15], inner[22]))
+    } else if inner.len() >= 54 && inner[12..14] == [0x86, 0xdd] {
+        Some(((u16::from_be_bytes([inner[14], inner[15]]) >> 4) as u8, inner[21]))
+    } else {
+        None
+    };
+    inherit(cfg, inner_ip)
+}
+
+fn inherit(cfg: &PortCfg, inner_ip: Option<(u8, u8)>) -> (u8, u8) {
+    let tos = match cfg.tos {
+        Inherit::Fixed(t) => t,
+        Inherit::Inherit => inner_ip.map_or(0, |(t, _)| t),
+    };
+    let ttl = match cfg.ttl {
+        Inherit::Fixed(t) => t,
+        Inherit::Inherit => inner_ip.map_or(64, |(_, t)| t),
+    };
+    (tos, ttl)
+}
+
+/// The outer UDP source port, TOS and TTL userspace gives a frame with
+/// flow key `k` that reaches the tunnel port unchanged, from the key alone
+/// (for the kernel fast path): what [`inner_tos_ttl`] and the flow hash
+/// read from the frame, the key holds.
+pub fn key_encap_fields(cfg: &PortCfg, k: &FlowKey) -> (u16, u8, u8) {
+    let untagged = k.vlan_tci() & flow::key::VLAN_PRESENT == 0;
+    let inner_ip = (untagged && (k.is_ip() || k.is_ipv6())).then(|| (k.nw_tos(), k.nw_ttl()));
+    let (tos, ttl) = inherit(cfg, inner_ip);
+    (encap::udp_src_port(netdev::packet::frame_flow_hash(&key_frame(k))), tos, ttl)
+}
+
 /// Puts `tmpl`'s headers in front of `pkt`, in place, with the per-frame
 /// fields: TOS and TTL (fixed or inherited from the inner IP header), the
 /// outer IPv4 identification, and the UDP source port from `hash`.
@@ -1296,22 +1473,7 @@ fn write_frame(
     ip_id: u16,
 ) {
     let inner = pkt.data();
-    // The inner IP header's TOS / traffic class and TTL / hop limit.
-    let inner_ip = if inner.len() >= 34 && inner[12..14] == [8, 0] {
-        Some((inner[15], inner[22]))
-    } else if inner.len() >= 54 && inner[12..14] == [0x86, 0xdd] {
-        Some(((u16::from_be_bytes([inner[14], inner[15]]) >> 4) as u8, inner[21]))
-    } else {
-        None
-    };
-    let tos = match cfg.tos {
-        Inherit::Fixed(t) => t,
-        Inherit::Inherit => inner_ip.map_or(0, |(t, _)| t),
-    };
-    let ttl = match cfg.ttl {
-        Inherit::Fixed(t) => t,
-        Inherit::Inherit => inner_ip.map_or(64, |(_, t)| t),
-    };
+    let (tos, ttl) = inner_tos_ttl(cfg, inner);
     let n = tmpl.len();
     if n - 14 + inner.len() > bridge.mtu.load(Ordering::Relaxed) as usize {
         env.over_mtu.fetch_add(1, Ordering::Relaxed);
@@ -1398,6 +1560,8 @@ impl Netdev for TunnelPort {
         s.rx_packets = self.state.rx_packets.load(Ordering::Relaxed);
         s.rx_bytes = self.state.rx_bytes.load(Ordering::Relaxed);
         s.rx_dropped += self.state.rx_dropped.load(Ordering::Relaxed);
+        s.tx_packets += self.state.xdp_tx.load(Ordering::Relaxed);
+        s.tx_bytes += self.state.xdp_tx_bytes.load(Ordering::Relaxed);
         s
     }
 }
@@ -1585,6 +1749,10 @@ pub fn ports_show(env: &TnlEnv) -> String {
         ));
         if let Some(via) = p.direct_via.lock().expect("direct via").as_ref() {
             s.push_str(&format!("    underlay: direct to {via} ({} frames)\n", p.direct_tx.load(Ordering::Relaxed)));
+        }
+        let xdp_tx = p.xdp_tx.load(Ordering::Relaxed);
+        if xdp_tx > 0 {
+            s.push_str(&format!("    kernel fast path (XDP): {xdp_tx} frames encapsulated and sent\n"));
         }
         let direct_rx = p.direct_rx.load(Ordering::Relaxed);
         if direct_rx > 0 {
@@ -1798,6 +1966,8 @@ mod tests {
                 bfd_rx: AtomicU64::new(0),
                 direct_via: Mutex::new(None),
                 direct_tx: AtomicU64::new(0),
+                xdp_tx: AtomicU64::new(0),
+                xdp_tx_bytes: AtomicU64::new(0),
             })
         };
         let flowport = mk(FromFlow::Flow, Some(FromFlow::Flow));
