@@ -32,7 +32,9 @@
 //! 1.4 for the same binaries. The ratio printed is the median of the
 //! per-rep pairs' ratios, and each pair is listed.
 //!
-//! The generator (`xvs util pktgen --frames-file`, pinned to CPU 0) sends
+//! The generator (`xvs util pktgen --frames-file`, pinned to CPU 0; with
+//! `--gen-xdp` it sends from inside the kernel, `pktgen --xdp`, several
+//! times faster, so that the switch is the bottleneck) sends
 //! from VM 1's namespace; the destination VM's eth0 runs the XDP
 //! count-and-drop sink (`xvs util xdp-sink`). Printed: a table of delivered
 //! packets/s (median of `--reps` runs), the xvs/OVS ratio, and each
@@ -40,12 +42,14 @@
 //! FILE` writes the figures. xvs runs with `other_config:pmd-maxsleep=0`
 //! (spin, never sleep), which is Open vSwitch's default, so both poll the
 //! same way; `--xvs-adaptive` leaves xvs's own default (adaptive polling).
+//! xvs's kernel fast path is off (the AF_XDP datapaths are compared);
+//! `--xvs-offload` turns it on, as it is by default.
 //! (hv1's br-phy has a poll thread of its own on the same core; idle, it
 //! sleeps, see `CoreClaim` in switch.rs.) Everything is removed afterwards
 //! (the set-up's Drop), also on failure.
 //!
 //! Run through `./bench.sh --only ovn`, or as root after a release build:
-//! `XVS_BIN=target/release/xvs target/release/examples/ovn_bench [--seconds 3] [--flows 100] [--reps 3] [--no-ovs] [--xvs-adaptive] [--against-xvs OTHER_XVS]`.
+//! `XVS_BIN=target/release/xvs target/release/examples/ovn_bench [--seconds 3] [--flows 100] [--reps 3] [--no-ovs] [--xvs-adaptive] [--xvs-offload] [--gen-xdp] [--against-xvs OTHER_XVS]`.
 
 use std::process::Command;
 use xvs::netns::{number_after, wait_file, xvs_exe, Host};
@@ -67,6 +71,13 @@ struct Args {
     /// `--against-xvs BIN`: hv2 runs xvs from BIN instead of OVS (an A/B of
     /// two xvs builds; the table's "ovs" columns are then BIN's).
     against: Option<String>,
+    /// `--xvs-offload`: xvs's kernel fast path on (its default; off
+    /// otherwise, so that the AF_XDP datapaths are compared).
+    offload: bool,
+    /// `--gen-xdp`: the generator sends from inside the kernel (`pktgen
+    /// --xdp`), several times what its AF_PACKET socket offers, so that the
+    /// switch, not the generator, is the bottleneck.
+    gen_xdp: bool,
 }
 
 fn args() -> Args {
@@ -79,6 +90,8 @@ fn args() -> Args {
         xvs_busy: true,
         capture: None,
         against: None,
+        offload: false,
+        gen_xdp: false,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -98,6 +111,16 @@ fn args() -> Args {
             }
             "--xvs-adaptive" => {
                 a.xvs_busy = false;
+                i += 1;
+                continue;
+            }
+            "--xvs-offload" => {
+                a.offload = true;
+                i += 1;
+                continue;
+            }
+            "--gen-xdp" => {
+                a.gen_xdp = true;
                 i += 1;
                 continue;
             }
@@ -246,7 +269,7 @@ fn diag(hv: &Hypervisor, case: &str) {
 }
 
 /// One run: packets/s sent from `src` and delivered to `dst`.
-fn once(src: &Host, dst: &Host, frames: &str, secs: f64) -> (f64, f64) {
+fn once(src: &Host, dst: &Host, frames: &str, secs: f64, gen_xdp: bool) -> (f64, f64) {
     let ready = format!("/tmp/xvs-ovnbench-ready-{}", std::process::id());
     let _ = std::fs::remove_file(&ready);
     let sink = dst
@@ -258,6 +281,7 @@ fn once(src: &Host, dst: &Host, frames: &str, secs: f64) -> (f64, f64) {
         .args(["netns", "exec", &src.ns, "taskset", "-c", "0"])
         .arg(&exe)
         .args(["util", "pktgen", "--dev", "eth0", "--frames-file", frames, "--seconds", &format!("{secs}")])
+        .args(if gen_xdp { &["--xdp"][..] } else { &[][..] })
         .output()
         .expect("running pktgen");
     let sink = sink.wait_with_output().expect("the sink");
@@ -355,7 +379,7 @@ fn cases(m: &Multi, sides: &[&Vms], a: &Args) -> (CaseRuns, Vec<Vec<f64>>) {
                 let hv = &m.hvs[side];
                 turn(m, side);
                 let b0 = busy_ns(hv);
-                let x = once(host(side, 0), host(side, dst), &f[side], a.seconds);
+                let x = once(host(side, 0), host(side, dst), &f[side], a.seconds, a.gen_xdp);
                 runs[side].busy += busy_ns(hv) - b0;
                 runs[side].delivered += x.1 * a.seconds;
                 runs[side].reps.push(x);
@@ -457,7 +481,7 @@ fn main() {
         capture(dir);
         return;
     }
-    let mut conf = vec!["pmd-cpu-mask=0x2", "xdp-offload=false"];
+    let mut conf = vec!["pmd-cpu-mask=0x2", if a.offload { "xdp-offload=true" } else { "xdp-offload=false" }];
     if a.xvs_busy {
         // Also OVS's default; OVS ignores xdp-offload (xvs's kernel fast
         // path would hand frames to the sink's XDP program directly).

@@ -76,7 +76,67 @@ impl std::fmt::Display for NotOffloadable {
     }
 }
 
-/// Checks that `mask` only covers parsed fields.
+/// Fields the pipeline keeps beside the packet's headers, which are 0 for
+/// every packet that enters the datapath from a device, before any
+/// recirculation: OpenFlow metadata and registers, conntrack state (the
+/// packet is untracked), tunnel metadata (it came from no tunnel), the
+/// packet mark, the datapath hash and the conjunction id. A megaflow may
+/// match them (OVN's megaflows match several registers and `metadata`);
+/// at recirculation id 0 such a match is "0", which every frame the
+/// program sees satisfies.
+pub const ZERO_AT_INGRESS: &[&str] = &[
+    "pkt_mark",
+    "dp_hash",
+    "metadata",
+    "tun_id",
+    "tun_src",
+    "tun_dst",
+    "tun_ipv6_src",
+    "tun_ipv6_dst",
+    "tun_flags",
+    "tun_tos",
+    "tun_ttl",
+    "tun_gbp_id",
+    "tun_gbp_flags",
+    "tun_metadata0",
+    "tun_metadata1",
+    "ct_state",
+    "ct_zone",
+    "ct_mark",
+    "ct_label",
+    "ct_nw_src",
+    "ct_nw_dst",
+    "ct_nw_proto",
+    "ct_tp_src",
+    "ct_tp_dst",
+    "reg0",
+    "reg1",
+    "reg2",
+    "reg3",
+    "reg4",
+    "reg5",
+    "reg6",
+    "reg7",
+    "reg8",
+    "reg9",
+    "reg10",
+    "reg11",
+    "reg12",
+    "reg13",
+    "reg14",
+    "reg15",
+    "conj_id",
+];
+
+/// Whether `key` is a packet as it entered the datapath from a device:
+/// recirculation id 0 and every [`ZERO_AT_INGRESS`] field 0.
+pub fn at_ingress(key: &FlowKey) -> bool {
+    key.recirc_id() == 0
+        && ZERO_AT_INGRESS.iter().all(|n| by_name(n).expect("field table has every ingress field").get(key) == 0)
+}
+
+/// Checks that `mask` only covers parsed fields (and, for a packet at
+/// ingress, fields that are 0 there: [`ZERO_AT_INGRESS`]).
 pub fn mask_ok(key: &FlowKey, mask: &FlowMask) -> Result<(), NotOffloadable> {
     let mut rest = *mask;
     for name in PARSED {
@@ -85,6 +145,11 @@ pub fn mask_ok(key: &FlowKey, mask: &FlowMask) -> Result<(), NotOffloadable> {
             return Err(NotOffloadable::Field("recirc_id (after recirculation)".into()));
         }
         fd.set(&mut rest, 0);
+    }
+    if at_ingress(key) {
+        for name in ZERO_AT_INGRESS {
+            by_name(name).expect("field table has every ingress field").set(&mut rest, 0);
+        }
     }
     if rest != FlowKey::ZERO {
         let name = flow::FIELDS
@@ -223,7 +288,14 @@ pub fn entry(
 ) -> Result<(FastKey, FastAction), NotOffloadable> {
     mask_ok(k, mask)?;
     packet_ok(k)?;
-    let a = plan(actions, ifindex)?;
+    // `ct_clear` on a packet that entered from a device (OVN's router
+    // pipeline has one) clears nothing: it is untracked.
+    let a = if at_ingress(k) && actions.contains(&DpAction::CtClear) {
+        let rest: Vec<DpAction> = actions.iter().filter(|a| **a != DpAction::CtClear).cloned().collect();
+        plan(&rest, ifindex)?
+    } else {
+        plan(actions, ifindex)?
+    };
     let inport = ifindex(k.in_port()).ok_or(NotOffloadable::NoDevice(k.in_port()))?;
     Ok((fast_key(k, inport), a))
 }

@@ -65,6 +65,8 @@ const RULES: &[&str] = &[
     "priority=40,in_port=1,udp,tp_src=7,actions=mod_nw_dst:10.9.9.9,output:2",
     "priority=35,in_port=2,icmp,actions=output:1,output:3",
     "priority=5,in_port=2,actions=drop",
+    // OVN-style: registers and metadata matched as 0, ct_clear first.
+    "priority=22,in_port=2,udp,reg0=0,reg14=0,metadata=0,actions=ct_clear,mod_dl_dst:02:cc:00:00:00:03,output:4",
     "priority=1,in_port=1,actions=output:4",
 ];
 
@@ -227,6 +229,45 @@ fn reasons_for_staying_in_userspace_are_named() {
     assert_eq!(e.to_string(), "action set_field:nw_dst must run in userspace");
     let arp = key(&Frame::new([2; 6], [4; 6]).arp(1, [2; 6], 1, [0; 6], 2).build());
     assert_eq!(offload::packet_ok(&arp).unwrap_err().to_string(), "ARP frames are not parsed by the XDP program");
+}
+
+/// OVN's megaflows match registers and `metadata` (as 0, at ingress) and
+/// its router pipeline starts with `ct_clear`: a packet that entered from
+/// a device has all of them 0 and is untracked, so such a megaflow is
+/// served. The same match after recirculation, or on a register that is
+/// not 0, stays in userspace.
+#[test]
+fn pipeline_fields_that_are_zero_at_ingress_are_served() {
+    let mut of = Ofproto::new("z");
+    for p in 1..=2 {
+        of.add_port(PortConfig::new(p, &format!("p{p}")));
+    }
+    let dev = |p: u32| Some(100 + p);
+    let add = |of: &mut Ofproto, r: &str| of.flow_mod(FlowModCmd::Add, &parse_flow(r, Need::Actions).unwrap()).unwrap();
+    add(&mut of, "priority=5,in_port=1,ip,reg0=0,reg14=0,metadata=0,actions=ct_clear,mod_dl_src:02:aa:00:00:00:01,dec_ttl,output:2");
+    add(&mut of, "priority=6,in_port=1,udp,reg3=7,actions=output:2");
+    let k = flow::extract(&Frame::new([2; 6], [4; 6]).ipv4(1, 2).tcp(1, 2, 0x10).build(), 1).0;
+    let t = of.translate_key(&k, 0);
+    for f in ["reg0", "reg14", "metadata"] {
+        assert_ne!(flow::fields::by_name(f).unwrap().get(&t.mask), 0, "the megaflow matches {f}");
+    }
+    assert!(t.actions.contains(&DpAction::CtClear));
+    let (_, a) = offload::entry(&k, &t.mask, &t.actions, &dev).expect("served at ingress");
+    assert_eq!(a.flags, bpf::fastpath::act::SET_DL_SRC | bpf::fastpath::act::SET_TTL);
+    assert_eq!((a.out_ifindex, a.ttl, a.dl_src), (102, 63, [2, 0xaa, 0, 0, 0, 1]));
+    // After recirculation the registers may hold anything.
+    let mut r = k;
+    r.set_recirc_id(5);
+    let t = of.translate_key(&r, 0);
+    assert!(offload::entry(&r, &t.mask, &t.actions, &dev).is_err());
+    // A register that is not 0 is not a packet from a device.
+    let mut u = flow::extract(&Frame::new([2; 6], [4; 6]).ipv4(1, 2).udp(1, 2).build(), 1).0;
+    flow::key::loc::REGS[3].set(&mut u, 7);
+    let t = of.translate_key(&u, 0);
+    assert_eq!(
+        offload::entry(&u, &t.mask, &t.actions, &dev).unwrap_err().to_string(),
+        "matches reg3, which the XDP program does not parse"
+    );
 }
 
 /// Encapsulation in the kernel (an entry built as the offload manager
