@@ -100,6 +100,32 @@ impl Default for FastAction {
     }
 }
 
+/// `struct xvs_dkey`: a tunnel frame the program decapsulates, by its
+/// outer fields (Geneve without options or VXLAN over IPv4, no outer UDP
+/// checksum) and its inner frame's [`FastKey`] (whose `ifindex` is the
+/// receiving device). Addresses as on the wire, `dport` in host order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecapKey {
+    pub inner: FastKey,
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    pub tos: u8,
+    pub ttl: u8,
+    /// 1 when the outer header has DF set.
+    pub df: u8,
+    pub pad: u8,
+    pub dport: u16,
+    pub pad2: u16,
+    /// The 8-byte Geneve or VXLAN header as on the wire.
+    pub th: [u8; 8],
+}
+
+/// Outer bytes the program removes when it decapsulates.
+pub const DECAP_OUTER: usize = 50;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct FastCount {
@@ -110,6 +136,7 @@ struct FastCount {
 const _: () = assert!(std::mem::size_of::<FastKey>() == 64);
 const _: () = assert!(std::mem::size_of::<FastAction>() == 40 + ENCAP_MAX);
 const _: () = assert!(std::mem::size_of::<FastCount>() == 16);
+const _: () = assert!(std::mem::size_of::<DecapKey>() == 100);
 
 // SAFETY: plain-old-data with no padding the kernel could leak: every byte
 // of these repr(C) structs is a declared field (explicit `pad` fields), and
@@ -117,6 +144,8 @@ const _: () = assert!(std::mem::size_of::<FastCount>() == 16);
 unsafe impl Pod for FastKey {}
 // SAFETY: as above.
 unsafe impl Pod for FastAction {}
+// SAFETY: as above.
+unsafe impl Pod for DecapKey {}
 // SAFETY: as above.
 unsafe impl Pod for FastCount {}
 
@@ -141,6 +170,8 @@ pub struct FastStats {
 /// The fast-path maps of one attached program (one ingress device).
 pub struct FastPath {
     flows: HashMap<MapData, FastKey, FastAction>,
+    dflows: HashMap<MapData, DecapKey, FastAction>,
+    dports: HashMap<MapData, u16, u8>,
     counts: PerCpuArray<MapData, FastCount>,
     gen: Array<MapData, u64>,
     tx: DevMapHash<MapData>,
@@ -154,6 +185,8 @@ impl FastPath {
         };
         Ok(FastPath {
             flows: HashMap::try_from(take("xvs_flows")?)?,
+            dflows: HashMap::try_from(take("xvs_dflows")?)?,
+            dports: HashMap::try_from(take("xvs_dports")?)?,
             counts: PerCpuArray::try_from(take("xvs_fcounts")?)?,
             gen: Array::try_from(take("xvs_gen")?)?,
             tx: DevMapHash::try_from(take("xvs_tx")?)?,
@@ -202,6 +235,31 @@ impl FastPath {
         Ok(())
     }
 
+    /// Installs a decapsulating entry (its counters start from zero) and
+    /// lets the program look at frames to its UDP port.
+    pub fn insert_decap(&mut self, k: &DecapKey, a: &FastAction) -> Result<(), Error> {
+        if a.slot >= FLOWS {
+            return Err(Error::Io(std::io::Error::other(format!("slot {} out of range", a.slot))));
+        }
+        let zero = aya::maps::PerCpuValues::try_from(vec![
+            FastCount::default();
+            aya::util::nr_cpus().map_err(|(_, e)| Error::Io(e))?
+        ])?;
+        self.counts.set(a.slot, zero, 0)?;
+        self.dports.insert(k.dport, 1, 0)?;
+        self.dflows.insert(k, a, 0)?;
+        Ok(())
+    }
+
+    pub fn remove_decap(&mut self, k: &DecapKey) -> Result<(), Error> {
+        match self.dflows.remove(k) {
+            Ok(()) => Ok(()),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub fn remove(&mut self, k: &FastKey) -> Result<(), Error> {
         match self.flows.remove(k) {
             Ok(()) => Ok(()),
@@ -217,7 +275,11 @@ impl FastPath {
         for k in &keys {
             self.remove(k)?;
         }
-        Ok(keys.len())
+        let dkeys: Vec<DecapKey> = self.dflows.keys().filter_map(|k| k.ok()).collect();
+        for k in &dkeys {
+            self.remove_decap(k)?;
+        }
+        Ok(keys.len() + dkeys.len())
     }
 
     pub fn len(&self) -> usize {

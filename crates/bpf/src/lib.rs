@@ -47,7 +47,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 
-pub use fastpath::{FastAction, FastKey, FastPath, FastStats};
+pub use fastpath::{DecapKey, FastAction, FastKey, FastPath, FastStats};
 pub use netlink::XdpHooks;
 
 /// Maximum queue index + 1 the map can hold (`XVS_MAX_QUEUES` in the C).

@@ -128,6 +128,49 @@ struct {
 	__type(value, __u32);
 } xvs_tx SEC(".maps");
 
+/*
+ * Decapsulation. A Geneve (without options) or VXLAN frame over IPv4 to a
+ * UDP port in xvs_dports, whose outer headers and inner frame equal a
+ * xvs_dflows key, is popped (the 50 outer bytes dropped) and then handled
+ * as an entry of xvs_flows would handle the inner frame. The key holds
+ * every outer field the tunnel metadata or the underlay bridge's decision
+ * comes from (MACs, addresses, TOS, TTL, DF, UDP port, the tunnel header
+ * itself byte for byte) and the inner frame's parsed fields; the outer
+ * UDP source port and IPv4 identification are not in it (nothing reads
+ * them). Frames with an outer UDP checksum, IP options, Ethernet padding,
+ * or anything else the key does not cover go to userspace unchanged.
+ */
+struct xvs_dkey {
+	struct xvs_fkey inner;	/* inner.ifindex: the receiving device */
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u32 saddr;		/* as on the wire */
+	__u32 daddr;
+	__u8 tos;
+	__u8 ttl;
+	__u8 df;		/* 1 when DF is set */
+	__u8 pad;
+	__u16 dport;		/* host order */
+	__u16 pad2;
+	__u8 th[8];		/* the Geneve or VXLAN header as on the wire */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XVS_FLOWS);
+	__type(key, struct xvs_dkey);
+	__type(value, struct xvs_fact);
+} xvs_dflows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16);
+	__type(key, __u16);
+	__type(value, __u8);
+} xvs_dports SEC(".maps");
+
+#define XVS_OUTER 50	/* Ethernet, IPv4 without options, UDP, 8-byte tunnel header */
+
 /* Fast-path outcomes, per CPU: 0 hit, 1 miss, 2 stale generation,
  * 3 not parsed (left to userspace), 4 dropped (a rewrite failed),
  * 5 too long to encapsulate (left to userspace). */
@@ -225,6 +268,50 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 	}
 }
 
+/* The entry for a tunnel frame whose outer fields `k` holds (l3 at 14):
+ * on a hit the outer headers are gone from the frame, `k` and `l3` are the
+ * inner frame's; otherwise the frame is as it was and NULL comes back. */
+static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct xvs_fkey *k, int *l3, __u64 g)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct xvs_dkey dk = {};
+	struct iphdr *ip = data + 14;
+	__u16 *udp = data + 34;
+	struct xvs_fact *a;
+	__u32 len = end - data;
+
+	if (data + XVS_OUTER > end)
+		return NULL;
+	if (ip->ihl != 5 || bpf_ntohs(ip->tot_len) + 14 != len || bpf_ntohs(udp[2]) + 34 != len || udp[3] != 0)
+		return NULL;
+	__builtin_memcpy(dk.dmac, k->dl_dst, 6);
+	__builtin_memcpy(dk.smac, k->dl_src, 6);
+	dk.saddr = ip->saddr;
+	dk.daddr = ip->daddr;
+	dk.tos = ip->tos;
+	dk.ttl = ip->ttl;
+	dk.df = (ip->frag_off & bpf_htons(0x4000)) ? 1 : 0;
+	dk.dport = k->tp_dst;
+	__builtin_memcpy(dk.th, data + 42, 8);
+	if (bpf_xdp_adjust_head(ctx, XVS_OUTER))
+		return NULL;
+	dk.inner.ifindex = ctx->ingress_ifindex;
+	if (parse(ctx, &dk.inner, l3) < 0)
+		goto restore;
+	a = bpf_map_lookup_elem(&xvs_dflows, &dk);
+	if (!a)
+		goto restore;
+	if (a->gen != g || (a->flags & XVS_ENCAP))
+		goto restore;
+	*k = dk.inner;
+	return a;
+restore:
+	/* Back to the outer frame, whose bytes are still there. */
+	bpf_xdp_adjust_head(ctx, -XVS_OUTER);
+	return NULL;
+}
+
 static __always_inline int fast_path(struct xdp_md *ctx)
 {
 	struct xvs_fkey k = {};
@@ -245,6 +332,11 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 		return -1;
 	}
 	a = bpf_map_lookup_elem(&xvs_flows, &k);
+	if (!a && k.dl_type == ETH_P_IP && k.nw_proto == 17 && l3 == 14) {
+		__u16 dport = k.tp_dst;
+		if (bpf_map_lookup_elem(&xvs_dports, &dport))
+			a = decap_lookup(ctx, &k, &l3, *gen);
+	}
 	if (!a) {
 		fstat(1);
 		return -1;

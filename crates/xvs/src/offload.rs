@@ -161,6 +161,24 @@ pub fn mask_ok(key: &FlowKey, mask: &FlowMask) -> Result<(), NotOffloadable> {
     Ok(())
 }
 
+/// [`mask_ok`] for the inner frame of a tunnel frame the program
+/// decapsulates (`key`: its key on the tunnel bridge, tunnel fields
+/// included). Every tunnel field comes from outer fields the decapsulating
+/// entry holds exactly (addresses, TOS, TTL, DF, the tunnel header; no
+/// options, so no `tun_metadata`), so a megaflow may match them; the other
+/// [`ZERO_AT_INGRESS`] fields must be 0, as they are for a frame just
+/// decapsulated.
+pub fn decap_mask_ok(key: &FlowKey, mask: &FlowMask) -> Result<(), NotOffloadable> {
+    let mut k = *key;
+    for name in ZERO_AT_INGRESS.iter().filter(|n| n.starts_with("tun_")) {
+        by_name(name).expect("field table has every tunnel field").set(&mut k, 0);
+    }
+    if !at_ingress(&k) {
+        return Err(NotOffloadable::Packet("recirculated or pipeline-marked"));
+    }
+    mask_ok(&k, mask)
+}
+
 /// Checks that the packet is one the program parses as extraction did.
 pub fn packet_ok(key: &FlowKey) -> Result<(), NotOffloadable> {
     if key.vlan_tci2() != 0 {
@@ -401,6 +419,45 @@ struct Entry {
     credit: Option<Credit>,
 }
 
+/// A hot flow of another bridge (`bridge`) that entered it through one
+/// of its tunnel ports: its key there, tunnel fields included.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ForeignKey {
+    pub bridge: String,
+    pub key: FlowKey,
+}
+
+/// How this bridge's kernel fast path serves one such flow: frames with
+/// `key` (outer headers and inner frame) received on port `ingress` are
+/// decapsulated and get `action` (output to the tunnel bridge's port
+/// device, after its rewrites); `matched`, `actions` and `counters` are
+/// the tunnel bridge's megaflow, `credit` the tunnel port and this
+/// bridge's rules.
+pub struct DecapPlan {
+    pub ingress: u32,
+    pub key: bpf::DecapKey,
+    pub action: FastAction,
+    pub credit: Credit,
+    pub matched: flow::Match,
+    pub actions: Vec<DpAction>,
+    pub counters: dpif::CounterSet,
+}
+
+/// Resolves a [`ForeignKey`] (translated there, at that bridge's current
+/// rules) into the entries that serve it on this bridge's ports, or why
+/// the kernel cannot.
+pub type DecapFn<'a> = &'a dyn Fn(&ForeignKey) -> Result<Vec<DecapPlan>, NotOffloadable>;
+
+/// The offloaded flows: by the key the program looks them up by, the free
+/// counter slots, and the decapsulating ones.
+type Entries = (HashMap<FastKey, Entry>, Vec<u32>, HashMap<bpf::DecapKey, DEntry>);
+
+/// A decapsulating entry and the flow it serves.
+struct DEntry {
+    e: Entry,
+    fkey: ForeignKey,
+}
+
 /// The generation the kernel compares entries with (see [`Offloader`]).
 #[derive(Default)]
 struct Gen {
@@ -462,7 +519,7 @@ pub struct OffloadStats {
 pub struct Offloader {
     ports: Mutex<BTreeMap<u32, PortFp>>,
     gen: Mutex<Gen>,
-    entries: Mutex<(HashMap<FastKey, Entry>, Vec<u32>)>,
+    entries: Mutex<Entries>,
     /// The poll threads' packet count at the previous tick.
     seen: Mutex<u64>,
     /// Packets per second a flow needs before it is offloaded.
@@ -477,7 +534,7 @@ impl Offloader {
         Offloader {
             ports: Mutex::new(BTreeMap::new()),
             gen: Mutex::new(Gen::default()),
-            entries: Mutex::new((HashMap::new(), Vec::new())),
+            entries: Mutex::new((HashMap::new(), Vec::new(), HashMap::new())),
             seen: Mutex::new(0),
             threshold_pps: AtomicU64::new(threshold_pps),
             enabled: AtomicBool::new(true),
@@ -505,7 +562,15 @@ impl Offloader {
         let ports: Vec<(u32, Arc<Mutex<bpf::FastPath>>)> =
             self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, Arc::clone(&p.fp))).collect();
         let mut e = self.entries.lock().expect("entries");
-        let (map, free) = &mut *e;
+        let (map, free, dmap) = &mut *e;
+        // Entries in the gone port's maps went with them.
+        dmap.retain(|_, d| {
+            if d.e.ingress != ofport {
+                return true;
+            }
+            free.push(d.e.slot);
+            false
+        });
         map.retain(|k, v| {
             if v.ingress != ofport && v.out_ifindex != gone.ifindex {
                 return true;
@@ -566,7 +631,8 @@ impl Offloader {
         let ports: BTreeMap<u32, Arc<Mutex<bpf::FastPath>>> =
             self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, Arc::clone(&p.fp))).collect();
         let mut e = self.entries.lock().expect("entries");
-        for v in e.0.values_mut() {
+        let (m, _, dm) = &mut *e;
+        for v in m.values_mut().chain(dm.values_mut().map(|d| &mut d.e)) {
             if let Some(fp) = ports.get(&v.ingress) {
                 self.settle(v, &fp.lock().expect("fp"), now_ms);
             }
@@ -576,6 +642,7 @@ impl Offloader {
         }
         e.0.clear();
         e.1.clear();
+        e.2.clear();
     }
 
     /// Credits what the kernel forwarded for `v` since the last credit to
@@ -596,6 +663,16 @@ impl Offloader {
         }
         v.credited = (p, b);
         v.recent = dp;
+    }
+
+    /// The device of port `ofport`, if it has the fast path.
+    pub fn port_ifindex(&self, ofport: u32) -> Option<u32> {
+        self.ports.lock().expect("ports").get(&ofport).map(|p| p.ifindex)
+    }
+
+    /// Ports with the fast path: (OpenFlow number, device).
+    pub fn port_list(&self) -> Vec<(u32, u32)> {
+        self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, p.ifindex)).collect()
     }
 
     /// What the fast path does for port `ofport`, for `xvs show`.
@@ -622,11 +699,15 @@ impl Offloader {
     /// when it last did).
     pub fn flows(&self) -> Vec<(flow::Match, Vec<DpAction>, u64, u64, u64)> {
         let e = self.entries.lock().expect("entries");
-        e.0.values().map(|v| (v.matched, v.actions.clone(), v.credited.0, v.credited.1, v.used_ms)).collect()
+        e.0.values()
+            .chain(e.2.values().map(|d| &d.e))
+            .map(|v| (v.matched, v.actions.clone(), v.credited.0, v.credited.1, v.used_ms))
+            .collect()
     }
 
     pub fn n_entries(&self) -> usize {
-        self.entries.lock().expect("entries").0.len()
+        let e = self.entries.lock().expect("entries");
+        e.0.len() + e.2.len()
     }
 
     /// The kernel's fast-path outcomes summed over ports.
@@ -671,6 +752,8 @@ impl Offloader {
         translate: &dyn Fn(&FlowKey) -> Option<dpif::Translation>,
         encap: EncapFn,
         takes_redirects: &dyn Fn(u32) -> Option<bool>,
+        foreign_hot: &[ForeignKey],
+        decap: DecapFn,
     ) {
         let ports: BTreeMap<u32, (u32, Arc<Mutex<bpf::FastPath>>)> =
             self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, (p.ifindex, Arc::clone(&p.fp)))).collect();
@@ -686,7 +769,7 @@ impl Offloader {
         *self.stats.closed_targets.lock().expect("closed targets") = closed.values().copied().collect();
         if !closed.is_empty() {
             let mut e = self.entries.lock().expect("entries");
-            let (map, free) = &mut *e;
+            let (map, free, _) = &mut *e;
             map.retain(|k, v| {
                 if !closed.contains_key(&v.out_ifindex) {
                     return true;
@@ -709,7 +792,7 @@ impl Offloader {
             let mut e = self.entries.lock().expect("entries");
             // No entry encapsulates: changes outside the bridge need not
             // move the kernel's generation (only this thread adds entries).
-            if !e.0.values().any(|v| v.credit.is_some()) {
+            if !e.0.values().any(|v| v.credit.is_some()) && e.2.is_empty() {
                 self.gen.lock().expect("gen").encap = false;
             }
             for (k, v) in e.0.iter_mut() {
@@ -768,7 +851,7 @@ impl Offloader {
             if !self.enabled() {
                 return;
             }
-            let (map, free) = &mut *e;
+            let (map, free, dmap) = &mut *e;
             match fresh {
                 Some(((fk, mut fa), t, credit)) => {
                     if credit.is_some() {
@@ -788,7 +871,9 @@ impl Offloader {
                         Some(v) => v.slot,
                         None => match free.pop() {
                             Some(s) => s,
-                            None if map.len() < bpf::fastpath::FLOWS as usize => map.len() as u32,
+                            None if map.len() + dmap.len() < bpf::fastpath::FLOWS as usize => {
+                                (map.len() + dmap.len()) as u32
+                            }
                             None => {
                                 // Full: evict the coldest entry.
                                 let Some((ck, cv)) =
@@ -853,6 +938,122 @@ impl Offloader {
                 }
             }
         }
+        self.tick_decap(&ports, foreign_hot, decap, now_ms);
+    }
+
+    /// The decapsulating entries' part of [`Offloader::tick`]: credit
+    /// them, then re-resolve the stale ones and resolve the flows that
+    /// became hot on the tunnel bridges. They live in this bridge's ports'
+    /// maps and carry its generation, which every change of the tunnel
+    /// bridge moves on while any exists (see [`Offloader::external_change`]).
+    fn tick_decap(
+        &self,
+        ports: &BTreeMap<u32, (u32, Arc<Mutex<bpf::FastPath>>)>,
+        foreign_hot: &[ForeignKey],
+        decap: DecapFn,
+        now_ms: u64,
+    ) {
+        let cur_gen = self.gen.lock().expect("gen").kernel;
+        let mut todo: Vec<ForeignKey> = Vec::new();
+        {
+            let mut e = self.entries.lock().expect("entries");
+            for d in e.2.values_mut() {
+                let Some((_, fp)) = ports.get(&d.e.ingress) else { continue };
+                self.settle(&mut d.e, &fp.lock().expect("fp"), now_ms);
+                if d.e.gen < cur_gen && !todo.contains(&d.fkey) {
+                    todo.push(d.fkey.clone());
+                }
+            }
+            for f in foreign_hot {
+                if !todo.contains(f) && !e.2.values().any(|d| d.fkey == *f) {
+                    todo.push(f.clone());
+                }
+            }
+        }
+        for fkey in todo {
+            let (g, ext) = self.snapshot();
+            let plans = match decap(&fkey) {
+                Ok(p) => p,
+                Err(why) => {
+                    self.stats.refused.fetch_add(1, Relaxed);
+                    *self.stats.last_refusal.lock().expect("refusal") = why.to_string();
+                    Vec::new()
+                }
+            };
+            let mut e = self.entries.lock().expect("entries");
+            if !self.enabled() {
+                return;
+            }
+            let (map, free, dmap) = &mut *e;
+            // The flow's entries now: the plans; the others go.
+            let keep: Vec<bpf::DecapKey> = plans.iter().map(|p| p.key).collect();
+            dmap.retain(|k, d| {
+                if d.fkey != fkey || keep.contains(k) {
+                    return true;
+                }
+                if let Some((_, fp)) = ports.get(&d.e.ingress) {
+                    let _ = fp.lock().expect("fp").remove_decap(k);
+                }
+                free.push(d.e.slot);
+                self.stats.removed.fetch_add(1, Relaxed);
+                false
+            });
+            if plans.is_empty() {
+                continue;
+            }
+            {
+                // As for encapsulations: nothing they were resolved from
+                // changed since, and from here on such changes move the
+                // kernel's generation.
+                let mut gen = self.gen.lock().expect("gen");
+                if gen.kernel != g || gen.external != ext {
+                    continue;
+                }
+                gen.encap = true;
+            }
+            for p in plans {
+                let Some((_, fp)) = ports.get(&p.ingress) else { continue };
+                let old = dmap.get(&p.key).map(|d| d.e.slot);
+                let slot = match old.or_else(|| free.pop()) {
+                    Some(s) => s,
+                    None if map.len() + dmap.len() < bpf::fastpath::FLOWS as usize => (map.len() + dmap.len()) as u32,
+                    None => continue,
+                };
+                let mut fa = p.action;
+                fa.gen = g;
+                fa.slot = slot;
+                let mut fp = fp.lock().expect("fp");
+                if fp.add_output(fa.out_ifindex).is_err() || fp.insert_decap(&p.key, &fa).is_err() {
+                    if old.is_none() {
+                        free.push(slot);
+                    }
+                    continue;
+                }
+                if old.is_none() {
+                    self.stats.installed.fetch_add(1, Relaxed);
+                }
+                dmap.insert(
+                    p.key,
+                    DEntry {
+                        e: Entry {
+                            ingress: p.ingress,
+                            out_ifindex: fa.out_ifindex,
+                            slot,
+                            gen: g,
+                            orig: fkey.key,
+                            matched: p.matched,
+                            actions: p.actions,
+                            counters: p.counters,
+                            credited: (0, 0),
+                            used_ms: 0,
+                            recent: 0,
+                            credit: Some(p.credit),
+                        },
+                        fkey: fkey.clone(),
+                    },
+                );
+            }
+        }
     }
 
     /// Removes every entry (offload turned off, or at exit).
@@ -865,6 +1066,7 @@ impl Offloader {
         let mut e = self.entries.lock().expect("entries");
         e.0.clear();
         e.1.clear();
+        e.2.clear();
     }
 }
 

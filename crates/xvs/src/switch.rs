@@ -18,7 +18,7 @@ use dpif::{DpAction, Pmd, PmdConfig, Sink, Translation, Upcall};
 use flow::FlowKey;
 use netdev::{Netdev, Packet, PortInfo, PortStats, BATCH};
 use ofproto::{Ofproto, PortConfig};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -588,6 +588,8 @@ impl Switch {
         let sh = Arc::clone(&self.shared);
         std::thread::Builder::new().name("offload".into()).spawn(move || {
             let mut last = Instant::now();
+            // The other bridges' packet counts at the previous tick.
+            let mut peer_seen: HashMap<String, u64> = HashMap::new();
             while !sh.stop.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(250));
                 let dt = last.elapsed().as_millis() as u64;
@@ -629,7 +631,35 @@ impl Switch {
                     }
                     Some(crate::offload::encap_action(&e.hdr, e.max_inner, ifx).map(|a| (a, e.credit)))
                 };
-                off.tick(&samples, packets, dt, now, &translate, &encap, &takes_redirects);
+                // Hot flows of the other bridges that entered them through
+                // a tunnel port: their frames may arrive at this bridge's
+                // ports, to be decapsulated here.
+                let mut foreign_hot = Vec::new();
+                let tnl = &sh.patches.tnl;
+                if tnl.is_active() {
+                    for peer in tnl.peers(&sh) {
+                        let reports = collect_reports_of(&peer, false);
+                        let n: u64 = reports.iter().map(|r| r.stats.packets).sum();
+                        let prev = peer_seen.insert(peer.bridge.clone(), n).unwrap_or(n);
+                        let rate = n.saturating_sub(prev) * 1000 / dt.max(1);
+                        let mut share: HashMap<flow::FlowKey, f64> = HashMap::new();
+                        for r in &reports {
+                            let m = r.samples.len().max(1) as f64;
+                            for k in r.samples.iter().filter(|k| tnl.is_tunnel_port(&peer.bridge, k.in_port())) {
+                                *share.entry(*k).or_default() += 1.0 / m;
+                            }
+                        }
+                        let threshold = off.threshold_pps() as f64;
+                        foreign_hot.extend(
+                            share
+                                .into_iter()
+                                .filter(|(_, f)| f * rate as f64 >= threshold)
+                                .map(|(key, _)| crate::offload::ForeignKey { bridge: peer.bridge.clone(), key }),
+                        );
+                    }
+                }
+                let decap = |fk: &crate::offload::ForeignKey| tnl.offload_decap(&sh, fk, &takes_redirects);
+                off.tick(&samples, packets, dt, now, &translate, &encap, &takes_redirects, &foreign_hot, &decap);
             }
             off.clear();
         })?;
@@ -1321,6 +1351,9 @@ pub fn collect_reports_of(sh: &Shared, with_flows: bool) -> Vec<PmdReport> {
                 n_megaflows: p.n_megaflows(),
                 n_masks: p.n_subtables(),
                 megaflows: if with_flows { p.dump_megaflows() } else { Vec::new() },
+                // Tunnel traffic decapsulated by another bridge's thread
+                // runs here: the kernel fast path finds its hot flows.
+                samples: p.recent_keys().to_vec(),
                 ..Default::default()
             });
         }

@@ -305,6 +305,15 @@ impl TnlEnv {
         self.underlay_changed(None);
     }
 
+    /// Whether port `ofport` of `bridge` is a tunnel port.
+    pub fn is_tunnel_port(&self, bridge: &str, ofport: u32) -> bool {
+        self.ports
+            .read()
+            .expect("tnl ports")
+            .iter()
+            .any(|p| p.bridge == bridge && p.ofport.load(Ordering::Acquire) == ofport)
+    }
+
     /// A bridge's kernel fast path, to be told of changes to routes,
     /// neighbours, tunnel ports and the other bridges.
     pub fn add_offloader(&self, o: &Arc<crate::offload::Offloader>) {
@@ -684,6 +693,184 @@ impl TnlEnv {
             }
         });
         Ok(OffloadEncap { hdr, out_dev, max_inner, credit })
+    }
+}
+
+impl TnlEnv {
+    /// The entries that let bridge `sh`'s kernel fast path decapsulate the
+    /// frames of flow `fk` (hot on a tunnel bridge, entered through one of
+    /// its tunnel ports) and send the inner frames where that bridge's
+    /// megaflow sends them: one per port of `sh` with the fast path whose
+    /// rules send such frames to `sh`'s local port and nowhere else, as
+    /// userspace decides it (`decide`). Only Geneve without options and
+    /// VXLAN without GBP over IPv4, without an outer UDP checksum, to a
+    /// local endpoint on `sh`; the megaflow must read nothing the entry
+    /// does not fix, and its actions must be ones the program can do.
+    /// Every input is covered by the generation rules of
+    /// [`TnlEnv::offload_encap`].
+    pub fn offload_decap(
+        &self,
+        sh: &crate::switch::Shared,
+        fk: &crate::offload::ForeignKey,
+        takes_redirects: &dyn Fn(u32) -> Option<bool>,
+    ) -> Result<Vec<crate::offload::DecapPlan>, crate::offload::NotOffloadable> {
+        use crate::offload::{self as off, NotOffloadable as No};
+        let no = |s: String| No::Tunnel(s);
+        let k = &fk.key;
+        let peer = self.switch_of(&fk.bridge).ok_or_else(|| no(format!("no bridge {}", fk.bridge)))?;
+        let ports = self.ports.read().expect("tnl ports").clone();
+        let port = ports
+            .iter()
+            .find(|p| p.bridge == fk.bridge && p.ofport.load(Ordering::Acquire) == k.in_port())
+            .cloned()
+            .ok_or_else(|| no(format!("port {} of {} is not a tunnel port", k.in_port(), fk.bridge)))?;
+        let cfg = &port.cfg;
+        let name = port.name.clone();
+        if !matches!(cfg.kind, Kind::Geneve | Kind::Vxlan) || cfg.bfd.is_some() {
+            return Err(no(format!("tunnel {name}: only Geneve and VXLAN without BFD are decapsulated in the kernel")));
+        }
+        let (src, dst) = (loc::TUN_SRC.get(k) as u32, loc::TUN_DST.get(k) as u32);
+        let fl = loc::TUN_FLAGS.get(k) as u16;
+        if src == 0
+            || fl & flags::CSUM != 0
+            || fl & flags::KEY == 0
+            || (cfg.kind == Kind::Vxlan && fl & flags::OAM != 0)
+        {
+            return Err(no(format!("tunnel {name}: IPv6, checksummed or OAM frames stay in userspace")));
+        }
+        let meta = TunnelMeta {
+            tun_id: loc::TUN_ID.get(k) as u64,
+            src: src as u128,
+            dst: dst as u128,
+            tos: loc::TUN_TOS.get(k) as u8,
+            ttl: loc::TUN_TTL.get(k) as u8,
+            flags: fl,
+            tp_dst: cfg.dst_port,
+            ..TunnelMeta::default()
+        };
+        // The key's tunnel fields are exactly what such a frame gives (no
+        // options, no GBP).
+        let tlv_map = self.tlv.read().expect("tnl tlv");
+        let tlv = tlv_map.get(&fk.bridge).map_or(&[][..], |v| &v[..]);
+        if meta_to_words(&meta, tlv) != TNL_WORDS.map(|w| k.w[w]) {
+            return Err(no(format!("tunnel {name}: Geneve options or GBP stay in userspace")));
+        }
+        drop(tlv_map);
+        let d = encap::Decap { kind: cfg.kind, meta: meta.clone(), inner: 50, end: 50 };
+        if match_port(&ports, &d).map(|i| Arc::ptr_eq(&ports[i], &port)) != Some(true) {
+            return Err(no(format!("tunnel {name}: such frames would go to another port")));
+        }
+        if !self.is_local(mapped(dst)) {
+            return Err(no(format!("tunnel {name}: not to a local endpoint")));
+        }
+        let route = self.routes.read().expect("tnl routes").lookup(mapped(src)).ok_or_else(|| no("no route".into()))?;
+        if route.dev != sh.bridge {
+            return Err(no(format!("tunnel {name}: its frames arrive at {}", route.dev)));
+        }
+        let bridge =
+            self.bridges.read().expect("tnl bridges").get(&route.dev).cloned().ok_or_else(|| no("no bridge".into()))?;
+        let dmac = *bridge.mac.lock().expect("bridge mac");
+        let hop = route.gateway.unwrap_or(mapped(src));
+        let smac = self
+            .neigh
+            .lock()
+            .expect("neigh")
+            .lookup(hop, self.now_ms())
+            .map(|e| e.mac)
+            .ok_or_else(|| no(format!("tunnel {name}: the remote's MAC is not known")))?;
+        let vni = (meta.tun_id as u32).to_be_bytes();
+        let th = match cfg.kind {
+            Kind::Geneve => [0, if fl & flags::OAM != 0 { 0x80 } else { 0 }, 0x65, 0x58, vni[1], vni[2], vni[3], 0],
+            _ => [0x08, 0, 0, 0, vni[1], vni[2], vni[3], 0],
+        };
+        // The tunnel bridge's megaflow for the inner frame.
+        let t = {
+            let of = peer.ofproto.read().expect("ofproto lock");
+            dpif::Upcall::revalidate(&*of, k).ok_or_else(|| no("no translation".into()))?
+        };
+        off::decap_mask_ok(k, &t.mask)?;
+        off::packet_ok(k)?;
+        let peer_off = peer.offload.lock().expect("offload").clone().ok_or_else(|| no("no fast path".into()))?;
+        let peer_dev = |p: u32| peer_off.port_ifindex(p);
+        // The frame is untracked: `ct_clear` does nothing.
+        let acts: Vec<dpif::DpAction> = t.actions.iter().filter(|a| **a != dpif::DpAction::CtClear).cloned().collect();
+        let action = off::plan(&acts, &peer_dev)?;
+        if takes_redirects(action.out_ifindex) == Some(false) {
+            return Err(no(format!("port device {} takes no redirected frames now", action.out_ifindex)));
+        }
+        // The underlay bridge's decision for such a frame, per port.
+        let mut sample = Vec::with_capacity(114);
+        sample.extend_from_slice(&dmac);
+        sample.extend_from_slice(&smac);
+        sample.extend_from_slice(&[8, 0]);
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[1] = meta.tos;
+        ip[2..4].copy_from_slice(&(20u16 + 16 + 64).to_be_bytes());
+        ip[6] = if fl & flags::DF != 0 { 0x40 } else { 0 };
+        ip[8] = meta.ttl;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&src.to_be_bytes());
+        ip[16..20].copy_from_slice(&dst.to_be_bytes());
+        let c = wire::checksum::checksum(&ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        sample.extend_from_slice(&ip);
+        sample.extend_from_slice(&[0xc0, 0, (cfg.dst_port >> 8) as u8, cfg.dst_port as u8, 0, 80, 0, 0]);
+        sample.extend_from_slice(&th);
+        sample.resize(114, 0);
+        let own = sh.offload.lock().expect("offload").clone().ok_or_else(|| no("no fast path".into()))?;
+        let mut plans = Vec::new();
+        let mut why = None;
+        for (ofport, ifindex) in own.port_list() {
+            let rules = match decide(sh, &sample, ofport) {
+                Some(Some(r)) => r,
+                Some(None) => {
+                    why = Some(format!(
+                        "{}'s rules do not send tunnel {name}'s frames only to its local port",
+                        sh.bridge
+                    ));
+                    continue;
+                }
+                None => {
+                    why = Some(format!("{}'s rules were being changed", sh.bridge));
+                    continue;
+                }
+            };
+            let key = bpf::DecapKey {
+                inner: off::fast_key(k, ifindex),
+                dmac,
+                smac,
+                saddr: src.to_be_bytes(),
+                daddr: dst.to_be_bytes(),
+                tos: meta.tos,
+                ttl: meta.ttl,
+                df: (fl & flags::DF != 0) as u8,
+                dport: cfg.dst_port,
+                th,
+                ..bpf::DecapKey::default()
+            };
+            let port = Arc::clone(&port);
+            let credit: off::Credit = Arc::new(move |packets: u64, bytes: u64, now_ms: u64| {
+                port.rx_packets.fetch_add(packets, Ordering::Relaxed);
+                port.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
+                for c in rules.iter() {
+                    c.0.credit(packets, bytes + packets * 50, now_ms);
+                }
+            });
+            plans.push(off::DecapPlan {
+                ingress: ofport,
+                key,
+                action,
+                credit,
+                matched: flow::Match::new(*k, t.mask),
+                actions: t.actions.clone(),
+                counters: t.counters.clone(),
+            });
+        }
+        if plans.is_empty() {
+            return Err(no(why.unwrap_or_else(|| format!("{} has no port with the fast path", sh.bridge))));
+        }
+        Ok(plans)
     }
 }
 

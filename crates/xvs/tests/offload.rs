@@ -365,3 +365,91 @@ fn xdp_encapsulation_gives_the_bytes_userspace_gives() {
     let s = prog.fast.stats().unwrap();
     assert_eq!((s.hit, s.too_long, s.error), (3 * 20, 20, 0), "{s:?}");
 }
+
+/// Decapsulation in the kernel gives the inner frame userspace
+/// decapsulation gives (`tunnel::encap::pop`), rewritten as the entry says,
+/// for Geneve and VXLAN; and every frame the entry does not describe
+/// exactly (another VNI, another inner flow, an outer UDP checksum, a
+/// Geneve option, Ethernet padding) goes to userspace as it came.
+#[test]
+fn xdp_decapsulation_gives_the_inner_frame_userspace_gives() {
+    use bpf::fastpath::act;
+    use bpf::DecapKey;
+    use tunnel::encap::{flags, pop, push, EncapSpec, Kind, Listen, TunnelMeta};
+    const LO: u32 = 1;
+    let mut prog = TestProgram::load().unwrap();
+    prog.fast.add_output(LO).unwrap();
+    prog.fast.set_generation(1).unwrap();
+    let (ma, mb) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let inner = Frame::new(ma, mb).ipv4(0x0a00_0001, 0x0a00_0002).udp(1000, 53).payload(b"inner frame").build();
+    let listen = Listen { udp: vec![(6081, Kind::Geneve), (4789, Kind::Vxlan)], gre: false };
+    let (hv, peer) = ([2, 0xee, 0, 0, 0, 1], [2, 0xee, 0, 0, 0, 2]);
+    for (slot, (kind, port)) in [(Kind::Geneve, 6081), (Kind::Vxlan, 4789)].into_iter().enumerate() {
+        let slot = slot as u32;
+        let spec = EncapSpec { kind, eth_src: peer, eth_dst: hv, dst_port: port, csum: false };
+        let meta = TunnelMeta {
+            tun_id: 5001,
+            src: 0xc0a8_0702,
+            dst: 0xc0a8_0701,
+            tos: 0,
+            ttl: 64,
+            flags: flags::DF | flags::KEY,
+            tp_src: 49152,
+            tp_dst: port,
+            ..TunnelMeta::default()
+        };
+        let wrap = |spec: &EncapSpec, meta: &TunnelMeta, inner: &[u8]| {
+            let mut f = Vec::new();
+            push(spec, meta, inner, 77, &mut f);
+            f
+        };
+        let frame = wrap(&spec, &meta, &inner);
+        let d = pop(&frame, &listen).unwrap();
+        let th: [u8; 8] = frame[42..50].try_into().unwrap();
+        let (k, _, _) = flow::extract(&inner, 1);
+        let dk = DecapKey {
+            inner: offload::fast_key(&k, LO),
+            dmac: hv,
+            smac: peer,
+            saddr: [192, 168, 7, 2],
+            daddr: [192, 168, 7, 1],
+            tos: 0,
+            ttl: 64,
+            df: 1,
+            dport: port,
+            th,
+            ..DecapKey::default()
+        };
+        let a = FastAction { out_ifindex: LO, gen: 1, slot, ..FastAction::default() };
+        prog.fast.insert_decap(&dk, &a).unwrap();
+        let (v, out) = prog.run(&frame, LO).unwrap();
+        assert_eq!(v, XDP_REDIRECT, "{kind:?}");
+        assert_eq!(out, &frame[d.inner..d.end], "{kind:?}: the inner frame as userspace pops it");
+        assert_eq!(prog.fast.counts(a.slot).unwrap(), (1, inner.len() as u64));
+        // With a rewrite of the inner frame.
+        prog.fast.insert_decap(&dk, &FastAction { flags: act::SET_DL_DST, dl_dst: [2, 9, 9, 9, 9, 9], ..a }).unwrap();
+        let (v, out) = prog.run(&frame, LO).unwrap();
+        assert_eq!(v, XDP_REDIRECT);
+        assert_eq!(&out[..6], &[2, 9, 9, 9, 9, 9]);
+        assert_eq!(&out[6..], &inner[6..]);
+        // Not described by the entry: to userspace, unchanged.
+        let other_vni = wrap(&spec, &TunnelMeta { tun_id: 5002, ..meta.clone() }, &inner);
+        let other_inner =
+            wrap(&spec, &meta, &Frame::new(ma, mb).ipv4(0x0a00_0001, 0x0a00_0002).udp(1001, 53).payload(b"x").build());
+        let csum = wrap(&EncapSpec { csum: true, ..spec.clone() }, &meta, &inner);
+        let mut padded = frame.clone();
+        padded.extend_from_slice(&[0; 4]);
+        let mut cases = vec![("vni", other_vni), ("inner", other_inner), ("udp checksum", csum), ("padding", padded)];
+        if kind == Kind::Geneve {
+            let opt = TunnelMeta { geneve_opts: vec![0x01, 0x02, 0x80, 0x01, 0, 0, 0, 7], ..meta.clone() };
+            cases.push(("geneve option", wrap(&spec, &opt, &inner)));
+        }
+        for (what, f) in cases {
+            let (v, out) = prog.run(&f, LO).unwrap();
+            assert_ne!(v, XDP_REDIRECT, "{kind:?} {what}");
+            assert_eq!(out, f, "{kind:?} {what}: left as it came");
+        }
+        prog.fast.remove_decap(&dk).unwrap();
+        assert_ne!(prog.run(&frame, LO).unwrap().0, XDP_REDIRECT);
+    }
+}

@@ -16,8 +16,8 @@
 //! - `tlv_*`: Geneve option 0xffff/0 mapped to tun_metadata0 on both
 //!   sides; each sender sets it, each receiver lets only its value through;
 //! - `geneve_xdp_fast_path_xvs_ovs`: xvs's kernel fast path encapsulates
-//!   a TCP stream that OVS decapsulates, and stops at once when br-phy's
-//!   rules change;
+//!   and decapsulates a TCP stream with OVS at the other end, and stops at
+//!   once when br-phy's or br-int's rules change;
 //! - `*_malformed_*`: truncated or bad headers, sent from the underlay with
 //!   the peer's address, are counted by reason and dropped (VM sees
 //!   nothing, the tunnel keeps working).
@@ -123,15 +123,21 @@ basic_tests! {
     vxlan_key_flow_ovs_ovs: "vkoo", Kind::Vxlan, Ovs, Ovs, Key::Flow(VNI);
 }
 
-/// xvs.s kernel fast path encapsulates (hvA, xvs, offload threshold 1
-/// packets/s), and Open vSwitch 3.1 (hvB) decapsulates what the XDP
-/// program built: OVS checks the outer IPv4 checksum and the Geneve
-/// header, so a 60 MB TCP stream arrives whole only if the kernel's
-/// frames are right. hvA's `offload-show` must say the kernel forwarded
-/// most of vmA's frames, and `tnl/ports/show` counts them on tun0. (The
-/// middle bridge's end of hvA's underlay veth gets GRO on: a veth takes
-/// redirected frames only then; br-phy's MTU leaves room for the outer
-/// headers of full-size frames.)
+/// xvs's kernel fast path on both sides of a Geneve tunnel to Open vSwitch
+/// 3.1: hvA (xvs, offload threshold 1 packet/s) encapsulates vmA's frames
+/// in XDP and OVS (hvB) decapsulates them, checking the outer IPv4
+/// checksum and the Geneve header; OVS encapsulates vmB's frames and hvA
+/// decapsulates them in XDP. A 60 MB TCP stream (data one way, ACKs the
+/// other) arrives whole only if both directions' kernel frames are right;
+/// `offload-show` must say br-int's entries (encapsulation) and br-phy's
+/// (decapsulation) forwarded a good part of them, and `tnl/ports/show`
+/// counts them on tun0. Then soundness, with pings (one flow each way,
+/// hot at 100/s): a br-phy rule that drops the outgoing Geneve frames, and
+/// a br-int rule that drops the incoming echo replies, must each stop
+/// every reply at once, which they do only if the kernel stops serving
+/// the entries they change. (The middle bridge's end of hvA's underlay
+/// veth and vmA's eth0 get GRO on: a veth takes redirected frames only
+/// then; br-phy's MTU leaves room for full-size frames' outer headers.)
 #[test]
 fn geneve_xdp_fast_path_xvs_ovs() {
     let tag = "gfxo";
@@ -141,60 +147,73 @@ fn geneve_xdp_fast_path_xvs_ovs() {
     a.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload-pps=1"]).unwrap();
     a.ns.exec(&["ip", "link", "set", "br-phy", "mtu", "1600"]).unwrap();
     o.mid.exec(&["ethtool", "-K", "ulA", "gro", "on"]).unwrap();
+    o.vm[0].exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
     o.assert_connected(10);
     step(tag, t0, "vmA reaches vmB");
+    // What the kernel forwarded for each bridge's entries (credited every
+    // 250 ms).
+    let served = |bridge: &str| -> u64 {
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let show = a.appctl_ok(&["dpif-netdev/offload-show"]);
+        let mut cur = "";
+        let mut n = 0;
+        for l in show.lines() {
+            if !l.starts_with(' ') {
+                cur = l.split(':').next().unwrap_or("");
+            } else if let Some(x) = l.trim().strip_prefix("forwarded by the kernel: ") {
+                if cur == bridge {
+                    n += x.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                }
+            }
+        }
+        n
+    };
     let bytes = 60_000_000;
     assert_eq!(o.tcp(5202, bytes).expect("TCP stream"), bytes, "TCP stream vmA -> vmB\n{}", o.diagnostics());
     step(tag, t0, "TCP stream of 60 MB");
-    // The kernel's counts are credited every 250 ms.
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    let (enc, dec) = (served("br-int"), served("br-phy"));
     let show = a.appctl_ok(&["dpif-netdev/offload-show"]);
-    let kernel: u64 = show
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("forwarded by the kernel: "))
-        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
     let ports = a.appctl_ok(&["tnl/ports/show"]);
     eprintln!("[{tag}] hvA offload-show:\n{show}[{tag}] hvA tnl/ports/show:\n{ports}");
-    // 60 MB is some 41,000 full frames from vmA; the flow goes to the
-    // kernel at the first offload tick (250 ms) that finds it hot.
-    assert!(kernel > 2_000, "hvA's kernel fast path forwarded {kernel} packets:\n{show}\n{}", o.diagnostics());
+    // 60 MB is some 41,000 full frames from vmA and half as many ACKs
+    // back; a flow goes to the kernel at the first offload tick (250 ms)
+    // that finds it hot.
+    assert!(enc > 2_000, "hvA's kernel encapsulated {enc} frames:\n{show}\n{}", o.diagnostics());
+    assert!(dec > 500, "hvA's kernel decapsulated {dec} frames:\n{show}\n{}", o.diagnostics());
     let tun0: u64 = ports
         .lines()
         .filter_map(|l| l.trim().strip_prefix("kernel fast path (XDP): "))
         .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     assert!(tun0 > 2_000, "tun0 counts the kernel's encapsulations ({tun0}):\n{ports}");
-    step(tag, t0, "kernel fast path encapsulated for the stream; OVS decapsulated it");
-    // Soundness: the echo requests of one ping are one flow to the fast
-    // path, hot at 100/s. Once br-phy drops what its local port sends to
-    // Geneve's port (that is where encapsulated frames enter it), the
-    // kernel must stop sending them at once: no reply may come back (the
-    // replies enter by the underlay port, which the rule leaves alone).
+    step(tag, t0, "the kernel encapsulated and decapsulated for the stream; OVS was the other end");
     let received = |out: std::process::Output| xvs::netns::parse_ping_received(&String::from_utf8_lossy(&out.stdout));
     let vm_b = o.vm[1].ip.clone();
-    let got = received(o.vm[0].run(&["ping", "-n", "-q", "-c", "150", "-i", "0.01", &vm_b]).unwrap());
-    assert!(got >= 140, "{got}/150 echo replies");
-    let served = |hv: &xvs::tnlref::Hv| -> u64 {
-        let show = hv.appctl_ok(&["dpif-netdev/offload-show"]);
-        show.lines()
-            .filter_map(|l| l.trim().strip_prefix("forwarded by the kernel: "))
-            .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
-            .sum()
-    };
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    let before = served(a);
-    assert!(
-        before > kernel + 50,
-        "the echo requests went through the kernel ({before} vs {kernel} before them):\n{}",
-        a.appctl_ok(&["dpif-netdev/offload-show"])
-    );
+    let flood =
+        |n: &str| received(o.vm[0].run(&["ping", "-n", "-q", "-c", n, "-i", "0.01", "-W", "1", &vm_b]).unwrap());
+    // Both directions of a ping in the kernel.
+    let (e0, d0) = (served("br-int"), served("br-phy"));
+    assert!(flood("150") >= 140, "echo replies");
+    let (e1, d1) = (served("br-int"), served("br-phy"));
+    assert!(e1 > e0 + 50 && d1 > d0 + 50, "the kernel served the ping: requests {e0} -> {e1}, replies {d0} -> {d1}");
+    // br-phy drops what its local port sends to Geneve's port (where
+    // encapsulated frames enter it): the kernel must stop sending them.
     a.ofctl_ok("br-phy", &["add-flow", "priority=100,in_port=LOCAL,udp,tp_dst=6081,actions=drop"]);
-    let got = received(o.vm[0].run(&["ping", "-n", "-q", "-c", "50", "-i", "0.01", "-W", "1", &vm_b]).unwrap());
-    assert_eq!(got, 0, "replies after br-phy dropped the tunnel's frames: the kernel kept encapsulating");
+    assert_eq!(flood("50"), 0, "replies after br-phy dropped the tunnel's frames: the kernel kept encapsulating");
     a.ofctl_ok("br-phy", &["del-flows", "--strict", "priority=100,in_port=LOCAL,udp,tp_dst=6081"]);
     assert!(o.ping_quick(5) >= 4, "the tunnel works again without the drop rule");
     step(tag, t0, "a br-phy rule change stopped the kernel's encapsulation at once");
+    // br-int drops the echo replies that come out of the tunnel: the
+    // kernel must stop decapsulating them to vmA.
+    let d2 = served("br-phy");
+    assert!(flood("150") >= 140, "echo replies");
+    let d3 = served("br-phy");
+    assert!(d3 > d2 + 50, "the replies are decapsulated in the kernel again ({d2} -> {d3})");
+    a.ofctl_ok("br-int", &["add-flow", "priority=100,in_port=tun0,icmp,actions=drop"]);
+    assert_eq!(flood("50"), 0, "replies after br-int dropped them: the kernel kept decapsulating");
+    a.ofctl_ok("br-int", &["del-flows", "--strict", "priority=100,in_port=tun0,icmp"]);
+    assert!(o.ping_quick(5) >= 4, "the tunnel works again without the drop rule");
+    step(tag, t0, "a br-int rule change stopped the kernel's decapsulation at once");
 }
 
 /// vmA's stack leaves its TCP checksums to offload (tx on, Linux's
