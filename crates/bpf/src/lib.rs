@@ -216,7 +216,7 @@ impl XdpProgram {
             .program_mut(name)
             .ok_or_else(|| Error::Io(io::Error::other(format!("program {name} missing from object"))))?
             .try_into()?;
-        prog.load()?;
+        load_xdp(prog)?;
         let try_mode = |prog: &mut Xdp, m: ActiveMode| {
             let aya_mode = match m {
                 ActiveMode::Native => AyaMode::Driver,
@@ -259,7 +259,7 @@ impl XdpSink {
             .program_mut("xvs_count_drop")
             .ok_or_else(|| Error::Io(io::Error::other("program xvs_count_drop missing from object")))?
             .try_into()?;
-        prog.load()?;
+        load_xdp(prog)?;
         let mut attach = |m: ActiveMode| {
             let aya_mode = if m == ActiveMode::Native { AyaMode::Driver } else { AyaMode::Skb };
             prog.attach_to_if_index(ifindex, aya_mode).map(|_| m).map_err(|source| Error::Attach {
@@ -426,7 +426,7 @@ impl TestProgram {
             .program_mut(PROG)
             .ok_or_else(|| Error::Io(io::Error::other(format!("program {PROG} missing from object"))))?
             .try_into()?;
-        prog.load()?;
+        load_xdp(prog)?;
         let fast = FastPath::from_ebpf(&mut ebpf)?;
         Ok(TestProgram { ebpf, fast })
     }
@@ -508,7 +508,7 @@ impl XdpGen {
             .program_mut("xvs_pktgen")
             .ok_or_else(|| Error::Io(io::Error::other("program xvs_pktgen missing from object")))?
             .try_into()?;
-        prog.load()?;
+        load_xdp(prog)?;
         if n > 1 {
             let map =
                 ebpf.map_mut("xvs_gen_frames").ok_or_else(|| Error::Io(io::Error::other("xvs_gen_frames missing")))?;
@@ -544,5 +544,24 @@ impl XdpGen {
             ..TestRunOptions::default()
         })?;
         Ok(())
+    }
+}
+
+/// Loads `prog`, again if its verification was interrupted: the verifier
+/// stops with EAGAIN when a signal reaches the loading thread while it
+/// works (the fast-path program takes it a while, and a test process has
+/// children), and the load then only needs another try, as libbpf retries
+/// it.
+fn load_xdp(prog: &mut Xdp) -> Result<(), aya::programs::ProgramError> {
+    let mut tries = 0;
+    loop {
+        match prog.load() {
+            Err(aya::programs::ProgramError::LoadError { io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EAGAIN) && tries < 10 =>
+            {
+                tries += 1;
+            }
+            r => return r,
+        }
     }
 }
