@@ -520,11 +520,13 @@ fn main() {
         println!("\nA/B: the \"ovs\" columns are xvs from {b}");
     }
     println!(
-        "\nOVN pipeline, 64-byte UDP, {} flows, {} s x {} runs per switch, in turns (median); xvs {}",
+        "\nOVN pipeline, 64-byte UDP, {} flows, {} s x {} runs per switch, in turns (median); xvs {}; {}; {}",
         a.flows,
         a.seconds,
         a.reps,
-        if a.xvs_busy { "spinning (pmd-maxsleep=0, as OVS)" } else { "with adaptive polling (its default)" }
+        if a.xvs_busy { "spinning (pmd-maxsleep=0, as OVS)" } else { "with adaptive polling (its default)" },
+        if a.offload { "xvs's kernel fast path ON (its default)" } else { "xvs's kernel fast path off" },
+        if a.gen_xdp { "generator: pktgen --xdp" } else { "generator: pktgen (AF_PACKET)" }
     );
     println!(
         "{:<8}{:>13}{:>11}{:>13}{:>11}{:>9}{:>14}{:>14}  pairs",
@@ -547,6 +549,7 @@ fn main() {
             o.ns_per_packet()
         );
         json.push(serde_json::json!({"case": name, "flows": a.flows, "seconds": a.seconds, "reps": a.reps,
+            "xvs_offload": a.offload, "gen_xdp": a.gen_xdp,
             "xvs_offered_pps": x.offered().round(), "xvs_pps": x.pps().round(),
             "xvs_busy_ns_per_packet": x.ns_per_packet().round(),
             "ovs_offered_pps": o.offered().round(), "ovs_pps": o.pps().round(),
