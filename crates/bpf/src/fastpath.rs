@@ -214,59 +214,44 @@ impl FastPath {
     }
 
     pub fn remove_output(&mut self, ifindex: u32) -> Result<(), Error> {
-        match self.tx.remove(ifindex) {
-            Ok(()) => Ok(()),
-            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        absent_ok(self.tx.remove(ifindex))
     }
 
     /// Installs an entry; its counters (slot `a.slot`) start from zero.
     pub fn insert(&mut self, k: &FastKey, a: &FastAction) -> Result<(), Error> {
-        if a.slot >= FLOWS {
-            return Err(Error::Io(std::io::Error::other(format!("slot {} out of range", a.slot))));
+        self.reset_counts(a.slot)?;
+        self.flows.insert(k, a, 0)?;
+        Ok(())
+    }
+
+    /// Zeroes the counters of `slot` for an entry about to use it.
+    fn reset_counts(&mut self, slot: u32) -> Result<(), Error> {
+        if slot >= FLOWS {
+            return Err(Error::Io(std::io::Error::other(format!("slot {slot} out of range"))));
         }
         let zero = aya::maps::PerCpuValues::try_from(vec![
             FastCount::default();
             aya::util::nr_cpus().map_err(|(_, e)| Error::Io(e))?
         ])?;
-        self.counts.set(a.slot, zero, 0)?;
-        self.flows.insert(k, a, 0)?;
+        self.counts.set(slot, zero, 0)?;
         Ok(())
     }
 
     /// Installs a decapsulating entry (its counters start from zero) and
     /// lets the program look at frames to its UDP port.
     pub fn insert_decap(&mut self, k: &DecapKey, a: &FastAction) -> Result<(), Error> {
-        if a.slot >= FLOWS {
-            return Err(Error::Io(std::io::Error::other(format!("slot {} out of range", a.slot))));
-        }
-        let zero = aya::maps::PerCpuValues::try_from(vec![
-            FastCount::default();
-            aya::util::nr_cpus().map_err(|(_, e)| Error::Io(e))?
-        ])?;
-        self.counts.set(a.slot, zero, 0)?;
+        self.reset_counts(a.slot)?;
         self.dports.insert(k.dport, 1, 0)?;
         self.dflows.insert(k, a, 0)?;
         Ok(())
     }
 
     pub fn remove_decap(&mut self, k: &DecapKey) -> Result<(), Error> {
-        match self.dflows.remove(k) {
-            Ok(()) => Ok(()),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        absent_ok(self.dflows.remove(k))
     }
 
     pub fn remove(&mut self, k: &FastKey) -> Result<(), Error> {
-        match self.flows.remove(k) {
-            Ok(()) => Ok(()),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        absent_ok(self.flows.remove(k))
     }
 
     /// Removes every entry.
@@ -299,5 +284,14 @@ impl FastPath {
     pub fn stats(&self) -> Result<FastStats, Error> {
         let s = |i: u32| -> Result<u64, Error> { Ok(self.stats.get(&i, 0)?.iter().sum()) };
         Ok(FastStats { hit: s(0)?, miss: s(1)?, stale: s(2)?, unparsed: s(3)?, error: s(4)?, too_long: s(5)? })
+    }
+}
+
+/// A removal's result, where the key not being there is no error.
+fn absent_ok(r: Result<(), aya::maps::MapError>) -> Result<(), Error> {
+    match r {
+        Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }

@@ -463,9 +463,10 @@ struct DEntry {
 struct Gen {
     /// Written to every port's map; 0 turns the fast path off.
     kernel: u64,
-    /// Changes outside this bridge that encapsulations depend on.
+    /// Changes outside this bridge that tunnel entries depend on.
     external: u64,
-    /// Some entry encapsulates: external changes must move `kernel`.
+    /// Some entry encapsulates or decapsulates: external changes must
+    /// move `kernel`.
     encap: bool,
 }
 
@@ -499,12 +500,13 @@ pub struct OffloadStats {
 ///   every port's map at once; entries carry the value read before their
 ///   translation, so from then on none of the old ones matches. Values
 ///   written to the kernel only grow.
-/// * **Encapsulations** depend on more than this bridge: routes,
-///   neighbours, tunnel ports, and the underlay bridge's rules, MAC table
-///   and ports. Each such change calls [`Offloader::external_change`]
+/// * **Tunnel entries** (encapsulating, and decapsulating ones, which
+///   serve another bridge's flows) depend on more than this bridge:
+///   routes, neighbours, tunnel ports, and the other bridge's rules, MAC
+///   table and ports. Each such change calls [`Offloader::external_change`]
 ///   (through `TnlEnv::underlay_changed`), which moves the kernel's value
-///   on too while any entry encapsulates; an encapsulating entry goes in
-///   only if no such change happened since it was resolved.
+///   on too while any such entry exists; one goes in only if no such
+///   change happened since it was resolved.
 /// * **Revalidation**: each tick re-translates stale entries (without
 ///   side effects, as the poll threads revalidate megaflows) at the current
 ///   generation, read under the same lock as the translation, and rewrites
@@ -954,21 +956,22 @@ impl Offloader {
         now_ms: u64,
     ) {
         let cur_gen = self.gen.lock().expect("gen").kernel;
+        // The flows to resolve (stale ones, then new hot ones), and each
+        // flow's entries now (one per ingress port, usually one).
         let mut todo: Vec<ForeignKey> = Vec::new();
+        let mut by_flow: HashMap<ForeignKey, Vec<bpf::DecapKey>> = HashMap::new();
         {
             let mut e = self.entries.lock().expect("entries");
-            for d in e.2.values_mut() {
+            for (k, d) in e.2.iter_mut() {
                 let Some((_, fp)) = ports.get(&d.e.ingress) else { continue };
                 self.settle(&mut d.e, &fp.lock().expect("fp"), now_ms);
-                if d.e.gen < cur_gen && !todo.contains(&d.fkey) {
+                let keys = by_flow.entry(d.fkey.clone()).or_default();
+                if d.e.gen < cur_gen && keys.is_empty() {
                     todo.push(d.fkey.clone());
                 }
+                keys.push(*k);
             }
-            for f in foreign_hot {
-                if !todo.contains(f) && !e.2.values().any(|d| d.fkey == *f) {
-                    todo.push(f.clone());
-                }
-            }
+            todo.extend(foreign_hot.iter().filter(|f| !by_flow.contains_key(*f)).cloned());
         }
         for fkey in todo {
             let (g, ext) = self.snapshot();
@@ -986,18 +989,17 @@ impl Offloader {
             }
             let (map, free, dmap) = &mut *e;
             // The flow's entries now: the plans; the others go.
-            let keep: Vec<bpf::DecapKey> = plans.iter().map(|p| p.key).collect();
-            dmap.retain(|k, d| {
-                if d.fkey != fkey || keep.contains(k) {
-                    return true;
+            for k in by_flow.get(&fkey).into_iter().flatten() {
+                if plans.iter().any(|p| p.key == *k) {
+                    continue;
                 }
+                let Some(d) = dmap.remove(k) else { continue };
                 if let Some((_, fp)) = ports.get(&d.e.ingress) {
                     let _ = fp.lock().expect("fp").remove_decap(k);
                 }
                 free.push(d.e.slot);
                 self.stats.removed.fetch_add(1, Relaxed);
-                false
-            });
+            }
             if plans.is_empty() {
                 continue;
             }

@@ -191,7 +191,8 @@ pub struct TnlEnv {
     /// The process's bridges, for run-to-completion ([`TnlEnv::peers`]).
     switches: Mutex<Vec<Weak<crate::switch::Shared>>>,
     /// The bridges' kernel fast paths, told of every change an offloaded
-    /// encapsulation depends on (see [`TnlEnv::offload_encap`]).
+    /// encapsulation or decapsulation depends on (see
+    /// [`TnlEnv::offload_encap`], [`TnlEnv::offload_decap`]).
     offloaders: Mutex<Vec<Weak<crate::offload::Offloader>>>,
 }
 
@@ -322,10 +323,11 @@ impl TnlEnv {
         v.push(Arc::downgrade(o));
     }
 
-    /// Something an offloaded encapsulation may depend on changed (a route,
-    /// a neighbour, a tunnel port, or the rules, MAC table or ports of
-    /// bridge `except`, whose own fast path already knows): every other
-    /// fast path stops serving its encapsulations before this returns.
+    /// Something an offloaded encapsulation or decapsulation may depend on
+    /// changed (a route, a neighbour, a tunnel port, or the rules, MAC table
+    /// or ports of bridge `except`, whose own fast path already knows):
+    /// every other fast path stops serving such entries before this
+    /// returns.
     pub fn underlay_changed(&self, except: Option<&crate::offload::Offloader>) {
         let v: Vec<Arc<crate::offload::Offloader>> =
             self.offloaders.lock().expect("tnl offloaders").iter().filter_map(Weak::upgrade).collect();
