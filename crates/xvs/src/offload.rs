@@ -323,10 +323,13 @@ pub fn entry(
 /// encapsulation, the tunnel port and the underlay bridge's rules.
 pub type Credit = Arc<dyn Fn(u64, u64, u64) + Send + Sync>;
 
-/// Resolves an output to datapath port N for packet key K: None if N is
-/// not a tunnel port, else the encapsulating action (its `out_ifindex` the
-/// underlay device) and what to credit, or why the kernel cannot do it.
-pub type EncapFn<'a> = &'a dyn Fn(u32, &FlowKey) -> Option<Result<(FastAction, Credit), NotOffloadable>>;
+/// Resolves an output to datapath port N for packet key K with tunnel
+/// fields W (what the pipeline set; 0 for a frame from a device): None if
+/// N is not a tunnel port, else the encapsulating action (its
+/// `out_ifindex` the underlay device) and what to credit, or why the
+/// kernel cannot do it.
+pub type EncapFn<'a> =
+    &'a dyn Fn(u32, &FlowKey, &flow::key::TnlWords) -> Option<Result<(FastAction, Credit), NotOffloadable>>;
 
 /// The program's action for a tunnel's outer header `hdr` (see
 /// [`tunnel::encap::FixedHeader`]), sent to `out_ifindex`, for inner frames
@@ -356,10 +359,22 @@ pub fn encap_action(
     Ok(a)
 }
 
+/// The tunnel fields a `set(tunnel(...))` gives a frame that had none,
+/// if it sets nothing else.
+fn tunnel_set(set: &dpif::SetFields) -> Option<flow::key::TnlWords> {
+    let (key, mut mask) = (set.key(), set.mask());
+    let words = flow::key::TNL_WORDS.map(|w| key.w[w] & mask.w[w]);
+    for w in flow::key::TNL_WORDS {
+        mask.w[w] = 0;
+    }
+    (mask == FlowKey::ZERO).then_some(words)
+}
+
 /// [`entry`], with outputs to tunnel ports resolved by `encap`: a megaflow
-/// whose only action is an output to a tunnel port is served by an entry
-/// that encapsulates (the frame unchanged inside) and redirects to the
-/// underlay device.
+/// whose only actions are an output to a tunnel port, after an optional
+/// `set(tunnel(...))` (OVN's senders set `tun_id`, the remote and Geneve
+/// options so), is served by an entry that encapsulates (the frame
+/// unchanged inside) and redirects to the underlay device.
 pub fn entry_encap(
     k: &FlowKey,
     mask: &FlowMask,
@@ -367,9 +382,15 @@ pub fn entry_encap(
     ifindex: &dyn Fn(u32) -> Option<u32>,
     encap: EncapFn,
 ) -> Result<(FastKey, FastAction, Option<Credit>), NotOffloadable> {
-    if let [DpAction::Output(p)] = actions {
-        if ifindex(*p).is_none() {
-            if let Some(r) = encap(*p, k) {
+    let tunnel_out = match actions {
+        [DpAction::Output(p)] => Some((*p, [0; flow::key::N_TNL])),
+        [DpAction::SetMasked(s), DpAction::Output(p)] => tunnel_set(s).map(|w| (*p, w)),
+        _ => None,
+    };
+    // The frame enters with no tunnel fields: the set's are all it has.
+    if let Some((p, words)) = tunnel_out.filter(|_| at_ingress(k)) {
+        if ifindex(p).is_none() {
+            if let Some(r) = encap(p, k, &words) {
                 mask_ok(k, mask)?;
                 packet_ok(k)?;
                 let (a, credit) = r?;

@@ -614,9 +614,9 @@ impl Switch {
                     let f = netdev_linux::genl::xdp_features(ifindex).ok()??;
                     Some(f & netdev_linux::genl::XDP_ACT_NDO_XMIT != 0)
                 };
-                let encap = |port: u32, k: &flow::FlowKey| {
+                let encap = |port: u32, k: &flow::FlowKey, words: &flow::key::TnlWords| {
                     use crate::offload::NotOffloadable;
-                    let e = match sh.patches.tnl.offload_encap(&sh.bridge, port, k)? {
+                    let e = match sh.patches.tnl.offload_encap(&sh.bridge, port, k, words)? {
                         Ok(e) => e,
                         Err(why) => return Some(Err(NotOffloadable::Tunnel(why))),
                     };

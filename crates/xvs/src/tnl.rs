@@ -636,7 +636,13 @@ impl TnlEnv {
     /// entries built before it.
     ///
     /// None if the port is not a tunnel port.
-    pub fn offload_encap(&self, bridge: &str, ofport: u32, k: &FlowKey) -> Option<Result<OffloadEncap, String>> {
+    pub fn offload_encap(
+        &self,
+        bridge: &str,
+        ofport: u32,
+        k: &FlowKey,
+        words: &flow::key::TnlWords,
+    ) -> Option<Result<OffloadEncap, String>> {
         let port = self
             .ports
             .read()
@@ -644,30 +650,38 @@ impl TnlEnv {
             .iter()
             .find(|p| p.bridge == bridge && p.ofport.load(Ordering::Acquire) == ofport)
             .cloned()?;
-        Some(self.offload_encap_of(port, bridge, k))
+        Some(self.offload_encap_of(port, bridge, k, words))
     }
 
-    fn offload_encap_of(&self, port: Arc<TnlPortState>, bridge: &str, k: &FlowKey) -> Result<OffloadEncap, String> {
+    fn offload_encap_of(
+        &self,
+        port: Arc<TnlPortState>,
+        bridge: &str,
+        k: &FlowKey,
+        words: &flow::key::TnlWords,
+    ) -> Result<OffloadEncap, String> {
         let cfg = &port.cfg;
         let name = &port.name;
         if !cfg.df_default {
             return Err(format!("tunnel {name}: df_default=false (each frame needs its own IPv4 identification)"));
         }
-        let dst = match cfg.remote {
-            FromFlow::Fixed(r) => r,
-            FromFlow::Flow => return Err(format!("tunnel {name}: remote_ip=flow")),
-        };
-        if cfg.local_flow || matches!(cfg.out_key, Some(FromFlow::Flow)) {
-            return Err(format!("tunnel {name}: local_ip or key from the flow"));
-        }
         if cfg.bfd.is_some() {
             return Err(format!("tunnel {name}: BFD (its state decides what goes out)"));
         }
+        // The tunnel fields the frames carry (what the pipeline set), as
+        // `TunnelPort::prebuild` reads them.
+        let mut kw = FlowKey::ZERO;
+        for (i, w) in TNL_WORDS.iter().enumerate() {
+            kw.w[*w] = words[i];
+        }
+        let dst = match cfg.remote {
+            FromFlow::Fixed(r) => r,
+            FromFlow::Flow => flow_remote(&kw).ok_or_else(|| format!("tunnel {name}: remote_ip=flow, none set"))?,
+        };
         let hop = self.resolve(dst, cfg.local).map_err(|e| format!("tunnel {name}: {e}"))?;
         let tlv_map = self.tlv.read().expect("tnl tlv");
         let tlv = tlv_map.get(bridge).map_or(&[][..], |v| &v[..]);
-        // The frames carry no tunnel fields (they come from a device).
-        let tmpl = template(cfg, &hop, dst, &FlowKey::ZERO, tlv);
+        let tmpl = template(cfg, &hop, dst, &kw, tlv);
         drop(tlv_map);
         let (sport, tos, ttl) = key_encap_fields(cfg, k);
         let hdr = tmpl.fixed_header(sport, tos, ttl).map_err(|e| format!("tunnel {name}: {e}"))?;
@@ -678,7 +692,7 @@ impl TnlEnv {
         // headers.
         let mut sample = vec![0u8; n + 64];
         tmpl.write(&mut sample, 0, sport, tos, ttl);
-        let mut pre = Prebuilt { words: [0; TNL_WORDS.len()], generation: 0, tmpl, bridge: hop.bridge, underlay: None };
+        let mut pre = Prebuilt { words: *words, generation: 0, tmpl, bridge: hop.bridge, underlay: None };
         let (peer, out, counters) = pre
             .underlay_port(self, &port, &sample)
             .ok_or_else(|| format!("tunnel {name}: the underlay bridge does not send its frames to one port"))?;

@@ -15,9 +15,10 @@
 //!   namespace is followed, and its removal too;
 //! - `tlv_*`: Geneve option 0xffff/0 mapped to tun_metadata0 on both
 //!   sides; each sender sets it, each receiver lets only its value through;
-//! - `geneve_xdp_fast_path_xvs_ovs`: xvs's kernel fast path encapsulates
-//!   and decapsulates a TCP stream with OVS at the other end, and stops at
-//!   once when br-phy's or br-int's rules change;
+//! - `geneve_xdp_fast_path_xvs_ovs`, `geneve_key_flow_xdp_fast_path_xvs_ovs`:
+//!   xvs's kernel fast path encapsulates and decapsulates a TCP stream with
+//!   OVS at the other end, and stops at once when br-phy's or br-int's
+//!   rules change;
 //! - `*_malformed_*`: truncated or bad headers, sent from the underlay with
 //!   the peer's address, are counted by reason and dropped (VM sees
 //!   nothing, the tunnel keeps working).
@@ -140,9 +141,20 @@ basic_tests! {
 /// then; br-phy's MTU leaves room for full-size frames' outer headers.)
 #[test]
 fn geneve_xdp_fast_path_xvs_ovs() {
-    let tag = "gfxo";
+    xdp_fast_path("gfxo", Key::Fixed(VNI));
+}
+
+/// The same with `options:key=flow` and `options:remote_ip` fixed: hvA's
+/// br-int sets `tun_id` before the output (`set(tunnel(tun_id=...))` in
+/// the megaflow, as OVN's senders do), which the kernel's entry carries.
+#[test]
+fn geneve_key_flow_xdp_fast_path_xvs_ovs() {
+    xdp_fast_path("gkfxo", Key::Flow(VNI));
+}
+
+fn xdp_fast_path(tag: &str, key: Key) {
     let t0 = Instant::now();
-    let Some(o) = setup(tag, Kind::Geneve, [Xvs, Ovs], Key::Fixed(VNI)) else { return };
+    let Some(o) = setup(tag, Kind::Geneve, [Xvs, Ovs], key) else { return };
     let a = &o.hv[0];
     a.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload-pps=1"]).unwrap();
     a.ns.exec(&["ip", "link", "set", "br-phy", "mtu", "1600"]).unwrap();
@@ -199,9 +211,9 @@ fn geneve_xdp_fast_path_xvs_ovs() {
     assert!(e1 > e0 + 50 && d1 > d0 + 50, "the kernel served the ping: requests {e0} -> {e1}, replies {d0} -> {d1}");
     // br-phy drops what its local port sends to Geneve's port (where
     // encapsulated frames enter it): the kernel must stop sending them.
-    a.ofctl_ok("br-phy", &["add-flow", "priority=100,in_port=LOCAL,udp,tp_dst=6081,actions=drop"]);
+    a.ofctl_ok("br-phy", &["add-flow", "priority=60000,in_port=LOCAL,udp,tp_dst=6081,actions=drop"]);
     assert_eq!(flood("50"), 0, "replies after br-phy dropped the tunnel's frames: the kernel kept encapsulating");
-    a.ofctl_ok("br-phy", &["del-flows", "--strict", "priority=100,in_port=LOCAL,udp,tp_dst=6081"]);
+    a.ofctl_ok("br-phy", &["del-flows", "--strict", "priority=60000,in_port=LOCAL,udp,tp_dst=6081"]);
     assert!(o.ping_quick(5) >= 4, "the tunnel works again without the drop rule");
     step(tag, t0, "a br-phy rule change stopped the kernel's encapsulation at once");
     // br-int drops the echo replies that come out of the tunnel: the
@@ -210,9 +222,9 @@ fn geneve_xdp_fast_path_xvs_ovs() {
     assert!(flood("150") >= 140, "echo replies");
     let d3 = served("br-phy");
     assert!(d3 > d2 + 50, "the replies are decapsulated in the kernel again ({d2} -> {d3})");
-    a.ofctl_ok("br-int", &["add-flow", "priority=100,in_port=tun0,icmp,actions=drop"]);
+    a.ofctl_ok("br-int", &["add-flow", "priority=60000,in_port=tun0,icmp,actions=drop"]);
     assert_eq!(flood("50"), 0, "replies after br-int dropped them: the kernel kept decapsulating");
-    a.ofctl_ok("br-int", &["del-flows", "--strict", "priority=100,in_port=tun0,icmp"]);
+    a.ofctl_ok("br-int", &["del-flows", "--strict", "priority=60000,in_port=tun0,icmp"]);
     assert!(o.ping_quick(5) >= 4, "the tunnel works again without the drop rule");
     step(tag, t0, "a br-int rule change stopped the kernel's decapsulation at once");
 }
