@@ -794,11 +794,14 @@ impl TnlEnv {
             .lookup(hop, self.now_ms())
             .map(|e| e.mac)
             .ok_or_else(|| no(format!("tunnel {name}: the remote's MAC is not known")))?;
-        let vni = (meta.tun_id as u32).to_be_bytes();
-        let th = match cfg.kind {
-            Kind::Geneve => [0, if fl & flags::OAM != 0 { 0x80 } else { 0 }, 0x65, 0x58, vni[1], vni[2], vni[3], 0],
-            _ => [0x08, 0, 0, 0, vni[1], vni[2], vni[3], 0],
-        };
+        // Such a frame's outer headers, as the encoder writes them (the
+        // same bytes as OVS's: no options, reserved bits 0); the UDP
+        // source port is any (neither the key nor the decision reads it).
+        // The 8-byte tunnel header goes into the key as it is.
+        let spec = EncapSpec { kind: cfg.kind, eth_src: smac, eth_dst: dmac, dst_port: cfg.dst_port, csum: false };
+        let mut sample = Vec::with_capacity(encap::overhead(&spec, &meta) + 64);
+        encap::push(&spec, &TunnelMeta { tp_src: 0xc000, ..meta.clone() }, &[0; 64], 0, &mut sample);
+        let th: [u8; 8] = sample[42..50].try_into().expect("an 8-byte tunnel header");
         // The tunnel bridge's megaflow for the inner frame.
         let t = {
             let of = peer.ofproto.read().expect("ofproto lock");
@@ -815,25 +818,6 @@ impl TnlEnv {
             return Err(no(format!("port device {} takes no redirected frames now", action.out_ifindex)));
         }
         // The underlay bridge's decision for such a frame, per port.
-        let mut sample = Vec::with_capacity(114);
-        sample.extend_from_slice(&dmac);
-        sample.extend_from_slice(&smac);
-        sample.extend_from_slice(&[8, 0]);
-        let mut ip = [0u8; 20];
-        ip[0] = 0x45;
-        ip[1] = meta.tos;
-        ip[2..4].copy_from_slice(&(20u16 + 16 + 64).to_be_bytes());
-        ip[6] = if fl & flags::DF != 0 { 0x40 } else { 0 };
-        ip[8] = meta.ttl;
-        ip[9] = 17;
-        ip[12..16].copy_from_slice(&src.to_be_bytes());
-        ip[16..20].copy_from_slice(&dst.to_be_bytes());
-        let c = wire::checksum::checksum(&ip);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        sample.extend_from_slice(&ip);
-        sample.extend_from_slice(&[0xc0, 0, (cfg.dst_port >> 8) as u8, cfg.dst_port as u8, 0, 80, 0, 0]);
-        sample.extend_from_slice(&th);
-        sample.resize(114, 0);
         let own = sh.offload.lock().expect("offload").clone().ok_or_else(|| no("no fast path".into()))?;
         let mut plans = Vec::new();
         let mut why = None;
