@@ -46,6 +46,16 @@ pub mod act {
     pub const SET_TTL: u16 = 16;
     /// Push the outer headers of a tunnel (see [`super::FastAction::hdr`]).
     pub const ENCAP: u16 = 32;
+    /// NAT of a tracked connection (IPv4 TCP/UDP; see
+    /// [`super::FastAction::nat_src`]).
+    pub const SET_NW_SRC: u16 = 64;
+    pub const SET_NW_DST: u16 = 128;
+    pub const SET_TP_SRC: u16 = 256;
+    pub const SET_TP_DST: u16 = 512;
+    pub const NAT: u16 = SET_NW_SRC | SET_NW_DST | SET_TP_SRC | SET_TP_DST;
+    /// The entry serves a tracked connection: TCP segments with SYN, FIN or
+    /// RST go to userspace.
+    pub const CT: u16 = 1024;
 }
 
 /// Largest outer header an entry can push (`XVS_ENCAP_MAX` in the C).
@@ -78,6 +88,15 @@ pub struct FastAction {
     pub encap_max: u16,
     pub encap_sum: u16,
     pub hdr: [u8; ENCAP_MAX],
+    /// With [`act::NAT`] flags: the addresses (as on the wire) and ports
+    /// (host order) to write; the program updates the IPv4 and TCP/UDP
+    /// checksums and leaves frames whose checksum is still partial to
+    /// userspace.
+    pub nat_src: [u8; 4],
+    pub nat_dst: [u8; 4],
+    pub nat_sport: u16,
+    pub nat_dport: u16,
+    pub pad_end: u32,
 }
 
 impl Default for FastAction {
@@ -96,6 +115,11 @@ impl Default for FastAction {
             encap_max: 0,
             encap_sum: 0,
             hdr: [0; ENCAP_MAX],
+            nat_src: [0; 4],
+            nat_dst: [0; 4],
+            nat_sport: 0,
+            nat_dport: 0,
+            pad_end: 0,
         }
     }
 }
@@ -134,7 +158,7 @@ struct FastCount {
 }
 
 const _: () = assert!(std::mem::size_of::<FastKey>() == 64);
-const _: () = assert!(std::mem::size_of::<FastAction>() == 40 + ENCAP_MAX);
+const _: () = assert!(std::mem::size_of::<FastAction>() == 40 + ENCAP_MAX + 16);
 const _: () = assert!(std::mem::size_of::<FastCount>() == 16);
 const _: () = assert!(std::mem::size_of::<DecapKey>() == 100);
 
@@ -165,6 +189,9 @@ pub struct FastStats {
     pub error: u64,
     /// Too long to encapsulate within the underlay's MTU: to userspace.
     pub too_long: u64,
+    /// A tracked connection's segment its tracker must see (SYN, FIN,
+    /// RST), or a partial checksum before NAT: to userspace.
+    pub ct_slow: u64,
 }
 
 /// The fast-path maps of one attached program (one ingress device).
@@ -283,7 +310,15 @@ impl FastPath {
 
     pub fn stats(&self) -> Result<FastStats, Error> {
         let s = |i: u32| -> Result<u64, Error> { Ok(self.stats.get(&i, 0)?.iter().sum()) };
-        Ok(FastStats { hit: s(0)?, miss: s(1)?, stale: s(2)?, unparsed: s(3)?, error: s(4)?, too_long: s(5)? })
+        Ok(FastStats {
+            hit: s(0)?,
+            miss: s(1)?,
+            stale: s(2)?,
+            unparsed: s(3)?,
+            error: s(4)?,
+            too_long: s(5)?,
+            ct_slow: s(6)?,
+        })
     }
 }
 

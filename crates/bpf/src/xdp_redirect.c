@@ -68,6 +68,15 @@ struct xvs_fkey {
 #define XVS_SET_DL_DST 8
 #define XVS_SET_TTL 16
 #define XVS_ENCAP 32
+#define XVS_SET_NW_SRC 64
+#define XVS_SET_NW_DST 128
+#define XVS_SET_TP_SRC 256
+#define XVS_SET_TP_DST 512
+#define XVS_NAT (XVS_SET_NW_SRC | XVS_SET_NW_DST | XVS_SET_TP_SRC | XVS_SET_TP_DST)
+/* The entry serves packets of tracked connections: TCP segments with SYN,
+ * FIN or RST go to userspace, whose tracker moves the connection's state
+ * on them (and withdraws the entry). */
+#define XVS_CT 1024
 
 /* Largest outer header an entry can push (Ethernet, IPv4, UDP, Geneve with
  * up to 30 bytes of options). */
@@ -93,6 +102,16 @@ struct xvs_fact {
 	__u16 encap_max;
 	__u16 encap_sum;
 	__u8 hdr[XVS_ENCAP_MAX];
+	/* NAT of a tracked connection (IPv4 TCP or UDP, XVS_SET_NW_* and
+	 * XVS_SET_TP_*): the addresses (as on the wire) and ports (host order)
+	 * to write, with the IPv4 and L4 checksums updated incrementally
+	 * (RFC 1624). A frame whose L4 checksum is still partial (a sender's
+	 * checksum offload) goes to userspace, which completes it. */
+	__u8 nat_src[4];
+	__u8 nat_dst[4];
+	__u16 nat_sport;
+	__u16 nat_dport;
+	__u32 pad_end;
 };
 
 struct xvs_fcount {
@@ -173,10 +192,12 @@ struct {
 
 /* Fast-path outcomes, per CPU: 0 hit, 1 miss, 2 stale generation,
  * 3 not parsed (left to userspace), 4 dropped (a rewrite failed),
- * 5 too long to encapsulate (left to userspace). */
+ * 5 too long to encapsulate (left to userspace), 6 a tracked connection's
+ * segment the tracker must see (SYN, FIN, RST) or a partial checksum
+ * before NAT (left to userspace). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 6);
+	__uint(max_entries, 7);
 	__type(key, __u32);
 	__type(value, __u64);
 } xvs_fstats SEC(".maps");
@@ -312,6 +333,144 @@ restore:
 	return NULL;
 }
 
+/* One's-complement sum helpers for incremental updates (RFC 1624), on
+ * 16-bit words as they lie in the frame (the sum does not depend on byte
+ * order as long as every word is read the same way). */
+static __always_inline __u32 csum_acc(__u32 acc, __u16 old, __u16 new)
+{
+	return acc + (__u16)~old + new;
+}
+
+static __always_inline __u16 csum_done(__u32 acc)
+{
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	return ~acc & 0xffff;
+}
+
+/* Whether a frame an XVS_CT entry matched must go to userspace instead:
+ * a TCP segment with SYN, FIN or RST, or (for NAT) a TCP/UDP checksum that
+ * is still the sender's partial pseudo-header sum. `l3` is 14 or 18. */
+static __always_inline int ct_slow(struct xdp_md *ctx, struct xvs_fkey *k, int l3, struct xvs_fact *a)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *l4;
+	__u16 *field = NULL;
+	__u32 l4len;
+
+	if (l3 != 14 && l3 != 18)
+		return 1;
+	if (k->dl_type == ETH_P_IP) {
+		struct iphdr *ip = data + l3;
+		__u32 ihl;
+		if ((void *)(ip + 1) > end)
+			return 1;
+		ihl = (ip->ihl & 0xf) * 4;
+		l4 = (__u8 *)ip + ihl;
+		l4len = bpf_ntohs(ip->tot_len) - ihl;
+	} else if (k->dl_type == ETH_P_IPV6) {
+		struct ipv6hdr *ip6 = data + l3;
+		if ((void *)(ip6 + 1) > end)
+			return 1;
+		l4 = (__u8 *)(ip6 + 1);
+		l4len = bpf_ntohs(ip6->payload_len);
+	} else {
+		return 0;
+	}
+	if (k->nw_proto == 6) {
+		if ((void *)(l4 + 20) > end)
+			return 1;
+		if (l4[13] & 0x07)	/* FIN, SYN, RST */
+			return 1;
+		field = (__u16 *)(l4 + 16);
+	} else if (k->nw_proto == 17) {
+		if ((void *)(l4 + 8) > end)
+			return 1;
+		field = (__u16 *)(l4 + 6);
+	}
+	if ((a->flags & XVS_NAT) && field) {
+		__u32 s;
+		if (k->dl_type != ETH_P_IP)
+			return 1;
+		s = *(__u16 *)&k->nw_src[0] + *(__u16 *)&k->nw_src[2] + *(__u16 *)&k->nw_dst[0] +
+		    *(__u16 *)&k->nw_dst[2] + bpf_htons(k->nw_proto) + bpf_htons(l4len & 0xffff);
+		s = (s & 0xffff) + (s >> 16);
+		s = (s & 0xffff) + (s >> 16);
+		if (*field == (__u16)s)
+			return 1;
+	}
+	return 0;
+}
+
+/* The NAT rewrite of an XVS_CT entry (IPv4 TCP or UDP; `l3` 14 or 18). */
+static __always_inline int nat_rewrite(struct xdp_md *ctx, int l3, struct xvs_fact *a)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct iphdr *ip;
+	__u16 *ports, *l4c = NULL;
+	__u16 *o, *n, nv;
+	__u32 ipacc, l4acc, ihl;
+
+	if (l3 != 14 && l3 != 18 && l3 != 22)
+		return -1;
+	ip = data + l3;
+	if ((void *)(ip + 1) > end)
+		return -1;
+	ihl = (ip->ihl & 0xf) * 4;
+	if (ihl < 20)
+		return -1;
+	ports = (void *)ip + ihl;
+	if ((void *)(ports + 4) > end)
+		return -1;
+	if (ip->protocol == 6) {
+		if ((void *)(ports + 10) > end)
+			return -1;
+		l4c = ports + 8;
+	} else if (ip->protocol == 17) {
+		if (ports[3])
+			l4c = ports + 3;
+	} else {
+		return -1;
+	}
+	ipacc = (__u16)~ip->check;
+	l4acc = l4c ? (__u16)~*l4c : 0;
+	if (a->flags & XVS_SET_NW_SRC) {
+		o = (__u16 *)&ip->saddr;
+		n = (__u16 *)a->nat_src;
+		ipacc = csum_acc(csum_acc(ipacc, o[0], n[0]), o[1], n[1]);
+		l4acc = csum_acc(csum_acc(l4acc, o[0], n[0]), o[1], n[1]);
+		__builtin_memcpy(&ip->saddr, a->nat_src, 4);
+	}
+	if (a->flags & XVS_SET_NW_DST) {
+		o = (__u16 *)&ip->daddr;
+		n = (__u16 *)a->nat_dst;
+		ipacc = csum_acc(csum_acc(ipacc, o[0], n[0]), o[1], n[1]);
+		l4acc = csum_acc(csum_acc(l4acc, o[0], n[0]), o[1], n[1]);
+		__builtin_memcpy(&ip->daddr, a->nat_dst, 4);
+	}
+	if (a->flags & XVS_SET_TP_SRC) {
+		nv = bpf_htons(a->nat_sport);
+		l4acc = csum_acc(l4acc, ports[0], nv);
+		ports[0] = nv;
+	}
+	if (a->flags & XVS_SET_TP_DST) {
+		nv = bpf_htons(a->nat_dport);
+		l4acc = csum_acc(l4acc, ports[1], nv);
+		ports[1] = nv;
+	}
+	ip->check = csum_done(ipacc);
+	if (l4c) {
+		__u16 c = csum_done(l4acc);
+		/* UDP: 0 means "no checksum"; its equivalent is all ones. */
+		if (ip->protocol == 17 && c == 0)
+			c = 0xffff;
+		*l4c = c;
+	}
+	return 0;
+}
+
 static __always_inline int fast_path(struct xdp_md *ctx)
 {
 	struct xvs_fkey k = {};
@@ -358,6 +517,10 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 			fstat(5);
 			return -1;
 		}
+	}
+	if ((a->flags & (XVS_CT | XVS_NAT)) && ct_slow(ctx, &k, l3, a)) {
+		fstat(6);
+		return -1;
 	}
 	c = bpf_map_lookup_elem(&xvs_fcounts, &a->slot);
 	if (c) {
@@ -422,6 +585,8 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 			}
 		}
 	}
+	if ((a->flags & XVS_NAT) && nat_rewrite(ctx, l3, a))
+		goto fail;
 	if (a->flags & XVS_ENCAP) {
 		__u32 inner = ctx->data_end - ctx->data;
 		__u32 hl = a->encap_len;

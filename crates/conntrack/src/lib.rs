@@ -196,6 +196,12 @@ pub struct Conn {
     /// so a [`Tracked`] hint that still holds it is not used.
     removed: AtomicBool,
     st: Mutex<ConnState>,
+    /// Moves on whenever what [`Conntrack::offload_view`] reports for the
+    /// connection changes (TCP state, mark, label, removal).
+    version: AtomicU64,
+    /// The kernel fast path serves some of its packets: changes call the
+    /// tracker's offload hooks.
+    offloaded: AtomicBool,
 }
 
 impl Conn {
@@ -378,6 +384,32 @@ pub struct Conntrack {
     /// Whether `zone_timeouts` has any policy: a new connection reads the
     /// map (a lock) only then.
     any_zone_timeouts: AtomicBool,
+    /// Called (outside every tracker lock) when a connection the kernel
+    /// fast path serves changes or goes: see [`Conntrack::offload_view`].
+    offload_hooks: RwLock<Vec<(u64, OffloadHook)>>,
+}
+
+/// See [`Conntrack::add_offload_hook`].
+pub type OffloadHook = Arc<dyn Fn(&Arc<Conn>) + Send + Sync>;
+
+/// What `ct()` does to every further packet of one direction of an
+/// established connection that changes no state (for TCP: no SYN, FIN or
+/// RST), read without changing anything: what the kernel fast path needs
+/// to serve such packets without the tracker (see
+/// [`Conntrack::offload_view`]).
+#[derive(Clone, Debug)]
+pub struct OffloadView {
+    pub conn: Arc<Conn>,
+    /// The packet travels in the reply direction.
+    pub reply: bool,
+    /// The verdict: state, zone, mark, label, original tuple.
+    pub result: CtResult,
+    /// The tuple `ct(nat)` rewrites the packet to, if it translates.
+    pub to: Option<Tuple>,
+    /// TCP: the fast path must leave SYN, FIN and RST to the tracker.
+    pub tcp: bool,
+    /// The connection's change count this was read at.
+    pub version: u64,
 }
 
 impl Conntrack {
@@ -400,7 +432,169 @@ impl Conntrack {
             expect: alg::Expectations::default(),
             zone_timeouts: RwLock::new(HashMap::new()),
             any_zone_timeouts: AtomicBool::new(false),
+            offload_hooks: RwLock::new(Vec::new()),
         }
+    }
+
+    /// Registers `f` (once per `id`) to be called when a connection that
+    /// [`Conntrack::mark_offloaded`] marked changes what
+    /// [`Conntrack::offload_view`] would report (its TCP state, mark or
+    /// label) or leaves the table (expired, flushed, closed, replaced). It
+    /// runs on the thread that made the change, after the connection's
+    /// version moved on and outside the tracker's locks, so the kernel's
+    /// entries for it can be withdrawn before that thread's next packet.
+    pub fn add_offload_hook(&self, id: u64, f: OffloadHook) {
+        let mut h = self.offload_hooks.write().expect("ct hooks");
+        if !h.iter().any(|(i, _)| *i == id) {
+            h.push((id, f));
+        }
+    }
+
+    /// A change to connection `c`: its version moves on, and the hooks run
+    /// if the fast path serves it.
+    fn changed(&self, c: &Arc<Conn>) {
+        c.version.fetch_add(1, Relaxed);
+        if c.offloaded.load(Relaxed) {
+            for (_, f) in self.offload_hooks.read().expect("ct hooks").iter() {
+                f(c);
+            }
+        }
+    }
+
+    /// What `ct(act)` gives every further packet with tuple `t` (as the
+    /// packet carries it; `prev_state` its `ct_state` from an earlier
+    /// `ct()` in the same zone) that changes no state, if the kernel fast
+    /// path may serve such packets on its own: the packet belongs to an
+    /// established TCP or UDP connection without a helper (or is sent by
+    /// the originator of a committed UDP one that has no reply yet:
+    /// `+new`, until the reply, which changes the connection); `act` commits
+    /// nothing that would change it (a mark or label it already has is
+    /// fine), does not force, and asks for no helper; and the connection's
+    /// timeout is at least 10 s. Nothing changes; the error says why not.
+    ///
+    /// The caller serves TCP segments with SYN, FIN or RST in the tracker,
+    /// calls [`Conntrack::mark_offloaded`] before its entry goes live,
+    /// withdraws the entry when a hook reports the connection (or its
+    /// version is no longer `version`), and credits what it forwarded with
+    /// [`Conntrack::credit_offloaded`].
+    pub fn offload_view(
+        &self,
+        t: &Tuple,
+        act: &CtAction,
+        prev_state: u8,
+        now_ms: u64,
+    ) -> Result<OffloadView, &'static str> {
+        if act.alg.is_some() {
+            return Err("ct() with a helper");
+        }
+        if !matches!(t.proto, 6 | 17) {
+            return Err("not TCP or UDP");
+        }
+        let translated = prev_state & (cs::SNAT | cs::DNAT) != 0;
+        let by_translation = || {
+            let (c, _) = self.lookup(act.zone, &t.reverse(), now_ms)?;
+            if c.nat == 0 {
+                None
+            } else if c.reply == t.reverse() {
+                Some((c, false))
+            } else if c.orig == t.reverse() {
+                Some((c, true))
+            } else {
+                None
+            }
+        };
+        let found = if translated {
+            by_translation().or_else(|| self.lookup(act.zone, t, now_ms))
+        } else {
+            self.lookup(act.zone, t, now_ms)
+        };
+        let Some((c, reply)) = found else { return Err("no connection") };
+        if act.force && reply && act.commit {
+            return Err("ct(commit,force) in the reply direction");
+        }
+        if c.alg != 0 {
+            return Err("a helper's control connection");
+        }
+        let version = c.version.load(Relaxed);
+        let st = c.st.lock().expect("ct conn");
+        // Not answered yet: every further packet the originator sends is
+        // `+new` (a firewall's `ct(commit)` of it changes nothing) until
+        // the first reply, which the tracker sees (its entry, if any, is
+        // built only from a packet of that direction, below) and which
+        // changes the connection.
+        if !st.seen_reply && (reply || matches!(st.proto, Proto::Tcp(_))) {
+            return Err("connection not established");
+        }
+        let seen_reply = st.seen_reply;
+        let tcp = match st.proto {
+            Proto::Tcp(tc) if tc.phase() == tcp::Phase::Established => true,
+            Proto::Tcp(_) => return Err("TCP connection opening or closing"),
+            Proto::Simple => false,
+        };
+        if self.timeout(&c, &st) < 10_000 {
+            return Err("connection timeout under 10 s");
+        }
+        let (mut mark, mut label) = (st.mark, st.label);
+        drop(st);
+        if act.commit {
+            if let Some((v, m)) = act.mark {
+                mark = (mark & !m) | (v & m);
+            }
+            if let Some((v, m)) = act.label {
+                label = (label & !m) | (v & m);
+            }
+            let st = c.st.lock().expect("ct conn");
+            if (mark, label) != (st.mark, st.label) {
+                return Err("ct(commit) changes the connection's mark or label");
+            }
+        }
+        let mut state = cs::TRK | if seen_reply { cs::EST } else { cs::NEW };
+        if reply {
+            state |= cs::RPL;
+        }
+        let mut to = None;
+        if act.nat.is_some() && c.nat != 0 {
+            to = Some(if reply { c.orig.reverse() } else { c.reply.reverse() });
+            state |= c.nat;
+        }
+        if !c.live(now_ms) {
+            return Err("no connection");
+        }
+        let result = untracked_verdict(&c, state, act.zone, (mark, label));
+        Ok(OffloadView { conn: c, reply, result, to, tcp, version })
+    }
+
+    /// Marks connection `c` as served by the kernel fast path: its TCP
+    /// windows are no longer checked (the tracker does not see the
+    /// segments the kernel forwards; Linux does the same for connections
+    /// it offloads to a flowtable), and its changes call the offload hooks.
+    pub fn mark_offloaded(&self, c: &Arc<Conn>) {
+        let mut st = c.st.lock().expect("ct conn");
+        if let Proto::Tcp(t) = &mut st.proto {
+            t.liberal = true;
+        }
+        drop(st);
+        c.offloaded.store(true, Relaxed);
+    }
+
+    /// Whether `c` is still what an [`OffloadView`] read at `version` saw.
+    pub fn offload_current(&self, c: &Conn, version: u64, now_ms: u64) -> bool {
+        c.version.load(Relaxed) == version && c.live(now_ms)
+    }
+
+    /// Credits `packets` (`bytes` of IP datagrams) that the kernel fast
+    /// path forwarded for connection `c` in the `reply` direction: counted
+    /// as the tracker counts, and the connection's expiry moved on as a
+    /// packet of it moves it.
+    pub fn credit_offloaded(&self, c: &Arc<Conn>, reply: bool, packets: u64, bytes: u64, now_ms: u64) {
+        if !c.live(now_ms) || packets == 0 {
+            return;
+        }
+        let mut st = c.st.lock().expect("ct conn");
+        let d = reply as usize;
+        st.packets[d] += packets;
+        st.bytes[d] += bytes;
+        c.expires.store(now_ms + self.timeout(c, &st), Relaxed);
     }
 
     /// The hash of a key (even: bit 0 carries a slot's direction).
@@ -455,6 +649,7 @@ impl Conntrack {
             if expired {
                 self.counters.expired.fetch_add(1, Relaxed);
             }
+            self.changed(c);
         }
     }
 
@@ -661,6 +856,7 @@ impl Conntrack {
         now: u64,
     ) -> Result<CtResult, CtResult> {
         let mut st = c.st.lock().expect("ct conn");
+        let before = (st.proto, st.mark, st.label, st.seen_reply);
         if let (Proto::Tcp(t), Some(seg)) = (&mut st.proto, p.tcp) {
             match t.update(reply as usize, &seg) {
                 tcp::Update::Valid => {}
@@ -699,7 +895,18 @@ impl Conntrack {
         }
         c.expires.store(now + self.timeout(c, &st), Relaxed);
         let (mark, label) = (st.mark, st.label);
+        // What an offloaded entry was built from: its TCP states (not the
+        // windows, which move with every segment), mark and label.
+        let states = |p: &Proto| match p {
+            Proto::Tcp(t) => Some(t.states()),
+            Proto::Simple => None,
+        };
+        let moved =
+            states(&before.0) != states(&st.proto) || (before.1, before.2, before.3) != (mark, label, st.seen_reply);
         drop(st);
+        if moved {
+            self.changed(c);
+        }
         if act.nat.is_some() && c.nat != 0 {
             let to = if reply { c.orig.reverse() } else { c.reply.reverse() };
             nat::rewrite(frame, p.l3, p.l4, p.end, &p.tuple, &to, false);
@@ -823,6 +1030,8 @@ impl Conntrack {
                 expires: AtomicU64::new(expires),
                 removed: AtomicBool::new(false),
                 st: Mutex::new(st),
+                version: AtomicU64::new(0),
+                offloaded: AtomicBool::new(false),
             });
             if self.insert(&conn, now) {
                 self.n_conns.fetch_add(1, Relaxed);

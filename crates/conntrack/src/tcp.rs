@@ -112,6 +112,11 @@ fn gt(a: u32, b: u32) -> bool {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpState {
     pub peers: [Peer; 2],
+    /// Sequence windows are not checked (flags and states still are): set
+    /// when the kernel fast path starts forwarding the connection's
+    /// segments without the tracker, whose windows then fall behind (as
+    /// Linux marks a connection it hands to a flowtable).
+    pub liberal: bool,
 }
 
 impl TcpState {
@@ -146,6 +151,7 @@ impl TcpState {
                 return Update::Reopen;
             }
         }
+        let liberal = self.liberal;
         let (sws, dws) = {
             let (s0, s1) = self.scales();
             if dir == 0 {
@@ -188,7 +194,8 @@ impl TcpState {
             || dst.state >= st::FIN_WAIT_2
             || src.state >= st::FIN_WAIT_2
             || (rst && geq(src.seqhi.wrapping_add(MAX_ACK_WINDOW), end));
-        let ok = strict
+        let ok = liberal
+            || strict
             || (loose
                 && geq(src.seqhi.wrapping_add(MAX_ACK_WINDOW << sws), end)
                 && geq(seq, src.seqlo.wrapping_sub(MAX_ACK_WINDOW << dws)));

@@ -495,3 +495,96 @@ fn a_translated_packet_belongs_to_the_connection_that_translated_it() {
 fn range0() -> NatRange {
     NatRange { addr_min: 0, addr_max: 0, port_min: 0, port_max: 0, v6: false, flags: NatFlags::default() }
 }
+
+/// What the kernel fast path reads from the tracker (`offload_view`):
+/// nothing for a connection that is not established (TCP opening, a UDP
+/// reply before the connection exists), `+new` for the originator of an
+/// unanswered UDP connection and `+est` once answered, the NAT target in
+/// each direction, the mark; a ct(commit) that would change the mark is
+/// refused. The version moves (and the hook runs, once the connection is
+/// marked offloaded) on the first reply, a mark change, a FIN and the
+/// removal; an offloaded connection's windows are no longer checked (the
+/// tracker did not see what the kernel forwarded), its flags still are;
+/// credits count and refresh the expiry.
+#[test]
+fn offload_view_reads_verdicts_and_reports_changes() {
+    use packet::tcp_flags::*;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let t = Conntrack::new(Config::default());
+    let heard = Arc::new(AtomicU64::new(0));
+    let h2 = Arc::clone(&heard);
+    t.add_offload_hook(
+        7,
+        Arc::new(move |_| {
+            h2.fetch_add(1, Relaxed);
+        }),
+    );
+    let tup = |f: &[u8]| packet::parse(f, false).unwrap().tuple;
+    // UDP: unanswered, then answered.
+    let out = udp(A, B, 1000, 53);
+    assert_eq!(t.offload_view(&tup(&out), &ct(1), 0, 0).unwrap_err(), "no connection");
+    t.execute(&mut out.clone(), &commit(1), 0, None);
+    let v = t.offload_view(&tup(&out), &commit(1), 0, 1).unwrap();
+    assert_eq!((v.result.state, v.reply, v.tcp, v.to), (cs::TRK | cs::NEW, false, false, None));
+    assert!(t.offload_view(&tup(&udp(B, A, 53, 1000)), &ct(1), 0, 1).is_err(), "a reply before any was seen");
+    t.mark_offloaded(&v.conn);
+    assert_eq!(t.execute(&mut udp(B, A, 53, 1000), &ct(1), 2, None).state, cs::TRK | cs::EST | cs::RPL);
+    assert!(!t.offload_current(&v.conn, v.version, 2), "the first reply changed it");
+    assert_eq!(heard.load(Relaxed), 1);
+    let v = t.offload_view(&tup(&out), &ct(1), 0, 3).unwrap();
+    assert_eq!(v.result.state, cs::TRK | cs::EST);
+    let r = t.offload_view(&tup(&udp(B, A, 53, 1000)), &ct(1), 0, 3).unwrap();
+    assert_eq!((r.result.state, r.reply), (cs::TRK | cs::EST | cs::RPL, true));
+    // A commit that sets the mark it has changes nothing; another would.
+    let mark = |m| CtAction { mark: Some((m, 0xffff_ffff)), ..commit(1) };
+    assert!(t.offload_view(&tup(&out), &mark(5), 0, 3).is_err());
+    t.execute(&mut out.clone(), &mark(5), 4, None);
+    assert!(!t.offload_current(&v.conn, v.version, 4), "the mark changed");
+    let v = t.offload_view(&tup(&out), &mark(5), 0, 5).unwrap();
+    assert_eq!(v.result.mark, 5);
+    // Credits: counted, expiry refreshed.
+    t.credit_offloaded(&v.conn, false, 10, 330, 20_000);
+    let c = &t.connections(Some(1))[0];
+    assert_eq!(c.packets[0], 10 + 2);
+    assert!(c.expires_ms >= 20_000 + 30_000, "{}", c.expires_ms);
+    // Flushed: changed, heard.
+    let before = heard.load(Relaxed);
+    t.mark_offloaded(&v.conn);
+    assert_eq!(t.flush(|_| true), 1);
+    assert!(!t.offload_current(&v.conn, v.version, 5));
+    assert_eq!(heard.load(Relaxed), before + 1);
+
+    // TCP with SNAT: the translation each way; opening is not offered.
+    let nat = CtAction { nat: Some(snat(X, X, 5000, 5000)), ..commit(2) };
+    t.execute(&mut tcp(A, B, 40000, 80, SYN, 1000, 0, 0), &nat, 10, None);
+    let syn_ack = tcp(B, X, 80, 5000, SYN | ACK, 9000, 1001, 0);
+    let nat_ct = CtAction { nat: Some(Nat::Existing), ..ct(2) };
+    assert_eq!(t.offload_view(&tup(&syn_ack), &nat_ct, 0, 10).unwrap_err(), "connection not established");
+    t.execute(&mut syn_ack.clone(), &nat_ct, 11, None);
+    let opening = tcp(A, B, 40000, 80, ACK, 1001, 9001, 0);
+    assert_eq!(t.offload_view(&tup(&opening), &nat_ct, 0, 11).unwrap_err(), "TCP connection opening or closing");
+    t.execute(&mut tcp(A, B, 40000, 80, ACK, 1001, 9001, 0), &nat_ct, 12, None);
+    let data = tcp(A, B, 40000, 80, ACK, 1001, 9001, 100);
+    let v = t.offload_view(&tup(&data), &nat_ct, 0, 13).unwrap();
+    assert_eq!(v.result.state, cs::TRK | cs::EST | cs::SNAT);
+    let to = v.to.unwrap();
+    assert_eq!((to.src as u32, to.sport, to.dst as u32, to.dport), (X, 5000, B, 80));
+    assert!(v.tcp);
+    let back = t.offload_view(&tup(&tcp(B, X, 80, 5000, ACK, 9001, 1101, 10)), &nat_ct, 0, 13).unwrap();
+    let to = back.to.unwrap();
+    assert_eq!((to.src as u32, to.dst as u32, to.dport), (B, A, 40000));
+    // Offloaded: a segment far ahead of what the tracker saw is fine (the
+    // kernel forwarded the ones between), bad flags still are not.
+    t.mark_offloaded(&v.conn);
+    let far = tcp(A, B, 40000, 80, ACK, 1001 + 5_000_000, 9001, 10);
+    assert_eq!(t.execute(&mut far.clone(), &nat_ct, 14, None).state, cs::TRK | cs::EST | cs::SNAT);
+    assert!(t.offload_current(&v.conn, v.version, 14), "data changes no state");
+    let bad = tcp(A, B, 40000, 80, SYN | FIN, 1001 + 5_000_010, 9001, 0);
+    assert_eq!(t.execute(&mut bad.clone(), &nat_ct, 15, None).state, cs::TRK | cs::INV);
+    let before = heard.load(Relaxed);
+    t.execute(&mut tcp(A, B, 40000, 80, FIN | ACK, 1001 + 5_000_010, 9001, 0), &nat_ct, 16, None);
+    assert!(!t.offload_current(&v.conn, v.version, 16), "the FIN changed it");
+    assert_eq!(heard.load(Relaxed), before + 1);
+    assert!(t.offload_view(&tup(&data), &nat_ct, 0, 17).is_err(), "closing");
+}

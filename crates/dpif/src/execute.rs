@@ -286,17 +286,7 @@ fn run_ct(
         let reparse = || conntrack::packet::parse(pkt.data(), false).ok().map(|p| p.tuple);
         debug_assert!(from_conn.is_none() || from_conn == reparse(), "translated tuple");
         if let Some(t) = from_conn.or_else(reparse) {
-            if t.v6 {
-                key.set_ipv6_src(t.src);
-                key.set_ipv6_dst(t.dst);
-            } else {
-                key.set_nw_src(t.src as u32);
-                key.set_nw_dst(t.dst as u32);
-            }
-            if t.has_ports() {
-                key.set_tp_src(t.sport);
-                key.set_tp_dst(t.dport);
-            }
+            apply_ct_translation(key, &t);
         }
         // The translated packet's next ct() (after a recirculation, as in
         // `ct(nat)` then `ct(commit,nat)`) looks in the slot of its new
@@ -390,6 +380,13 @@ fn track(
     if r.tracked.is_some() {
         *hint = r.tracked.take();
     }
+    apply_ct_verdict(key, &r);
+    (r, matched)
+}
+
+/// Records a `ct()` verdict in a packet's key: state, zone, mark, label
+/// and the connection's original tuple (`ct_nw_src`...; IPv4 only).
+pub fn apply_ct_verdict(key: &mut FlowKey, r: &conntrack::CtResult) {
     key.set_ct_state(r.state);
     key.set_ct_zone(r.zone);
     key.set_ct_mark(r.mark);
@@ -401,7 +398,21 @@ fn track(
     let ports = o.filter(|o| o.has_ports());
     key.set_ct_tp_src(ports.map_or(0, |o| o.sport));
     key.set_ct_tp_dst(ports.map_or(0, |o| o.dport));
-    (r, matched)
+}
+
+/// Records in a packet's key the tuple `ct(nat)` translated it to.
+pub fn apply_ct_translation(key: &mut FlowKey, t: &conntrack::Tuple) {
+    if t.v6 {
+        key.set_ipv6_src(t.src);
+        key.set_ipv6_dst(t.dst);
+    } else {
+        key.set_nw_src(t.src as u32);
+        key.set_nw_dst(t.dst as u32);
+    }
+    if t.has_ports() {
+        key.set_tp_src(t.sport);
+        key.set_tp_dst(t.dport);
+    }
 }
 
 fn shift(l: Layout, by: i32) -> Layout {

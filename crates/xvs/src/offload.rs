@@ -407,6 +407,191 @@ pub fn entry_encap(
 // The offload manager: which flows go into the kernel, kept sound.
 // ---------------------------------------------------------------------
 
+/// A tracked connection an entry's verdict was read from (see
+/// [`entry_ct`]).
+#[derive(Clone)]
+pub struct CtDep {
+    pub ct: Arc<conntrack::Conntrack>,
+    pub conn: Arc<conntrack::Conn>,
+    pub reply: bool,
+    pub version: u64,
+}
+
+impl std::fmt::Debug for CtDep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CtDep({:?} reply={} v{})", self.conn.orig, self.reply, self.version)
+    }
+}
+
+/// Passes through the tracker an entry may fold together (OVN's pipeline
+/// tracks a packet in its switch's zone on the way in and out).
+pub const CT_PASSES: usize = 4;
+
+/// The entry for a packet (extracted key `k`, received on a port) whose
+/// megaflow (`first`) sends it through the connection tracker and
+/// recirculates: `ct(...)`, then `recirc(N)`, as a firewall's
+/// `ct(table=N)` does. The kernel serves it if every pass is one the
+/// program can stand in for:
+///
+/// * each pass before the last is, apart from register and metadata
+///   writes (which only the key sees), exactly `ct(...)` then
+///   `recirc(N)`, and the tracker says the packet belongs to an
+///   established TCP or UDP connection (or a committed UDP one not yet
+///   answered, whose sender's packets stay `+new`) whose verdict no
+///   further packet that changes no state would change
+///   ([`conntrack::Conntrack::offload_view`]);
+/// * the next pass's megaflow, looked up with that verdict (and NAT) in the
+///   key as the datapath records it, matches only fields that are the
+///   packet's parsed fields (the exact key fixes them), the verdict's, or
+///   the pipeline's own (registers, metadata), which earlier passes set
+///   from those;
+/// * the last pass's actions are ones [`plan`] accepts, and any NAT is of
+///   IPv4 addresses and TCP/UDP ports (the program rewrites them with
+///   incremental checksum updates).
+///
+/// The verdict stays true while the connections do not change; the
+/// caller withdraws the entry when one does (see [`Offloader`]). TCP
+/// segments with SYN, FIN or RST always go to the tracker.
+/// `translate(k)` gives the megaflow a key would get (without side
+/// effects).
+pub fn entry_ct(
+    k: &FlowKey,
+    first: &dpif::Translation,
+    translate: &dyn Fn(&FlowKey) -> Option<dpif::Translation>,
+    ifindex: &dyn Fn(u32) -> Option<u32>,
+    now_ms: u64,
+) -> Result<(FastKey, FastAction, Vec<CtDep>, dpif::CounterSet), NotOffloadable> {
+    mask_ok(k, &first.mask)?;
+    packet_ok(k)?;
+    let mut key = *k;
+    let mut deps: Vec<CtDep> = Vec::new();
+    let mut counters: Vec<dpif::CounterRef> = first.counters.iter().cloned().collect();
+    let mut actions = first.actions.clone();
+    for _ in 0..CT_PASSES {
+        // The pass's actions in order: the tracker's and the key-only ones
+        // are done here; the rest (the last pass's rewrites and output)
+        // are for the program.
+        let mut rest: Vec<DpAction> = Vec::new();
+        let mut recirc = None;
+        for (i, a) in actions.iter().enumerate() {
+            match a {
+                DpAction::CtClear => flow::key::clear_ct(&mut key),
+                DpAction::SetMasked(set)
+                    if PARSED.iter().all(|n| by_name(n).expect("parsed field").get(&set.mask()) == 0) =>
+                {
+                    let (v, m) = (set.key(), set.mask());
+                    for i in 0..key.w.len() {
+                        key.w[i] = (key.w[i] & !m.w[i]) | (v.w[i] & m.w[i]);
+                    }
+                }
+                DpAction::Ct(ct, params) => {
+                    if let Some(x) = rest.iter().find(|a| !matches!(a, DpAction::SetMasked(_))) {
+                        return Err(NotOffloadable::Action(format!("ct() after {x}")));
+                    }
+                    let (ct, params) = (Arc::clone(&ct.0), **params);
+                    if !key.is_ip_any() || !matches!(key.nw_proto(), 6 | 17) || key.nw_frag() != 0 {
+                        return Err(NotOffloadable::Action("ct() of a packet other than TCP or UDP".into()));
+                    }
+                    let t = conntrack::Tuple {
+                        src: if key.is_ipv6() { key.ipv6_src() } else { key.nw_src() as u128 },
+                        dst: if key.is_ipv6() { key.ipv6_dst() } else { key.nw_dst() as u128 },
+                        sport: key.tp_src(),
+                        dport: key.tp_dst(),
+                        proto: key.nw_proto(),
+                        v6: key.is_ipv6(),
+                    };
+                    let prev = if key.ct_zone() == params.zone { key.ct_state() } else { 0 };
+                    let view = ct
+                        .offload_view(&t, &params, prev, now_ms)
+                        .map_err(|why| NotOffloadable::Action(format!("ct(): {why}")))?;
+                    dpif::execute::apply_ct_verdict(&mut key, &view.result);
+                    if let Some(to) = &view.to {
+                        dpif::execute::apply_ct_translation(&mut key, to);
+                    }
+                    if !deps.iter().any(|d: &CtDep| Arc::ptr_eq(&d.conn, &view.conn) && d.reply == view.reply) {
+                        deps.push(CtDep { ct, conn: Arc::clone(&view.conn), reply: view.reply, version: view.version });
+                    }
+                }
+                DpAction::Recirc(id) if i + 1 == actions.len() => recirc = Some(*id),
+                other => rest.push(other.clone()),
+            }
+        }
+        if deps.is_empty() {
+            return Err(NotOffloadable::Action("no ct()".into()));
+        }
+        let Some(id) = recirc else {
+            let a = plan(&rest, ifindex)?;
+            let inport = ifindex(k.in_port()).ok_or(NotOffloadable::NoDevice(k.in_port()))?;
+            return finish(k, &key, a, inport, deps, counters);
+        };
+        if let Some(x) = rest.first() {
+            return Err(NotOffloadable::Action(format!("{x} before a recirculation")));
+        }
+        key.set_recirc_id(id);
+        let next = translate(&key).ok_or_else(|| NotOffloadable::Action("recirculated pass not translated".into()))?;
+        pipeline_only(&next.mask)?;
+        counters.extend(next.counters.iter().cloned());
+        actions = next.actions;
+    }
+    Err(NotOffloadable::Action(format!("more than {CT_PASSES} passes through the tracker")))
+}
+
+/// Checks that a recirculated pass's mask covers only fields the exact key
+/// fixes or the pipeline derives from it: the parsed fields, recirc_id,
+/// and [`ZERO_AT_INGRESS`] (connection tracking, registers, metadata).
+fn pipeline_only(mask: &FlowMask) -> Result<(), NotOffloadable> {
+    let mut rest = *mask;
+    for name in PARSED.iter().chain(ZERO_AT_INGRESS) {
+        by_name(name).expect("field table has every parsed and ingress field").set(&mut rest, 0);
+    }
+    if rest != FlowKey::ZERO {
+        let name = flow::FIELDS.iter().find(|f| f.get(&rest) != 0).map_or("?".to_string(), |f| f.name.to_string());
+        return Err(NotOffloadable::Field(name));
+    }
+    Ok(())
+}
+
+/// The entry of [`entry_ct`]: the last pass's action `a`, plus the NAT
+/// that turns ingress key `k` into the final key `last`, plus the TCP
+/// guard.
+fn finish(
+    k: &FlowKey,
+    last: &FlowKey,
+    mut a: FastAction,
+    inport: u32,
+    deps: Vec<CtDep>,
+    counters: Vec<dpif::CounterRef>,
+) -> Result<(FastKey, FastAction, Vec<CtDep>, dpif::CounterSet), NotOffloadable> {
+    if k.is_ipv6() {
+        if (k.ipv6_src(), k.ipv6_dst(), k.tp_src(), k.tp_dst())
+            != (last.ipv6_src(), last.ipv6_dst(), last.tp_src(), last.tp_dst())
+        {
+            return Err(NotOffloadable::Action("NAT of IPv6".into()));
+        }
+    } else {
+        if k.nw_src() != last.nw_src() {
+            a.flags |= act::SET_NW_SRC;
+            a.nat_src = last.nw_src().to_be_bytes();
+        }
+        if k.nw_dst() != last.nw_dst() {
+            a.flags |= act::SET_NW_DST;
+            a.nat_dst = last.nw_dst().to_be_bytes();
+        }
+    }
+    if k.tp_src() != last.tp_src() {
+        a.flags |= act::SET_TP_SRC;
+        a.nat_sport = last.tp_src();
+    }
+    if k.tp_dst() != last.tp_dst() {
+        a.flags |= act::SET_TP_DST;
+        a.nat_dport = last.tp_dst();
+    }
+    if deps.iter().any(|d| d.conn.orig.proto == 6) {
+        a.flags |= act::CT;
+    }
+    Ok((fast_key(k, inport), a, deps, counters.into()))
+}
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -438,6 +623,8 @@ struct Entry {
     recent: u64,
     /// An encapsulation: what else to credit (see [`Credit`]).
     credit: Option<Credit>,
+    /// The tracked connections its verdict was read from ([`entry_ct`]).
+    ct: Vec<CtDep>,
 }
 
 /// A hot flow of another bridge (`bridge`) that entered it through one
@@ -550,6 +737,26 @@ pub struct Offloader {
     /// Turned off ([`Offloader::configure`]): no entries, ticks do nothing.
     enabled: AtomicBool,
     pub stats: OffloadStats,
+    /// Entries that serve tracked connections, by connection (see
+    /// [`Offloader::ct_hook`]).
+    ct_index: Arc<CtIndex>,
+    /// This offloader's hook id in the trackers.
+    id: u64,
+}
+
+/// The kernel entries each offloaded connection's verdict went into, by
+/// the connection's address: a tracker's offload hook withdraws them from
+/// the maps at once when the connection changes, on the thread that
+/// changed it (one map deletion per entry, rare: the connection closes or
+/// is re-marked), so the kernel serves no packet with a verdict the
+/// tracker no longer gives. The tick then drops the entry itself (its
+/// connection's version moved on).
+type CtIndex = Mutex<HashMap<usize, Vec<(Arc<Mutex<bpf::FastPath>>, FastKey)>>>;
+
+static OFFLOADER_IDS: AtomicU64 = AtomicU64::new(1);
+
+fn conn_addr(c: &Arc<conntrack::Conn>) -> usize {
+    Arc::as_ptr(c) as usize
 }
 
 impl Offloader {
@@ -562,7 +769,22 @@ impl Offloader {
             threshold_pps: AtomicU64::new(threshold_pps),
             enabled: AtomicBool::new(true),
             stats: OffloadStats::default(),
+            ct_index: Arc::new(Mutex::new(HashMap::new())),
+            id: OFFLOADER_IDS.fetch_add(1, Relaxed),
         }
+    }
+
+    /// The hook this offloader registers with a tracker whose connections
+    /// its entries serve (see [`CtIndex`]).
+    fn ct_hook(&self) -> conntrack::OffloadHook {
+        let index = Arc::downgrade(&self.ct_index);
+        Arc::new(move |c: &Arc<conntrack::Conn>| {
+            let Some(index) = index.upgrade() else { return };
+            let uses = index.lock().expect("ct index").remove(&conn_addr(c));
+            for (fp, k) in uses.into_iter().flatten() {
+                let _ = fp.lock().expect("fp").remove(&k);
+            }
+        })
     }
 
     /// Registers a port's maps; every registered port may redirect to
@@ -680,6 +902,11 @@ impl Offloader {
             if let Some(credit) = &v.credit {
                 credit(dp, db, now_ms);
             }
+            // The tracker counts IP datagrams; the kernel counted frames.
+            let l2 = 14 * dp;
+            for d in &v.ct {
+                d.ct.credit_offloaded(&d.conn, d.reply, dp, db.saturating_sub(l2), now_ms);
+            }
             self.stats.packets.fetch_add(dp, Relaxed);
             self.stats.bytes.fetch_add(db, Relaxed);
             v.used_ms = now_ms;
@@ -744,13 +971,15 @@ impl Offloader {
                 t.unparsed += s.unparsed;
                 t.error += s.error;
                 t.too_long += s.too_long;
+                t.ct_slow += s.ct_slow;
             }
         }
         t
     }
 
     /// One round: credit kernel counts, revalidate stale entries, offload
-    /// flows that became hot. `samples` are recent packets' keys, each with
+    /// flows that became hot; a round that is not `full` only offloads
+    /// (the switch runs one every 50 ms, a full one every 250 ms). `samples` are recent packets' keys, each with
     /// the size of the sample it came from (a poll thread's ring);
     /// `packets` is the poll threads' packet count so far. A key that is a
     /// fraction f of its ring, while the threads forward R packets per
@@ -772,6 +1001,7 @@ impl Offloader {
         packets: u64,
         dt_ms: u64,
         now_ms: u64,
+        full: bool,
         translate: &dyn Fn(&FlowKey) -> Option<dpif::Translation>,
         encap: EncapFn,
         takes_redirects: &dyn Fn(u32) -> Option<bool>,
@@ -808,21 +1038,34 @@ impl Offloader {
             });
         }
         let ifindex = |p: u32| ports.get(&p).map(|x| x.0);
-        // 1. Credit what the kernel forwarded.
+        // 1. Credit what the kernel forwarded (full rounds only).
         let mut stale: Vec<(FastKey, FlowKey)> = Vec::new();
         let cur_gen = self.gen.lock().expect("gen").kernel;
-        {
+        if full {
             let mut e = self.entries.lock().expect("entries");
             // No entry encapsulates: changes outside the bridge need not
             // move the kernel's generation (only this thread adds entries).
             if !e.0.values().any(|v| v.credit.is_some()) && e.2.is_empty() {
                 self.gen.lock().expect("gen").encap = false;
             }
+            let mut gone: Vec<FastKey> = Vec::new();
             for (k, v) in e.0.iter_mut() {
                 let Some((_, fp)) = ports.get(&v.ingress) else { continue };
                 self.settle(v, &fp.lock().expect("fp"), now_ms);
-                if v.gen < cur_gen {
+                // A connection it serves changed (the hook withdrew the
+                // kernel's entry then) or expired unseen: the entry goes.
+                if v.ct.iter().any(|d| !d.ct.offload_current(&d.conn, d.version, now_ms)) {
+                    let _ = fp.lock().expect("fp").remove(k);
+                    gone.push(*k);
+                } else if v.gen < cur_gen {
                     stale.push((*k, v.orig));
+                }
+            }
+            let (map, free, _) = &mut *e;
+            for k in gone {
+                if let Some(v) = map.remove(&k) {
+                    free.push(v.slot);
+                    self.stats.removed.fetch_add(1, Relaxed);
                 }
             }
         }
@@ -851,8 +1094,16 @@ impl Offloader {
             let (g, ext) = self.snapshot();
             let fresh = match translate(&key) {
                 None => None,
-                Some(t) => match entry_encap(&key, &t.mask, &t.actions, &ifindex, encap) {
-                    Ok((_, fa, _)) if closed.contains_key(&fa.out_ifindex) => {
+                Some(t) => match entry_encap(&key, &t.mask, &t.actions, &ifindex, encap)
+                    .map(|(fk, fa, credit)| (fk, fa, credit, Vec::new(), None))
+                    .or_else(|why| {
+                        if !t.actions.iter().any(|a| matches!(a, DpAction::Ct(..))) {
+                            return Err(why);
+                        }
+                        entry_ct(&key, &t, translate, &ifindex, now_ms)
+                            .map(|(fk, fa, deps, counters)| (fk, fa, None, deps, Some(counters)))
+                    }) {
+                    Ok((_, fa, ..)) if closed.contains_key(&fa.out_ifindex) => {
                         self.stats.refused.fetch_add(1, Relaxed);
                         *self.stats.last_refusal.lock().expect("refusal") = format!(
                             "output port {} takes no redirected frames now (a veth: GRO off and no XDP program at its far end)",
@@ -860,7 +1111,13 @@ impl Offloader {
                         );
                         None
                     }
-                    Ok((fk, fa, credit)) => Some(((fk, fa), t, credit)),
+                    Ok((fk, fa, credit, deps, counters)) => {
+                        let mut t = t;
+                        if let Some(c) = counters {
+                            t.counters = c;
+                        }
+                        Some(((fk, fa), t, credit, deps))
+                    }
                     Err(why) => {
                         self.stats.refused.fetch_add(1, Relaxed);
                         *self.stats.last_refusal.lock().expect("refusal") = why.to_string();
@@ -876,7 +1133,7 @@ impl Offloader {
             }
             let (map, free, dmap) = &mut *e;
             match fresh {
-                Some(((fk, mut fa), t, credit)) => {
+                Some(((fk, mut fa), t, credit, deps)) => {
                     if credit.is_some() {
                         // Nothing it was resolved from may have changed
                         // since; from here on such changes move the
@@ -923,9 +1180,31 @@ impl Offloader {
                         free.push(slot);
                         continue;
                     }
+                    // The tracker stops checking the connections' windows
+                    // and reports their changes from here on.
+                    for d in &deps {
+                        d.ct.add_offload_hook(self.id, self.ct_hook());
+                        d.ct.mark_offloaded(&d.conn);
+                    }
                     if fp.insert(&fk, &fa).is_err() {
                         free.push(slot);
                         continue;
+                    }
+                    if !deps.is_empty() {
+                        // Lock order: the index before a port's maps (as
+                        // the hook takes them).
+                        drop(fp);
+                        let fpa = Arc::clone(ports.get(&key.in_port()).map(|p| &p.1).expect("port"));
+                        let mut idx = self.ct_index.lock().expect("ct index");
+                        for d in &deps {
+                            idx.entry(conn_addr(&d.conn)).or_default().push((Arc::clone(&fpa), fk));
+                        }
+                        drop(idx);
+                        // A change before the hook was in place (or the
+                        // index entry): withdraw at once.
+                        if deps.iter().any(|d| !d.ct.offload_current(&d.conn, d.version, now_ms)) {
+                            let _ = fpa.lock().expect("fp").remove(&fk);
+                        }
                     }
                     if old.is_none() {
                         self.stats.installed.fetch_add(1, Relaxed);
@@ -945,6 +1224,7 @@ impl Offloader {
                             used_ms: 0,
                             recent: 0,
                             credit,
+                            ct: deps,
                         },
                     );
                 }
@@ -960,6 +1240,19 @@ impl Offloader {
                     }
                 }
             }
+        }
+        if !full {
+            return;
+        }
+        // Index records of entries that are gone or serve other
+        // connections now.
+        {
+            let e = self.entries.lock().expect("entries");
+            let mut idx = self.ct_index.lock().expect("ct index");
+            idx.retain(|addr, uses| {
+                uses.retain(|(_, k)| e.0.get(k).is_some_and(|v| v.ct.iter().any(|d| conn_addr(&d.conn) == *addr)));
+                !uses.is_empty()
+            });
         }
         self.tick_decap(&ports, foreign_hot, decap, now_ms);
     }
@@ -1071,6 +1364,7 @@ impl Offloader {
                             used_ms: 0,
                             recent: 0,
                             credit: Some(p.credit),
+                            ct: Vec::new(),
                         },
                         fkey: fkey.clone(),
                     },
@@ -1119,8 +1413,8 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
         )?;
         writeln!(
             out,
-            "  kernel: hit:{} miss:{} stale:{} unparsed:{} error:{} too-long-to-encapsulate:{}",
-            k.hit, k.miss, k.stale, k.unparsed, k.error, k.too_long
+            "  kernel: hit:{} miss:{} stale:{} unparsed:{} error:{} too-long-to-encapsulate:{} tracker-must-see:{}",
+            k.hit, k.miss, k.stale, k.unparsed, k.error, k.too_long, k.ct_slow
         )?;
         let why = s.last_refusal.lock().expect("refusal").clone();
         let last = if why.is_empty() { String::new() } else { format!(" (last: {why})") };
@@ -1150,7 +1444,7 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
         v.push(serde_json::json!({
             "bridge": b.shared.bridge, "enabled": true, "flows": o.n_entries(), "threshold_pps": o.threshold_pps(),
             "installed": s.installed.load(Relaxed), "removed": s.removed.load(Relaxed), "evicted": s.evicted.load(Relaxed),
-            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error, "too_long": k.too_long},
+            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error, "too_long": k.too_long, "ct_slow": k.ct_slow},
             "packets": s.packets.load(Relaxed), "bytes": s.bytes.load(Relaxed),
             "refused": s.refused.load(Relaxed), "last_refusal": *s.last_refusal.lock().expect("refusal"),
             "closed_targets": closed,

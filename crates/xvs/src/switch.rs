@@ -588,12 +588,21 @@ impl Switch {
         let sh = Arc::clone(&self.shared);
         std::thread::Builder::new().name("offload".into()).spawn(move || {
             let mut last = Instant::now();
-            // The other bridges' packet counts at the previous tick.
+            let mut last_full = Instant::now();
+            // The other bridges' packet counts at the previous full tick.
             let mut peer_seen: HashMap<String, u64> = HashMap::new();
             while !sh.stop.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(250));
+                // New hot flows are looked for every 50 ms (each look
+                // learns at most a sample ring's worth of them); counters,
+                // revalidation and the decapsulating entries every 250 ms.
+                std::thread::sleep(Duration::from_millis(50));
                 let dt = last.elapsed().as_millis() as u64;
                 last = Instant::now();
+                let full = last_full.elapsed() >= Duration::from_millis(250);
+                let dt_full = last_full.elapsed().as_millis() as u64;
+                if full {
+                    last_full = Instant::now();
+                }
                 // Every poll thread publishes a sample of recent packets'
                 // keys with its counters (no megaflow dump needed).
                 let reports = collect_reports_of(&sh, false);
@@ -636,12 +645,12 @@ impl Switch {
                 // ports, to be decapsulated here.
                 let mut foreign_hot = Vec::new();
                 let tnl = &sh.patches.tnl;
-                if tnl.is_active() {
+                if full && tnl.is_active() {
                     for peer in tnl.peers(&sh) {
                         let reports = collect_reports_of(&peer, false);
                         let n: u64 = reports.iter().map(|r| r.stats.packets).sum();
                         let prev = peer_seen.insert(peer.bridge.clone(), n).unwrap_or(n);
-                        let rate = n.saturating_sub(prev) * 1000 / dt.max(1);
+                        let rate = n.saturating_sub(prev) * 1000 / dt_full.max(1);
                         let mut share: HashMap<flow::FlowKey, f64> = HashMap::new();
                         for r in &reports {
                             let m = r.samples.len().max(1) as f64;
@@ -659,7 +668,7 @@ impl Switch {
                     }
                 }
                 let decap = |fk: &crate::offload::ForeignKey| tnl.offload_decap(&sh, fk, &takes_redirects);
-                off.tick(&samples, packets, dt, now, &translate, &encap, &takes_redirects, &foreign_hot, &decap);
+                off.tick(&samples, packets, dt, now, full, &translate, &encap, &takes_redirects, &foreign_hot, &decap);
             }
             off.clear();
         })?;

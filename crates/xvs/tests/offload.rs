@@ -453,3 +453,173 @@ fn xdp_decapsulation_gives_the_inner_frame_userspace_gives() {
         assert_ne!(prog.run(&frame, LO).unwrap().0, XDP_REDIRECT);
     }
 }
+
+/// A TCP segment over IPv4 with the given numbers and a valid checksum.
+#[allow(clippy::too_many_arguments)]
+fn seg(
+    src: (u32, u16),
+    dst: (u32, u16),
+    seq: u32,
+    ack: u32,
+    flags: u16,
+    data: &[u8],
+    macs: ([u8; 6], [u8; 6]),
+) -> Vec<u8> {
+    let mut f = Frame::new(macs.0, macs.1).ipv4(src.0, dst.0).tcp(src.1, dst.1, flags).payload(data).build();
+    f[38..42].copy_from_slice(&seq.to_be_bytes());
+    f[42..46].copy_from_slice(&ack.to_be_bytes());
+    f[50..52].copy_from_slice(&[0, 0]);
+    let c = wire::checksum::l4_checksum_v4(src.0, dst.0, 6, &f[34..]);
+    f[50..52].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// Runs a frame through userspace as the datapath does, recirculations
+/// included: the (port, bytes) it is output with.
+fn run_user(of: &Ofproto, f: &[u8], in_port: u32) -> Vec<(u32, Vec<u8>)> {
+    use dpif::execute::Exec;
+    let (mut key, mut layout, _) = flow::extract(f, in_port);
+    let mut pkt = Packet::from_slice(f);
+    pkt.in_port = in_port;
+    let mut user = Rec::default();
+    let mut q = OutQueues::default();
+    for _ in 0..8 {
+        let t = of.translate_key(&key, 0);
+        match execute(&t.actions, pkt, &mut key, layout, &mut q, &mut user, 1000) {
+            Exec::Recirc(p, l) => {
+                pkt = p;
+                layout = l;
+            }
+            _ => break,
+        }
+    }
+    q.flush(&mut user);
+    user.0
+}
+
+/// The kernel serves packets of tracked connections as userspace does:
+/// through a firewall (`ct(table=1)`, `+est` -> output) and through SNAT,
+/// after a real handshake in userspace, a data segment in each direction
+/// gets an entry whose XDP run redirects it to the port userspace outputs
+/// it to with the same bytes (translated addresses, ports and checksums
+/// included). SYN, FIN and RST segments go to userspace (the tracker
+/// must see them), as does a segment with a partial checksum before NAT;
+/// the FIN moves the connection on, the tracker reports it to its offload
+/// hook, and no entry is offered for it any more.
+#[test]
+fn xdp_conntrack_verdicts_give_the_bytes_userspace_gives() {
+    let id = std::process::id() % 10_000;
+    let (va, vb) = (format!("xct{id}a"), format!("xct{id}b"));
+    let _ = Command::new("ip").args(["link", "del", &va]).stderr(std::process::Stdio::null()).status();
+    assert!(Command::new("ip")
+        .args(["link", "add", &va, "type", "veth", "peer", "name", &vb])
+        .status()
+        .unwrap()
+        .success());
+    let _g = Veths(vec![va.clone()]);
+    let ifx = [ifindex(&va), ifindex(&vb)];
+    let dev = |p: u32| -> Option<u32> { (1..=2).contains(&p).then(|| ifx[p as usize - 1]) };
+    let mut prog = TestProgram::load().unwrap();
+    for &i in &ifx {
+        prog.fast.add_output(i).unwrap();
+    }
+    prog.fast.set_generation(1).unwrap();
+    let (c, s) = ((0x0a00_0001u32, 40000u16), (0x0a00_0002u32, 80u16));
+    let (mc, ms) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let mut slot = 0;
+    for snat in [false, true] {
+        let mut of = Ofproto::new("ct");
+        for p in 1..=2 {
+            of.add_port(PortConfig::new(p, &format!("p{p}")));
+        }
+        let commit = if snat { "ct(commit,zone=5,nat(src=192.168.9.9))" } else { "ct(commit,zone=5)" };
+        for r in [
+            "table=0,priority=10,ip,actions=ct(table=1,zone=5,nat)".to_string(),
+            format!("table=1,priority=10,in_port=1,tcp,ct_state=+trk+new,actions={commit},output:2"),
+            "table=1,priority=10,in_port=1,ip,ct_state=+trk+est,actions=output:2".into(),
+            "table=1,priority=10,in_port=2,ip,ct_state=+trk+est,actions=output:1".into(),
+            "table=1,priority=0,actions=drop".into(),
+        ] {
+            of.flow_mod(FlowModCmd::Add, &parse_flow(&r, Need::Actions).unwrap()).unwrap();
+        }
+        let ct = std::sync::Arc::clone(of.conntrack());
+        let reported = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let r2 = std::sync::Arc::clone(&reported);
+        ct.add_offload_hook(
+            1,
+            std::sync::Arc::new(move |_| {
+                r2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }),
+        );
+        // The server sees the client as the translated address (and port).
+        let syn = seg(c, s, 100, 0, 0x02, b"", (mc, ms));
+        let out = run_user(&of, &syn, 1);
+        assert_eq!(out.len(), 1, "the SYN goes through");
+        let seen = flow::extract(&out[0].1, 2).0;
+        let cs = if snat { (seen.nw_src(), seen.tp_src()) } else { c };
+        assert_eq!(cs.0, if snat { 0xc0a8_0909 } else { c.0 });
+        assert_eq!(run_user(&of, &seg(s, cs, 500, 101, 0x12, b"", (ms, mc)), 2).len(), 1, "SYN-ACK");
+        assert_eq!(run_user(&of, &seg(c, s, 101, 501, 0x10, b"", (mc, ms)), 1).len(), 1, "ACK");
+        let translate = |k: &flow::FlowKey| dpif::Upcall::revalidate(&of, k);
+        let mut conns = Vec::new();
+        for (f, inp, outp) in [
+            (seg(c, s, 101, 501, 0x18, &[7; 100], (mc, ms)), 1, 2),
+            (seg(s, cs, 501, 201, 0x18, &[9; 50], (ms, mc)), 2, 1),
+        ] {
+            let mut k = flow::extract(&f, inp).0;
+            k.set_in_port(inp);
+            let t0 = translate(&k).unwrap();
+            let (fk, mut fa, deps, _) = offload::entry_ct(&k, &t0, &translate, &dev, 1000).expect("offloadable");
+            use bpf::fastpath::act;
+            assert_eq!(deps.len(), 1);
+            assert_eq!(fa.flags & act::CT, act::CT);
+            assert_eq!(fa.flags & act::NAT != 0, snat, "NAT flags {:#x}", fa.flags);
+            assert_eq!(fa.out_ifindex, dev(outp).unwrap());
+            ct.mark_offloaded(&deps[0].conn);
+            conns.push(deps[0].clone());
+            fa.gen = 1;
+            fa.slot = slot;
+            slot += 1;
+            prog.fast.insert(&fk, &fa).unwrap();
+            let (v, kernel) = prog.run(&f, dev(inp).unwrap()).unwrap();
+            let user = run_user(&of, &f, inp);
+            assert_eq!(v, XDP_REDIRECT, "the kernel serves the segment");
+            assert_eq!(user.len(), 1);
+            assert_eq!(user[0].0, outp);
+            assert_eq!(kernel, user[0].1, "same bytes (snat {snat}, from port {inp})");
+            // The same segment with a partial checksum (a sender's offload):
+            // before NAT, userspace completes it; without NAT it is served.
+            let mut p = f.clone();
+            let (src, dst) = (k.nw_src(), k.nw_dst());
+            let partial = wire::checksum::partial_v4(src, dst, 6, p.len() - 34);
+            p[50..52].copy_from_slice(&partial.to_be_bytes());
+            let slow = prog.fast.stats().unwrap().ct_slow;
+            let (v, _) = prog.run(&p, dev(inp).unwrap()).unwrap();
+            assert_eq!(v == XDP_REDIRECT, !snat, "partial checksum, snat {snat}");
+            assert_eq!(prog.fast.stats().unwrap().ct_slow - slow, snat as u64);
+            // SYN, RST and FIN: to the tracker.
+            for flags in [0x02, 0x14, 0x11] {
+                let mut x = f.clone();
+                x[46..48].copy_from_slice(&((5u16 << 12) | flags).to_be_bytes());
+                x[50..52].copy_from_slice(&[0, 0]);
+                let c = wire::checksum::l4_checksum_v4(src, dst, 6, &x[34..]);
+                x[50..52].copy_from_slice(&c.to_be_bytes());
+                let (v, _) = prog.run(&x, dev(inp).unwrap()).unwrap();
+                assert_ne!(v, XDP_REDIRECT, "flags {flags:#x} go to userspace");
+            }
+        }
+        // The client's FIN, in userspace: the connection closes down.
+        let d = &conns[0];
+        assert!(ct.offload_current(&d.conn, d.version, 1000));
+        let before = reported.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(run_user(&of, &seg(c, s, 201, 551, 0x11, b"", (mc, ms)), 1).len(), 1, "FIN");
+        assert!(!ct.offload_current(&d.conn, d.version, 1000), "the FIN changed the connection");
+        assert!(reported.load(std::sync::atomic::Ordering::Relaxed) > before, "the hook heard of it");
+        let f = seg(c, s, 201, 551, 0x10, &[1; 10], (mc, ms));
+        let mut k = flow::extract(&f, 1).0;
+        k.set_in_port(1);
+        let t0 = translate(&k).unwrap();
+        let why = offload::entry_ct(&k, &t0, &translate, &dev, 1000).unwrap_err().to_string();
+        assert!(why.contains("closing"), "{why}");
+    }
+}
