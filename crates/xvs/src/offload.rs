@@ -732,6 +732,10 @@ pub struct Offloader {
     entries: Mutex<Entries>,
     /// The poll threads' packet count at the previous tick.
     seen: Mutex<u64>,
+    /// Hot flows refused lately: (kernel generation, when). They are not
+    /// translated again for a second unless the generation moves (a
+    /// refused flow stays in the sample ring, which is read every 50 ms).
+    refused: Mutex<HashMap<FlowKey, (u64, u64)>>,
     /// Packets per second a flow needs before it is offloaded.
     threshold_pps: AtomicU64,
     /// Turned off ([`Offloader::configure`]): no entries, ticks do nothing.
@@ -766,6 +770,7 @@ impl Offloader {
             gen: Mutex::new(Gen::default()),
             entries: Mutex::new((HashMap::new(), Vec::new(), HashMap::new())),
             seen: Mutex::new(0),
+            refused: Mutex::new(HashMap::new()),
             threshold_pps: AtomicU64::new(threshold_pps),
             enabled: AtomicBool::new(true),
             stats: OffloadStats::default(),
@@ -1087,6 +1092,21 @@ impl Offloader {
         }
         // 3. Translate outside every offloader lock, then write.
         let mut todo: Vec<(FlowKey, Option<FastKey>)> = stale.into_iter().map(|(fk, k)| (k, Some(fk))).collect();
+        {
+            // Hot keys already served (sampled just before their entry went
+            // in) or refused lately are not translated again.
+            let e = self.entries.lock().expect("entries");
+            let mut refused = self.refused.lock().expect("refused");
+            if full {
+                refused.retain(|_, (rg, when)| *rg == cur_gen && now_ms.saturating_sub(*when) < 1000);
+            }
+            hot.retain(|k| {
+                let served = ifindex(k.in_port()).is_some_and(|ifx| e.0.contains_key(&fast_key(k, ifx)));
+                let lately =
+                    refused.get(k).is_some_and(|(rg, when)| *rg == cur_gen && now_ms.saturating_sub(*when) < 1000);
+                !served && !lately
+            });
+        }
         todo.extend(hot.into_iter().map(|k| (k, None)));
         for (key, old) in todo {
             // Read before the translation: a change made after it moves
@@ -1121,6 +1141,14 @@ impl Offloader {
                     Err(why) => {
                         self.stats.refused.fetch_add(1, Relaxed);
                         *self.stats.last_refusal.lock().expect("refusal") = why.to_string();
+                        // A connection still opening (or not there yet)
+                        // may be served at the next look.
+                        let passing = ["not established", "opening or closing", "no connection"]
+                            .iter()
+                            .any(|x| why.to_string().contains(x));
+                        if old.is_none() && !passing {
+                            self.refused.lock().expect("refused").insert(key, (g, now_ms));
+                        }
                         None
                     }
                 },
