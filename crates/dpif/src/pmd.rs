@@ -268,6 +268,8 @@ pub struct Pmd {
     /// Keys of recent cache-hit packets (every 16th), a ring: which exact
     /// flows are hot, for the kernel fast path.
     samples: Vec<FlowKey>,
+    /// When each sample was taken (the caller's clock, ms).
+    sample_ms: Vec<u64>,
     sample_next: usize,
     sample_tick: u32,
     /// Where [`Pmd::sweep_some`] goes on.
@@ -287,8 +289,8 @@ const EVICT_IDLE_MS: u64 = 100;
 /// most this many new flows per read: 1024 lets 10,000 hot connections
 /// reach the kernel in about 3 s (256 took 10 s). The ring is 312 KB,
 /// written one key in 16 packets.
-const SAMPLES: usize = 1024;
-const SAMPLE_EVERY: u32 = 16;
+pub const SAMPLES: usize = 1024;
+pub const SAMPLE_EVERY: u32 = 16;
 /// Ports numbered from this on get no port hint, the local port excepted
 /// (the hints are a vector indexed by port number; OpenFlow port numbers
 /// are small in practice).
@@ -355,6 +357,7 @@ impl Pmd {
             deferred: std::collections::VecDeque::new(),
             draining: false,
             samples: Vec::with_capacity(SAMPLES),
+            sample_ms: Vec::with_capacity(SAMPLES),
             sample_next: 0,
             sample_tick: 0,
             sweep_cursor: 0,
@@ -543,8 +546,10 @@ impl Pmd {
                 if depth == 0 && self.sample_tick % SAMPLE_EVERY == 0 {
                     if self.samples.len() < SAMPLES {
                         self.samples.push(*key);
+                        self.sample_ms.push(now_ms);
                     } else {
                         self.samples[self.sample_next] = *key;
+                        self.sample_ms[self.sample_next] = now_ms;
                     }
                     self.sample_next = (self.sample_next + 1) % SAMPLES;
                 }
@@ -946,9 +951,16 @@ impl Pmd {
         self.pending.flush();
     }
 
-    /// Keys of recent cache-hit packets (one in 16, the last 256 of them).
+    /// Keys of recent cache-hit packets as received (one in
+    /// [`SAMPLE_EVERY`], the last [`SAMPLES`] of them).
     pub fn recent_keys(&self) -> &[FlowKey] {
         &self.samples
+    }
+
+    /// When each of [`Pmd::recent_keys`] was taken (ms, the clock the
+    /// caller passes in).
+    pub fn recent_times(&self) -> &[u64] {
+        &self.sample_ms
     }
 
     pub fn dump_megaflows(&self) -> Vec<MegaflowInfo> {

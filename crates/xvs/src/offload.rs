@@ -730,8 +730,6 @@ pub struct Offloader {
     ports: Mutex<BTreeMap<u32, PortFp>>,
     gen: Mutex<Gen>,
     entries: Mutex<Entries>,
-    /// The poll threads' packet count at the previous tick.
-    seen: Mutex<u64>,
     /// Hot flows refused lately: (kernel generation, when). They are not
     /// translated again for a second unless the generation moves (a
     /// refused flow stays in the sample ring, which is read every 50 ms).
@@ -769,7 +767,6 @@ impl Offloader {
             ports: Mutex::new(BTreeMap::new()),
             gen: Mutex::new(Gen::default()),
             entries: Mutex::new((HashMap::new(), Vec::new(), HashMap::new())),
-            seen: Mutex::new(0),
             refused: Mutex::new(HashMap::new()),
             threshold_pps: AtomicU64::new(threshold_pps),
             enabled: AtomicBool::new(true),
@@ -984,11 +981,10 @@ impl Offloader {
 
     /// One round: credit kernel counts, revalidate stale entries, offload
     /// flows that became hot; a round that is not `full` only offloads
-    /// (the switch runs one every 50 ms, a full one every 250 ms). `samples` are recent packets' keys, each with
-    /// the size of the sample it came from (a poll thread's ring);
-    /// `packets` is the poll threads' packet count so far. A key that is a
-    /// fraction f of its ring, while the threads forward R packets per
-    /// second, carries about f * R of them. `translate` re-translates a key
+    /// (the switch runs one every 50 ms, a full one every 250 ms).
+    /// `samples` are recent packets' keys, each with the packets per
+    /// second it stands for (see `switch::sample_rates`); a key whose
+    /// samples add up to the threshold is hot. `translate` re-translates a key
     /// without side effects. `encap` resolves outputs to tunnel ports (see
     /// [`entry_encap`]).
     ///
@@ -1002,9 +998,7 @@ impl Offloader {
     #[allow(clippy::too_many_arguments)]
     pub fn tick(
         &self,
-        samples: &[(FlowKey, u64)],
-        packets: u64,
-        dt_ms: u64,
+        samples: &[(FlowKey, f64)],
         now_ms: u64,
         full: bool,
         translate: &dyn Fn(&FlowKey) -> Option<dpif::Translation>,
@@ -1016,7 +1010,6 @@ impl Offloader {
         let ports: BTreeMap<u32, (u32, Arc<Mutex<bpf::FastPath>>)> =
             self.ports.lock().expect("ports").iter().map(|(&o, p)| (o, (p.ifindex, Arc::clone(&p.fp)))).collect();
         if ports.is_empty() || !self.enabled() {
-            *self.seen.lock().expect("seen") = packets;
             return;
         }
         let closed: BTreeMap<u32, u32> = ports
@@ -1077,15 +1070,12 @@ impl Offloader {
         // 2. Hot flows not in the kernel yet.
         let mut hot: Vec<FlowKey> = Vec::new();
         {
-            let mut seen = self.seen.lock().expect("seen");
-            let rate = packets.saturating_sub(*seen) * 1000 / dt_ms.max(1);
-            *seen = packets;
-            let mut share: HashMap<FlowKey, f64> = HashMap::new();
-            for (k, n) in samples {
-                *share.entry(*k).or_default() += 1.0 / *n as f64;
+            let mut rate: HashMap<FlowKey, f64> = HashMap::new();
+            for (k, pps) in samples {
+                *rate.entry(*k).or_default() += *pps;
             }
-            for (k, f) in share {
-                if f * rate as f64 >= self.threshold_pps() as f64 && ifindex(k.in_port()).is_some() {
+            for (k, r) in rate {
+                if r >= self.threshold_pps() as f64 && ifindex(k.in_port()).is_some() {
                     hot.push(k);
                 }
             }

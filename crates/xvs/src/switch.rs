@@ -127,8 +127,12 @@ pub struct PmdReport {
     pub rxqs: Vec<(String, usize)>,
     pub megaflows: Vec<dpif::MegaflowInfo>,
     pub n_megaflows: usize,
-    /// Keys of recent packets (a sample: see `dpif::Pmd::recent_keys`).
+    /// Keys of recent packets (a sample: see `dpif::Pmd::recent_keys`),
+    /// when each was taken, and when the report was published (ms, the
+    /// bridge's clock, `Shared::now_ms`).
     pub samples: Vec<flow::FlowKey>,
+    pub sample_ms: Vec<u64>,
+    pub published_ms: u64,
     /// Packets sent to a controller that is not there (dropped).
     pub userspace_dropped: u64,
     /// The slow-path datapath, not a poll thread (OVS's "main thread").
@@ -587,33 +591,21 @@ impl Switch {
         *sh.offload.lock().expect("offload") = Some(Arc::clone(&off));
         let sh = Arc::clone(&self.shared);
         std::thread::Builder::new().name("offload".into()).spawn(move || {
-            let mut last = Instant::now();
             let mut last_full = Instant::now();
-            // The other bridges' packet counts at the previous full tick.
-            let mut peer_seen: HashMap<String, u64> = HashMap::new();
             while !sh.stop.load(Ordering::Acquire) {
                 // New hot flows are looked for every 50 ms (each look
                 // learns at most a sample ring's worth of them); counters,
                 // revalidation and the decapsulating entries every 250 ms.
                 std::thread::sleep(Duration::from_millis(50));
-                let dt = last.elapsed().as_millis() as u64;
-                last = Instant::now();
                 let full = last_full.elapsed() >= Duration::from_millis(250);
-                let dt_full = last_full.elapsed().as_millis() as u64;
                 if full {
                     last_full = Instant::now();
                 }
                 // Every poll thread publishes a sample of recent packets'
                 // keys with its counters (no megaflow dump needed).
                 let reports = collect_reports_of(&sh, false);
-                let packets: u64 = reports.iter().map(|r| r.stats.packets).sum();
-                let samples: Vec<(flow::FlowKey, u64)> = reports
-                    .iter()
-                    .flat_map(|r| {
-                        let n = r.samples.len().max(1) as u64;
-                        r.samples.iter().map(move |k| (*k, n))
-                    })
-                    .collect();
+                let at = sh.now_ms();
+                let samples: Vec<(flow::FlowKey, f64)> = reports.iter().flat_map(|r| sample_rates(r, at)).collect();
                 let now = sh.ofproto.read().expect("ofproto lock").now();
                 let translate = |k: &flow::FlowKey| {
                     let of = sh.ofproto.read().expect("ofproto lock");
@@ -648,27 +640,25 @@ impl Switch {
                 if full && tnl.is_active() {
                     for peer in tnl.peers(&sh) {
                         let reports = collect_reports_of(&peer, false);
-                        let n: u64 = reports.iter().map(|r| r.stats.packets).sum();
-                        let prev = peer_seen.insert(peer.bridge.clone(), n).unwrap_or(n);
-                        let rate = n.saturating_sub(prev) * 1000 / dt_full.max(1);
-                        let mut share: HashMap<flow::FlowKey, f64> = HashMap::new();
+                        let at = peer.now_ms();
+                        let mut rate: HashMap<flow::FlowKey, f64> = HashMap::new();
                         for r in &reports {
-                            let m = r.samples.len().max(1) as f64;
-                            for k in r.samples.iter().filter(|k| tnl.is_tunnel_port(&peer.bridge, k.in_port())) {
-                                *share.entry(*k).or_default() += 1.0 / m;
+                            for (k, pps) in sample_rates(r, at) {
+                                if tnl.is_tunnel_port(&peer.bridge, k.in_port()) {
+                                    *rate.entry(k).or_default() += pps;
+                                }
                             }
                         }
                         let threshold = off.threshold_pps() as f64;
                         foreign_hot.extend(
-                            share
-                                .into_iter()
-                                .filter(|(_, f)| f * rate as f64 >= threshold)
+                            rate.into_iter()
+                                .filter(|(_, r)| *r >= threshold)
                                 .map(|(key, _)| crate::offload::ForeignKey { bridge: peer.bridge.clone(), key }),
                         );
                     }
                 }
                 let decap = |fk: &crate::offload::ForeignKey| tnl.offload_decap(&sh, fk, &takes_redirects);
-                off.tick(&samples, packets, dt, now, full, &translate, &encap, &takes_redirects, &foreign_hot, &decap);
+                off.tick(&samples, now, full, &translate, &encap, &takes_redirects, &foreign_hot, &decap);
             }
             off.clear();
         })?;
@@ -1250,6 +1240,9 @@ fn pmd_main(sh: Arc<Shared>, id: usize, cfg: PmdConfig, core: CoreClaim) {
             if sh.offload.lock().expect("offload").is_some() {
                 report.samples.clear();
                 report.samples.extend_from_slice(pmd.recent_keys());
+                report.sample_ms.clear();
+                report.sample_ms.extend_from_slice(pmd.recent_times());
+                report.published_ms = now_ms;
             }
             if want {
                 report.megaflows = pmd.dump_megaflows();
@@ -1363,11 +1356,32 @@ pub fn collect_reports_of(sh: &Shared, with_flows: bool) -> Vec<PmdReport> {
                 // Tunnel traffic decapsulated by another bridge's thread
                 // runs here: the kernel fast path finds its hot flows.
                 samples: p.recent_keys().to_vec(),
+                sample_ms: p.recent_times().to_vec(),
+                published_ms: sh.now_ms(),
                 ..Default::default()
             });
         }
     }
     v
+}
+
+/// The packets per second each of a report's samples stands for: the
+/// samples of the last second (`now_ms`, the bridge's clock), each one
+/// packet in `SAMPLE_EVERY` of those that arrived while they were taken.
+/// That is the whole second, unless the ring is full of samples from
+/// within it. Then it is the time from its oldest sample to its
+/// publication. Older samples (a ring that traffic stopped overwriting)
+/// count for nothing.
+pub fn sample_rates(r: &PmdReport, now_ms: u64) -> Vec<(flow::FlowKey, f64)> {
+    let n = r.samples.len().min(r.sample_ms.len());
+    let recent: Vec<usize> = (0..n).filter(|&i| now_ms.saturating_sub(r.sample_ms[i]) < 1000).collect();
+    let span_ms = match recent.iter().map(|&i| r.sample_ms[i]).min() {
+        None => return Vec::new(),
+        Some(oldest) if recent.len() >= dpif::pmd::SAMPLES => r.published_ms.saturating_sub(oldest).max(1),
+        Some(_) => 1000,
+    };
+    let each = dpif::pmd::SAMPLE_EVERY as f64 * 1000.0 / span_ms as f64;
+    recent.into_iter().map(|i| (r.samples[i], each)).collect()
 }
 
 /// The kernel fast-path maps of an AF_XDP port (once).
