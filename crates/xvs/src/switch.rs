@@ -1393,6 +1393,48 @@ fn take_fast_path(dev: &mut dyn Netdev) -> Option<bpf::FastPath> {
 mod tests {
     use super::CoreClaim;
 
+    /// Hot-flow rates from a poll thread's samples: samples older than a
+    /// second count for nothing (a ring that traffic stopped overwriting
+    /// must not make a new, slow flow look cold, nor an old one hot); a
+    /// ring not full of recent samples stands for the whole second; a ring
+    /// full of them for the span from its oldest to its publication.
+    #[test]
+    fn sample_rates_count_recent_samples_over_the_time_they_span() {
+        use super::{sample_rates, PmdReport};
+        use dpif::pmd::{SAMPLES, SAMPLE_EVERY};
+        let key = |p: u32| {
+            let mut k = flow::FlowKey::ZERO;
+            k.set_in_port(p);
+            k
+        };
+        // 1000 stale samples of flow 1 (5 s old), 6 recent ones of flow 2.
+        let mut r = PmdReport { published_ms: 10_000, ..Default::default() };
+        for i in 0..1000 {
+            r.samples.push(key(1));
+            r.sample_ms.push(5_000 + i);
+        }
+        for i in 0..6 {
+            r.samples.push(key(2));
+            r.sample_ms.push(9_500 + i * 50);
+        }
+        let rates = sample_rates(&r, 10_000);
+        assert!(rates.iter().all(|(k, _)| k.in_port() == 2), "stale samples ignored");
+        let total: f64 = rates.iter().map(|(_, x)| x).sum();
+        assert_eq!(total, 6.0 * SAMPLE_EVERY as f64, "6 samples over a second: 96 packets/s");
+        // A full ring of recent samples spanning 8 ms (a 2 Mpps stream).
+        let mut r = PmdReport { published_ms: 20_008, ..Default::default() };
+        for i in 0..SAMPLES {
+            r.samples.push(key(3 + (i % 2) as u32));
+            r.sample_ms.push(20_000 + (i * 8 / SAMPLES) as u64);
+        }
+        let rates = sample_rates(&r, 20_010);
+        let of = |p: u32| rates.iter().filter(|(k, _)| k.in_port() == p).map(|(_, x)| x).sum::<f64>();
+        let expect = (SAMPLES / 2) as f64 * SAMPLE_EVERY as f64 * 1000.0 / 8.0;
+        assert!((of(3) - expect).abs() < 1.0 && (of(4) - expect).abs() < 1.0, "{} {} {expect}", of(3), of(4));
+        // Nothing recent: no rates.
+        assert!(sample_rates(&r, 25_000).is_empty());
+    }
+
     #[test]
     fn a_core_is_shared_while_two_poll_threads_claim_it() {
         // CPU 1000: no poll thread of this test process is pinned there.
