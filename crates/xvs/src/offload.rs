@@ -447,7 +447,9 @@ pub const CT_PASSES: usize = 4;
 ///   from those;
 /// * the last pass's actions are ones [`plan`] accepts, and any NAT is of
 ///   IPv4 addresses and TCP/UDP ports (the program rewrites them with
-///   incremental checksum updates).
+///   incremental checksum updates); or the last pass outputs to a tunnel
+///   port the program can encapsulate for (see [`entry_encap`]), after
+///   the rewrites.
 ///
 /// The verdict stays true while the connections do not change; the
 /// caller withdraws the entry when one does (see [`Offloader`]). TCP
@@ -459,8 +461,9 @@ pub fn entry_ct(
     first: &dpif::Translation,
     translate: &dyn Fn(&FlowKey) -> Option<dpif::Translation>,
     ifindex: &dyn Fn(u32) -> Option<u32>,
+    encap: EncapFn,
     now_ms: u64,
-) -> Result<(FastKey, FastAction, Vec<CtDep>, dpif::CounterSet), NotOffloadable> {
+) -> Result<CtEntry, NotOffloadable> {
     mask_ok(k, &first.mask)?;
     packet_ok(k)?;
     let mut key = *k;
@@ -520,9 +523,26 @@ pub fn entry_ct(
             return Err(NotOffloadable::Action("no ct()".into()));
         }
         let Some(id) = recirc else {
-            let a = plan(&rest, ifindex)?;
             let inport = ifindex(k.in_port()).ok_or(NotOffloadable::NoDevice(k.in_port()))?;
-            return finish(k, &key, a, inport, deps, counters);
+            // An output to a tunnel port, after an optional
+            // set(tunnel(...)), of a frame that came from a device (no
+            // tunnel fields): encapsulated as `entry_encap` does, the
+            // outer header built for the frame as the pipeline leaves it
+            // (translated addresses and ports included).
+            let tunnel_out = match &rest[..] {
+                [DpAction::Output(p)] => Some((*p, [0; flow::key::N_TNL])),
+                [DpAction::SetMasked(s), DpAction::Output(p)] => tunnel_set(s).map(|w| (*p, w)),
+                _ => None,
+            };
+            let untunnelled = flow::key::TNL_WORDS.iter().all(|w| key.w[*w] == 0);
+            if let Some((p, words)) = tunnel_out.filter(|(p, _)| untunnelled && ifindex(*p).is_none()) {
+                if let Some(r) = encap(p, &key, &words) {
+                    let (a, credit) = r?;
+                    return finish(k, &key, a, inport, deps, counters).map(|e| (e.0, e.1, e.2, e.3, Some(credit)));
+                }
+            }
+            let a = plan(&rest, ifindex)?;
+            return finish(k, &key, a, inport, deps, counters).map(|e| (e.0, e.1, e.2, e.3, None));
         };
         if let Some(x) = rest.first() {
             return Err(NotOffloadable::Action(format!("{x} before a recirculation")));
@@ -535,6 +555,10 @@ pub fn entry_ct(
     }
     Err(NotOffloadable::Action(format!("more than {CT_PASSES} passes through the tracker")))
 }
+
+/// What [`entry_ct`] gives: the key and action, the connections, every
+/// pass's counters, and for an encapsulation what else to credit.
+pub type CtEntry = (FastKey, FastAction, Vec<CtDep>, dpif::CounterSet, Option<Credit>);
 
 /// Checks that a recirculated pass's mask covers only fields the exact key
 /// fixes or the pipeline derives from it: the parsed fields, recirc_id,
@@ -1110,8 +1134,8 @@ impl Offloader {
                         if !t.actions.iter().any(|a| matches!(a, DpAction::Ct(..))) {
                             return Err(why);
                         }
-                        entry_ct(&key, &t, translate, &ifindex, now_ms)
-                            .map(|(fk, fa, deps, counters)| (fk, fa, None, deps, Some(counters)))
+                        entry_ct(&key, &t, translate, &ifindex, encap, now_ms)
+                            .map(|(fk, fa, deps, counters, credit)| (fk, fa, credit, deps, Some(counters)))
                     }) {
                     Ok((_, fa, ..)) if closed.contains_key(&fa.out_ifindex) => {
                         self.stats.refused.fetch_add(1, Relaxed);
