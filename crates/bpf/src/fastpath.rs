@@ -143,8 +143,9 @@ pub struct DecapKey {
     pub pad: u8,
     pub dport: u16,
     pub pad2: u16,
-    /// The 8-byte Geneve or VXLAN header as on the wire.
-    pub th: [u8; 8],
+    /// The 8-byte Geneve or VXLAN header as on the wire, then a Geneve
+    /// frame's 8 bytes of options (zeros without options).
+    pub th: [u8; 16],
 }
 
 /// Outer bytes the program removes when it decapsulates.
@@ -160,7 +161,7 @@ struct FastCount {
 const _: () = assert!(std::mem::size_of::<FastKey>() == 64);
 const _: () = assert!(std::mem::size_of::<FastAction>() == 40 + ENCAP_MAX + 16);
 const _: () = assert!(std::mem::size_of::<FastCount>() == 16);
-const _: () = assert!(std::mem::size_of::<DecapKey>() == 100);
+const _: () = assert!(std::mem::size_of::<DecapKey>() == 108);
 
 // SAFETY: plain-old-data with no padding the kernel could leak: every byte
 // of these repr(C) structs is a declared field (explicit `pad` fields), and
@@ -268,7 +269,11 @@ impl FastPath {
     /// lets the program look at frames to its UDP port.
     pub fn insert_decap(&mut self, k: &DecapKey, a: &FastAction) -> Result<(), Error> {
         self.reset_counts(a.slot)?;
-        self.dports.insert(k.dport, 1, 0)?;
+        // Geneve (its version bits 0, and the key's options, if any, as
+        // long as its length field says): the program reads the options'
+        // length from the frame. VXLAN's header is always 8 bytes.
+        let geneve = k.th[0] & 0xc0 == 0 && k.th[1] & 0x80 == 0 && k.th[2..4] == [0x65, 0x58];
+        self.dports.insert(k.dport, if geneve { 2 } else { 1 }, 0)?;
         self.dflows.insert(k, a, 0)?;
         Ok(())
     }

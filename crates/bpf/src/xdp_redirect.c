@@ -148,9 +148,11 @@ struct {
 } xvs_tx SEC(".maps");
 
 /*
- * Decapsulation. A Geneve (without options) or VXLAN frame over IPv4 to a
- * UDP port in xvs_dports, whose outer headers and inner frame equal a
- * xvs_dflows key, is popped (the 50 outer bytes dropped) and then handled
+ * Decapsulation. A Geneve (without options, or with 8 bytes of them: the
+ * one option OVN sends) or VXLAN frame over IPv4 to a UDP port in
+ * xvs_dports (value 2 for Geneve, whose first byte gives the options'
+ * length; 1 for VXLAN), whose outer headers and inner frame equal a
+ * xvs_dflows key, is popped (the 50 or 58 outer bytes dropped) and then handled
  * as an entry of xvs_flows would handle the inner frame. The key holds
  * every outer field the tunnel metadata or the underlay bridge's decision
  * comes from (MACs, addresses, TOS, TTL, DF, UDP port, the tunnel header
@@ -171,7 +173,9 @@ struct xvs_dkey {
 	__u8 pad;
 	__u16 dport;		/* host order */
 	__u16 pad2;
-	__u8 th[8];		/* the Geneve or VXLAN header as on the wire */
+	__u8 th[16];		/* the Geneve or VXLAN header as on the wire,
+				 * then a Geneve frame's options (zeros when
+				 * it has none: its first byte says which) */
 };
 
 struct {
@@ -189,6 +193,7 @@ struct {
 } xvs_dports SEC(".maps");
 
 #define XVS_OUTER 50	/* Ethernet, IPv4 without options, UDP, 8-byte tunnel header */
+#define XVS_DPORT_GENEVE 2
 
 /* Fast-path outcomes, per CPU: 0 hit, 1 miss, 2 stale generation,
  * 3 not parsed (left to userspace), 4 dropped (a rewrite failed),
@@ -292,7 +297,8 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 /* The entry for a tunnel frame whose outer fields `k` holds (l3 at 14):
  * on a hit the outer headers are gone from the frame, `k` and `l3` are the
  * inner frame's; otherwise the frame is as it was and NULL comes back. */
-static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct xvs_fkey *k, int *l3, __u64 g)
+static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct xvs_fkey *k, int *l3, __u64 g,
+						    __u8 kind)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -301,9 +307,17 @@ static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct 
 	__u16 *udp = data + 34;
 	struct xvs_fact *a;
 	__u32 len = end - data;
+	int outer = XVS_OUTER;
 
-	if (data + XVS_OUTER > end)
+	if (data + XVS_OUTER + 8 > end)
 		return NULL;
+	if (kind == XVS_DPORT_GENEVE) {
+		__u8 olen = (*(__u8 *)(data + 42) & 0x3f) * 4;
+		if (olen == 8)
+			outer = XVS_OUTER + 8;
+		else if (olen != 0)
+			return NULL;
+	}
 	if (ip->ihl != 5 || bpf_ntohs(ip->tot_len) + 14 != len || bpf_ntohs(udp[2]) + 34 != len || udp[3] != 0)
 		return NULL;
 	__builtin_memcpy(dk.dmac, k->dl_dst, 6);
@@ -315,7 +329,9 @@ static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct 
 	dk.df = (ip->frag_off & bpf_htons(0x4000)) ? 1 : 0;
 	dk.dport = k->tp_dst;
 	__builtin_memcpy(dk.th, data + 42, 8);
-	if (bpf_xdp_adjust_head(ctx, XVS_OUTER))
+	if (outer > XVS_OUTER)
+		__builtin_memcpy(dk.th + 8, data + 50, 8);
+	if (bpf_xdp_adjust_head(ctx, outer))
 		return NULL;
 	dk.inner.ifindex = ctx->ingress_ifindex;
 	if (parse(ctx, &dk.inner, l3) < 0)
@@ -329,7 +345,7 @@ static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct 
 	return a;
 restore:
 	/* Back to the outer frame, whose bytes are still there. */
-	bpf_xdp_adjust_head(ctx, -XVS_OUTER);
+	bpf_xdp_adjust_head(ctx, -outer);
 	return NULL;
 }
 
@@ -493,8 +509,9 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 	a = bpf_map_lookup_elem(&xvs_flows, &k);
 	if (!a && k.dl_type == ETH_P_IP && k.nw_proto == 17 && l3 == 14) {
 		__u16 dport = k.tp_dst;
-		if (bpf_map_lookup_elem(&xvs_dports, &dport))
-			a = decap_lookup(ctx, &k, &l3, *gen);
+		__u8 *kind = bpf_map_lookup_elem(&xvs_dports, &dport);
+		if (kind)
+			a = decap_lookup(ctx, &k, &l3, *gen, *kind);
 	}
 	if (!a) {
 		fstat(1);

@@ -164,8 +164,8 @@ pub fn mask_ok(key: &FlowKey, mask: &FlowMask) -> Result<(), NotOffloadable> {
 /// [`mask_ok`] for the inner frame of a tunnel frame the program
 /// decapsulates (`key`: its key on the tunnel bridge, tunnel fields
 /// included). Every tunnel field comes from outer fields the decapsulating
-/// entry holds exactly (addresses, TOS, TTL, DF, the tunnel header; no
-/// options, so no `tun_metadata`), so a megaflow may match them; the other
+/// entry holds exactly (addresses, TOS, TTL, DF, the tunnel header and its
+/// options, so `tun_metadata` too), so a megaflow may match them; the other
 /// [`ZERO_AT_INGRESS`] fields must be 0, as they are for a frame just
 /// decapsulated.
 pub fn decap_mask_ok(key: &FlowKey, mask: &FlowMask) -> Result<(), NotOffloadable> {

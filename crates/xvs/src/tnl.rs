@@ -754,6 +754,16 @@ impl TnlEnv {
         {
             return Err(no(format!("tunnel {name}: IPv6, checksummed or OAM frames stay in userspace")));
         }
+        let tlv_map = self.tlv.read().expect("tnl tlv");
+        let tlv = tlv_map.get(&fk.bridge).map_or(&[][..], |v| &v[..]);
+        // Geneve options as the encoder writes them for the key's
+        // `tun_metadata` (OVN's senders put one 8-byte option there); the
+        // program takes none or 8 bytes of them, which its key holds byte
+        // for byte (a frame whose options differ in any bit misses).
+        let geneve_opts = if cfg.kind == Kind::Geneve { words_to_options(k, tlv) } else { Vec::new() };
+        if !matches!(geneve_opts.len(), 0 | 8) {
+            return Err(no(format!("tunnel {name}: Geneve options other than one of 8 bytes stay in userspace")));
+        }
         let meta = TunnelMeta {
             tun_id: loc::TUN_ID.get(k) as u64,
             src: src as u128,
@@ -762,17 +772,17 @@ impl TnlEnv {
             ttl: loc::TUN_TTL.get(k) as u8,
             flags: fl,
             tp_dst: cfg.dst_port,
+            geneve_opts,
             ..TunnelMeta::default()
         };
-        // The key's tunnel fields are exactly what such a frame gives (no
+        // The key's tunnel fields are exactly what such a frame gives (its
         // options, no GBP).
-        let tlv_map = self.tlv.read().expect("tnl tlv");
-        let tlv = tlv_map.get(&fk.bridge).map_or(&[][..], |v| &v[..]);
         if meta_to_words(&meta, tlv) != TNL_WORDS.map(|w| k.w[w]) {
-            return Err(no(format!("tunnel {name}: Geneve options or GBP stay in userspace")));
+            return Err(no(format!("tunnel {name}: GBP or these Geneve options stay in userspace")));
         }
         drop(tlv_map);
-        let d = encap::Decap { kind: cfg.kind, meta: meta.clone(), inner: 50, end: 50 };
+        let outer = 50 + meta.geneve_opts.len();
+        let d = encap::Decap { kind: cfg.kind, meta: meta.clone(), inner: outer, end: outer };
         if match_port(&ports, &d).map(|i| Arc::ptr_eq(&ports[i], &port)) != Some(true) {
             return Err(no(format!("tunnel {name}: such frames would go to another port")));
         }
@@ -795,13 +805,14 @@ impl TnlEnv {
             .map(|e| e.mac)
             .ok_or_else(|| no(format!("tunnel {name}: the remote's MAC is not known")))?;
         // Such a frame's outer headers, as the encoder writes them (the
-        // same bytes as OVS's: no options, reserved bits 0); the UDP
-        // source port is any (neither the key nor the decision reads it).
-        // The 8-byte tunnel header goes into the key as it is.
+        // same bytes as OVS's: reserved bits 0); the UDP source port is
+        // any (neither the key nor the decision reads it). The tunnel
+        // header and options go into the key as they are.
         let spec = EncapSpec { kind: cfg.kind, eth_src: smac, eth_dst: dmac, dst_port: cfg.dst_port, csum: false };
         let mut sample = Vec::with_capacity(encap::overhead(&spec, &meta) + 64);
         encap::push(&spec, &TunnelMeta { tp_src: 0xc000, ..meta.clone() }, &[0; 64], 0, &mut sample);
-        let th: [u8; 8] = sample[42..50].try_into().expect("an 8-byte tunnel header");
+        let mut th = [0u8; 16];
+        th[..outer - 42].copy_from_slice(&sample[42..outer]);
         // The tunnel bridge's megaflow for the inner frame.
         let t = {
             let of = peer.ofproto.read().expect("ofproto lock");
@@ -854,7 +865,7 @@ impl TnlEnv {
                 port.rx_packets.fetch_add(packets, Ordering::Relaxed);
                 port.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
                 for c in rules.iter() {
-                    c.0.credit(packets, bytes + packets * 50, now_ms);
+                    c.0.credit(packets, bytes + packets * outer as u64, now_ms);
                 }
             });
             plans.push(off::DecapPlan {

@@ -368,9 +368,10 @@ fn xdp_encapsulation_gives_the_bytes_userspace_gives() {
 
 /// Decapsulation in the kernel gives the inner frame userspace
 /// decapsulation gives (`tunnel::encap::pop`), rewritten as the entry says,
-/// for Geneve and VXLAN; and every frame the entry does not describe
-/// exactly (another VNI, another inner flow, an outer UDP checksum, a
-/// Geneve option, Ethernet padding) goes to userspace as it came.
+/// for Geneve (without options, and with OVN's one 8-byte option) and
+/// VXLAN; and every frame the entry does not describe exactly (another
+/// VNI, another inner flow, an outer UDP checksum, a Geneve option or
+/// another option value, Ethernet padding) goes to userspace as it came.
 #[test]
 fn xdp_decapsulation_gives_the_inner_frame_userspace_gives() {
     use bpf::fastpath::act;
@@ -405,7 +406,8 @@ fn xdp_decapsulation_gives_the_inner_frame_userspace_gives() {
         };
         let frame = wrap(&spec, &meta, &inner);
         let d = pop(&frame, &listen).unwrap();
-        let th: [u8; 8] = frame[42..50].try_into().unwrap();
+        let mut th = [0u8; 16];
+        th[..8].copy_from_slice(&frame[42..50]);
         let (k, _, _) = flow::extract(&inner, 1);
         let dk = DecapKey {
             inner: offload::fast_key(&k, LO),
@@ -451,6 +453,34 @@ fn xdp_decapsulation_gives_the_inner_frame_userspace_gives() {
         }
         prog.fast.remove_decap(&dk).unwrap();
         assert_ne!(prog.run(&frame, LO).unwrap().0, XDP_REDIRECT);
+        if kind != Kind::Geneve {
+            continue;
+        }
+        // OVN's one 8-byte option (class 0x0102, type 0x80, 4 bytes of
+        // data: the logical ports): an entry holding the option's bytes
+        // pops all 58 outer bytes; another option value, or none, misses.
+        let with = |data: u32| {
+            let mut o = vec![0x01, 0x02, 0x80, 0x01];
+            o.extend_from_slice(&data.to_be_bytes());
+            wrap(&spec, &TunnelMeta { geneve_opts: o, ..meta.clone() }, &inner)
+        };
+        let frame = with(0x0001_0002);
+        let d = pop(&frame, &listen).unwrap();
+        assert_eq!(d.inner, 58);
+        let mut th = [0u8; 16];
+        th.copy_from_slice(&frame[42..58]);
+        let dk = DecapKey { th, ..dk };
+        let a = FastAction { slot: slot + 10, ..a };
+        prog.fast.insert_decap(&dk, &a).unwrap();
+        let (v, out) = prog.run(&frame, LO).unwrap();
+        assert_eq!(v, XDP_REDIRECT, "Geneve with OVN's option");
+        assert_eq!(out, &frame[d.inner..d.end], "the inner frame as userspace pops it");
+        for (what, f) in [("another option value", with(0x0001_0003)), ("no option", wrap(&spec, &meta, &inner))] {
+            let (v, out) = prog.run(&f, LO).unwrap();
+            assert_ne!(v, XDP_REDIRECT, "{what}");
+            assert_eq!(out, f, "{what}: left as it came");
+        }
+        prog.fast.remove_decap(&dk).unwrap();
     }
 }
 
