@@ -1365,20 +1365,24 @@ pub fn collect_reports_of(sh: &Shared, with_flows: bool) -> Vec<PmdReport> {
     v
 }
 
+/// How far back [`sample_rates`] looks: a flow is hot if it was in the
+/// last quarter second (the poll threads publish every 100 ms).
+pub const RATE_WINDOW_MS: u64 = 250;
+
 /// The packets per second each of a report's samples stands for: the
-/// samples of the last second (`now_ms`, the bridge's clock), each one
-/// packet in `SAMPLE_EVERY` of those that arrived while they were taken.
-/// That is the whole second, unless the ring is full of samples from
-/// within it. Then it is the time from its oldest sample to its
+/// samples of the last [`RATE_WINDOW_MS`] (`now_ms`, the bridge's clock),
+/// each one packet in `SAMPLE_EVERY` of those that arrived while they were
+/// taken. That is the whole window, unless the ring is full of samples
+/// from within it. Then it is the time from its oldest sample to its
 /// publication. Older samples (a ring that traffic stopped overwriting)
 /// count for nothing.
 pub fn sample_rates(r: &PmdReport, now_ms: u64) -> Vec<(flow::FlowKey, f64)> {
     let n = r.samples.len().min(r.sample_ms.len());
-    let recent: Vec<usize> = (0..n).filter(|&i| now_ms.saturating_sub(r.sample_ms[i]) < 1000).collect();
+    let recent: Vec<usize> = (0..n).filter(|&i| now_ms.saturating_sub(r.sample_ms[i]) < RATE_WINDOW_MS).collect();
     let span_ms = match recent.iter().map(|&i| r.sample_ms[i]).min() {
         None => return Vec::new(),
         Some(oldest) if recent.len() >= dpif::pmd::SAMPLES => r.published_ms.saturating_sub(oldest).max(1),
-        Some(_) => 1000,
+        Some(_) => RATE_WINDOW_MS,
     };
     let each = dpif::pmd::SAMPLE_EVERY as f64 * 1000.0 / span_ms as f64;
     recent.into_iter().map(|i| (r.samples[i], each)).collect()
@@ -1393,11 +1397,11 @@ fn take_fast_path(dev: &mut dyn Netdev) -> Option<bpf::FastPath> {
 mod tests {
     use super::CoreClaim;
 
-    /// Hot-flow rates from a poll thread's samples: samples older than a
-    /// second count for nothing (a ring that traffic stopped overwriting
-    /// must not make a new, slow flow look cold, nor an old one hot); a
-    /// ring not full of recent samples stands for the whole second; a ring
-    /// full of them for the span from its oldest to its publication.
+    /// Hot-flow rates from a poll thread's samples: samples older than
+    /// the window count for nothing (a ring that traffic stopped
+    /// overwriting must not make a new, slow flow look cold, nor an old one
+    /// hot); a ring not full of recent samples stands for the whole window;
+    /// a ring full of them for the span from its oldest to its publication.
     #[test]
     fn sample_rates_count_recent_samples_over_the_time_they_span() {
         use super::{sample_rates, PmdReport};
@@ -1415,12 +1419,15 @@ mod tests {
         }
         for i in 0..6 {
             r.samples.push(key(2));
-            r.sample_ms.push(9_500 + i * 50);
+            r.sample_ms.push(9_800 + i * 40);
         }
         let rates = sample_rates(&r, 10_000);
         assert!(rates.iter().all(|(k, _)| k.in_port() == 2), "stale samples ignored");
         let total: f64 = rates.iter().map(|(_, x)| x).sum();
-        assert_eq!(total, 6.0 * SAMPLE_EVERY as f64, "6 samples over a second: 96 packets/s");
+        let expect = 6.0 * SAMPLE_EVERY as f64 * 1000.0 / super::RATE_WINDOW_MS as f64;
+        assert_eq!(total, expect, "6 samples over the window: 384 packets/s");
+        // A flow whose traffic stopped a window ago is not hot any more.
+        assert!(sample_rates(&r, 10_300).is_empty());
         // A full ring of recent samples spanning 8 ms (a 2 Mpps stream).
         let mut r = PmdReport { published_ms: 20_008, ..Default::default() };
         for i in 0..SAMPLES {
