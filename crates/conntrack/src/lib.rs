@@ -9,7 +9,8 @@
 //! ## Correctness property
 //! A packet is `+est` only if it belongs to a committed connection that has
 //! seen traffic in both directions and, for TCP, lies inside the sequence
-//! windows both sides have shown ([`tcp`]); `+rel` only if it is an ICMP
+//! windows both sides have shown ([`tcp`]; not checked for a connection
+//! the kernel fast path serves, see [`Conntrack::mark_offloaded`]); `+rel` only if it is an ICMP
 //! error quoting a packet of a committed connection; `+rpl` only if it
 //! travels in the reply direction. Everything the tracker cannot parse or
 //! that fails a check is `+inv` and changes no state. A NATed connection is

@@ -482,10 +482,7 @@ pub fn entry_ct(
                 DpAction::SetMasked(set)
                     if PARSED.iter().all(|n| by_name(n).expect("parsed field").get(&set.mask()) == 0) =>
                 {
-                    let (v, m) = (set.key(), set.mask());
-                    for i in 0..key.w.len() {
-                        key.w[i] = (key.w[i] & !m.w[i]) | (v.w[i] & m.w[i]);
-                    }
+                    set.for_each_word(|i, v, m| key.w[i] = (key.w[i] & !m) | (v & m));
                 }
                 DpAction::Ct(ct, params) => {
                     if let Some(x) = rest.iter().find(|a| !matches!(a, DpAction::SetMasked(_))) {
@@ -1431,6 +1428,23 @@ impl Offloader {
 
 /// `xvs offload-show` (also `dpif-netdev/offload-show`): what the kernel
 /// fast path holds and did, per bridge.
+/// Packets the kernel forwarded according to `offload-show`'s text: for
+/// one bridge, or (None) for all.
+pub fn forwarded_in_show(show: &str, bridge: Option<&str>) -> u64 {
+    let mut cur = "";
+    let mut n = 0;
+    for l in show.lines() {
+        if !l.starts_with(' ') {
+            cur = l.split(':').next().unwrap_or("");
+        } else if let Some(x) = l.trim().strip_prefix("forwarded by the kernel: ") {
+            if bridge.is_none_or(|b| b == cur) {
+                n += x.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    n
+}
+
 pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(String, serde_json::Value)> {
     use std::fmt::Write;
     let mut out = String::new();

@@ -184,6 +184,14 @@ impl Hv {
     }
 
     /// ovs-appctl that must succeed.
+    /// Packets this hypervisor's kernel fast path forwarded for `bridge`'s
+    /// entries (xvs), after waiting for the offload manager to credit them
+    /// (every 250 ms).
+    pub fn kernel_forwarded(&self, bridge: &str) -> u64 {
+        std::thread::sleep(Duration::from_millis(600));
+        crate::offload::forwarded_in_show(&self.appctl_ok(&["dpif-netdev/offload-show"]), Some(bridge))
+    }
+
     pub fn appctl_ok(&self, args: &[&str]) -> String {
         let (ok, out) = self.appctl(args);
         assert!(ok, "hv{} ({}): ovs-appctl {args:?}: {out}", self.name, self.switch.name());

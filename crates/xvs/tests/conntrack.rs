@@ -386,11 +386,7 @@ fn kernel_forwarded(d: &Sut) -> u64 {
         return 0;
     }
     std::thread::sleep(std::time::Duration::from_millis(600));
-    let show = d.appctl_ok(&["dpif-netdev/offload-show"]);
-    show.lines()
-        .filter_map(|l| l.trim().strip_prefix("forwarded by the kernel: "))
-        .filter_map(|x| x.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+    xvs::offload::forwarded_in_show(&d.appctl_ok(&["dpif-netdev/offload-show"]), None)
 }
 
 /// The firewall of the first test with the kernel fast path at a

@@ -152,34 +152,27 @@ fn geneve_key_flow_xdp_fast_path_xvs_ovs() {
     xdp_fast_path("gkfxo", Key::Flow(VNI));
 }
 
-fn xdp_fast_path(tag: &str, key: Key) {
-    let t0 = Instant::now();
-    let Some(o) = setup(tag, Kind::Geneve, [Xvs, Ovs], key) else { return };
+/// hvA's kernel fast path at 1 packet/s, with room for full-size frames'
+/// outer headers on br-phy, and GRO on at the far ends of hvA's underlay
+/// veth and vmA's (a veth takes redirected frames only then).
+fn fast_path_on(o: &Overlay) {
     let a = &o.hv[0];
     a.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload-pps=1"]).unwrap();
     a.ns.exec(&["ip", "link", "set", "br-phy", "mtu", "1600"]).unwrap();
     o.mid.exec(&["ethtool", "-K", "ulA", "gro", "on"]).unwrap();
     o.vm[0].exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
+}
+
+fn xdp_fast_path(tag: &str, key: Key) {
+    let t0 = Instant::now();
+    let Some(o) = setup(tag, Kind::Geneve, [Xvs, Ovs], key) else { return };
+    let a = &o.hv[0];
+    fast_path_on(&o);
     o.assert_connected(10);
     step(tag, t0, "vmA reaches vmB");
     // What the kernel forwarded for each bridge's entries (credited every
     // 250 ms).
-    let served = |bridge: &str| -> u64 {
-        std::thread::sleep(std::time::Duration::from_millis(600));
-        let show = a.appctl_ok(&["dpif-netdev/offload-show"]);
-        let mut cur = "";
-        let mut n = 0;
-        for l in show.lines() {
-            if !l.starts_with(' ') {
-                cur = l.split(':').next().unwrap_or("");
-            } else if let Some(x) = l.trim().strip_prefix("forwarded by the kernel: ") {
-                if cur == bridge {
-                    n += x.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                }
-            }
-        }
-        n
-    };
+    let served = |bridge: &str| a.kernel_forwarded(bridge);
     let bytes = 200_000_000;
     assert_eq!(o.tcp(5202, bytes).expect("TCP stream"), bytes, "TCP stream vmA -> vmB\n{}", o.diagnostics());
     step(tag, t0, "TCP stream of 200 MB");
@@ -882,10 +875,7 @@ fn geneve_xdp_fast_path_through_conntrack_xvs_ovs() {
     let t0 = Instant::now();
     let Some(o) = setup(tag, Kind::Geneve, [Xvs, Ovs], Key::Fixed(VNI)) else { return };
     let a = &o.hv[0];
-    a.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload-pps=1"]).unwrap();
-    a.ns.exec(&["ip", "link", "set", "br-phy", "mtu", "1600"]).unwrap();
-    o.mid.exec(&["ethtool", "-K", "ulA", "gro", "on"]).unwrap();
-    o.vm[0].exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
+    fast_path_on(&o);
     a.ofctl_ok("br-int", &["del-flows"]);
     for f in [
         "table=0,priority=100,ip,actions=ct(table=1,zone=9)",
@@ -899,22 +889,7 @@ fn geneve_xdp_fast_path_through_conntrack_xvs_ovs() {
     }
     o.assert_connected(10);
     step(tag, t0, "vmA reaches vmB through the firewall");
-    let served = || -> u64 {
-        std::thread::sleep(std::time::Duration::from_millis(600));
-        let show = a.appctl_ok(&["dpif-netdev/offload-show"]);
-        let mut cur = "";
-        let mut n = 0;
-        for l in show.lines() {
-            if !l.starts_with(' ') {
-                cur = l.split(':').next().unwrap_or("");
-            } else if let Some(x) = l.trim().strip_prefix("forwarded by the kernel: ") {
-                if cur == "br-int" {
-                    n += x.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                }
-            }
-        }
-        n
-    };
+    let served = || a.kernel_forwarded("br-int");
     let e0 = served();
     let bytes = 200_000_000;
     assert_eq!(o.tcp(5203, bytes).expect("TCP stream"), bytes, "TCP stream vmA -> vmB\n{}", o.diagnostics());
@@ -938,10 +913,7 @@ fn geneve_option_xdp_fast_path_xvs_ovs() {
     let t0 = Instant::now();
     let Some(o) = setup(tag, Kind::Geneve, [Xvs, Ovs], Key::Flow(VNI)) else { return };
     let a = &o.hv[0];
-    a.vsctl(&["set", "open_vswitch", ".", "other_config:xdp-offload-pps=1"]).unwrap();
-    a.ns.exec(&["ip", "link", "set", "br-phy", "mtu", "1600"]).unwrap();
-    o.mid.exec(&["ethtool", "-K", "ulA", "gro", "on"]).unwrap();
-    o.vm[0].exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
+    fast_path_on(&o);
     for hv in &o.hv {
         hv.ofctl_ok("br-int", &["add-tlv-map", "{class=0x0102,type=0x80,len=4}->tun_metadata0"]);
         hv.ofctl_ok("br-int", &["del-flows"]);
@@ -959,22 +931,7 @@ fn geneve_option_xdp_fast_path_xvs_ovs() {
     }
     o.assert_connected(10);
     step(tag, t0, "vmA reaches vmB with the option both ways");
-    let served = |bridge: &str| -> u64 {
-        std::thread::sleep(std::time::Duration::from_millis(600));
-        let show = a.appctl_ok(&["dpif-netdev/offload-show"]);
-        let mut cur = "";
-        let mut n = 0;
-        for l in show.lines() {
-            if !l.starts_with(' ') {
-                cur = l.split(':').next().unwrap_or("");
-            } else if let Some(x) = l.trim().strip_prefix("forwarded by the kernel: ") {
-                if cur == bridge {
-                    n += x.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                }
-            }
-        }
-        n
-    };
+    let served = |bridge: &str| a.kernel_forwarded(bridge);
     let (e0, d0) = (served("br-int"), served("br-phy"));
     let bytes = 200_000_000;
     assert_eq!(o.tcp(5204, bytes).expect("TCP stream"), bytes, "TCP stream vmA -> vmB\n{}", o.diagnostics());
