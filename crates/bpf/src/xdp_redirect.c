@@ -419,6 +419,18 @@ static __always_inline int ct_slow(struct xdp_md *ctx, struct xvs_fkey *k, int l
 	return 0;
 }
 
+/* Writes an IPv4 address (both checksums cover it: the IPv4 header's and,
+ * through the pseudo-header, the L4 one). */
+static __always_inline void set_addr(__be32 *field, const __u8 *to, __u32 *ipacc, __u32 *l4acc)
+{
+	__u16 *o = (__u16 *)field;
+	const __u16 *n = (const __u16 *)to;
+
+	*ipacc = csum_acc(csum_acc(*ipacc, o[0], n[0]), o[1], n[1]);
+	*l4acc = csum_acc(csum_acc(*l4acc, o[0], n[0]), o[1], n[1]);
+	__builtin_memcpy(field, to, 4);
+}
+
 /* The NAT rewrite of an XVS_CT entry (IPv4 TCP or UDP; `l3` 14 or 18). */
 static __always_inline int nat_rewrite(struct xdp_md *ctx, int l3, struct xvs_fact *a)
 {
@@ -426,7 +438,7 @@ static __always_inline int nat_rewrite(struct xdp_md *ctx, int l3, struct xvs_fa
 	void *end = (void *)(long)ctx->data_end;
 	struct iphdr *ip;
 	__u16 *ports, *l4c = NULL;
-	__u16 *o, *n, nv;
+	__u16 nv;
 	__u32 ipacc, l4acc, ihl;
 
 	if (l3 != 14 && l3 != 18 && l3 != 22)
@@ -452,20 +464,10 @@ static __always_inline int nat_rewrite(struct xdp_md *ctx, int l3, struct xvs_fa
 	}
 	ipacc = (__u16)~ip->check;
 	l4acc = l4c ? (__u16)~*l4c : 0;
-	if (a->flags & XVS_SET_NW_SRC) {
-		o = (__u16 *)&ip->saddr;
-		n = (__u16 *)a->nat_src;
-		ipacc = csum_acc(csum_acc(ipacc, o[0], n[0]), o[1], n[1]);
-		l4acc = csum_acc(csum_acc(l4acc, o[0], n[0]), o[1], n[1]);
-		__builtin_memcpy(&ip->saddr, a->nat_src, 4);
-	}
-	if (a->flags & XVS_SET_NW_DST) {
-		o = (__u16 *)&ip->daddr;
-		n = (__u16 *)a->nat_dst;
-		ipacc = csum_acc(csum_acc(ipacc, o[0], n[0]), o[1], n[1]);
-		l4acc = csum_acc(csum_acc(l4acc, o[0], n[0]), o[1], n[1]);
-		__builtin_memcpy(&ip->daddr, a->nat_dst, 4);
-	}
+	if (a->flags & XVS_SET_NW_SRC)
+		set_addr(&ip->saddr, a->nat_src, &ipacc, &l4acc);
+	if (a->flags & XVS_SET_NW_DST)
+		set_addr(&ip->daddr, a->nat_dst, &ipacc, &l4acc);
 	if (a->flags & XVS_SET_TP_SRC) {
 		nv = bpf_htons(a->nat_sport);
 		l4acc = csum_acc(l4acc, ports[0], nv);

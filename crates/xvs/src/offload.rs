@@ -370,6 +370,16 @@ fn tunnel_set(set: &dpif::SetFields) -> Option<flow::key::TnlWords> {
     (mask == FlowKey::ZERO).then_some(words)
 }
 
+/// Actions that are one output after an optional `set(tunnel(...))` that
+/// sets nothing else: the port and the tunnel fields set.
+fn single_output(actions: &[DpAction]) -> Option<(u32, flow::key::TnlWords)> {
+    match actions {
+        [DpAction::Output(p)] => Some((*p, [0; flow::key::N_TNL])),
+        [DpAction::SetMasked(s), DpAction::Output(p)] => tunnel_set(s).map(|w| (*p, w)),
+        _ => None,
+    }
+}
+
 /// [`entry`], with outputs to tunnel ports resolved by `encap`: a megaflow
 /// whose only actions are an output to a tunnel port, after an optional
 /// `set(tunnel(...))` (OVN's senders set `tun_id`, the remote and Geneve
@@ -382,11 +392,7 @@ pub fn entry_encap(
     ifindex: &dyn Fn(u32) -> Option<u32>,
     encap: EncapFn,
 ) -> Result<(FastKey, FastAction, Option<Credit>), NotOffloadable> {
-    let tunnel_out = match actions {
-        [DpAction::Output(p)] => Some((*p, [0; flow::key::N_TNL])),
-        [DpAction::SetMasked(s), DpAction::Output(p)] => tunnel_set(s).map(|w| (*p, w)),
-        _ => None,
-    };
+    let tunnel_out = single_output(actions);
     // The frame enters with no tunnel fields: the set's are all it has.
     if let Some((p, words)) = tunnel_out.filter(|_| at_ingress(k)) {
         if ifindex(p).is_none() {
@@ -526,11 +532,7 @@ pub fn entry_ct(
             // tunnel fields): encapsulated as `entry_encap` does, the
             // outer header built for the frame as the pipeline leaves it
             // (translated addresses and ports included).
-            let tunnel_out = match &rest[..] {
-                [DpAction::Output(p)] => Some((*p, [0; flow::key::N_TNL])),
-                [DpAction::SetMasked(s), DpAction::Output(p)] => tunnel_set(s).map(|w| (*p, w)),
-                _ => None,
-            };
+            let tunnel_out = single_output(&rest);
             let untunnelled = flow::key::TNL_WORDS.iter().all(|w| key.w[*w] == 0);
             if let Some((p, words)) = tunnel_out.filter(|(p, _)| untunnelled && ifindex(*p).is_none()) {
                 if let Some(r) = encap(p, &key, &words) {

@@ -379,6 +379,25 @@ fn zone_from_a_register_survives_recirculation() {
     );
 }
 
+/// Two hosts and the switch between them with the kernel fast path at 1
+/// packet/s, the hosts' eth0 with GRO on (a veth takes redirected frames
+/// only then).
+fn with_fast_path(t: &str) -> (Host, Host, Sut) {
+    let (h1, h2) = hosts(t);
+    let ports: Vec<&str> = vec![h1.port.as_str(), h2.port.as_str()];
+    let d = Sut::start(
+        env!("CARGO_BIN_EXE_xvs"),
+        &format!("ct{t}"),
+        &format!("brct{t}"),
+        &ports,
+        &["--xdp-offload-pps", "1"],
+    );
+    for h in [&h1, &h2] {
+        h.exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
+    }
+    (h1, h2, d)
+}
+
 /// Packets and bytes the kernel fast path forwarded, from `offload-show`
 /// (xvs only; 0 for Open vSwitch).
 fn kernel_forwarded(d: &Sut) -> u64 {
@@ -402,14 +421,8 @@ fn kernel_forwarded(d: &Sut) -> u64 {
 /// kernel fast path for these; `XVS_SWITCH=ovs`).
 #[test]
 fn established_connections_in_the_kernel_stay_true_to_the_tracker() {
-    let (h1, h2) = hosts("k");
-    let ports: Vec<&str> = vec![h1.port.as_str(), h2.port.as_str()];
-    let d = Sut::start(env!("CARGO_BIN_EXE_xvs"), "ctk", "brctk", &ports, &["--xdp-offload-pps", "1"]);
+    let (h1, h2, d) = with_fast_path("k");
     let (p1, p2) = (d.ofport(&h1.port), d.ofport(&h2.port));
-    // A veth takes redirected frames only with GRO on at its far end.
-    for h in [&h1, &h2] {
-        h.exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
-    }
     firewall(&d, p1, p2, "-OOpenFlow13");
     assert_eq!(h1.ping(&h2.ip, 2).unwrap(), 2);
     let k0 = kernel_forwarded(&d);
@@ -504,13 +517,8 @@ fn established_connections_in_the_kernel_stay_true_to_the_tracker() {
 /// the same in userspace (`XVS_SWITCH=ovs`).
 #[test]
 fn source_nat_in_the_kernel_translates_both_ways() {
-    let (h1, h2) = hosts("s");
-    let ports: Vec<&str> = vec![h1.port.as_str(), h2.port.as_str()];
-    let d = Sut::start(env!("CARGO_BIN_EXE_xvs"), "cts", "brcts", &ports, &["--xdp-offload-pps", "1"]);
+    let (h1, h2, d) = with_fast_path("s");
     let (p1, p2) = (d.ofport(&h1.port), d.ofport(&h2.port));
-    for h in [&h1, &h2] {
-        h.exec(&["ethtool", "-K", "eth0", "gro", "on"]).unwrap();
-    }
     h2.exec(&["ip", "neigh", "replace", "10.81.0.100", "lladdr", &h1.mac, "dev", "eth0"]).unwrap();
     for f in [
         "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,zone=8,nat)".to_string(),
