@@ -44,6 +44,26 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // Case (b) of the benchmarks as the datapath runs it: `ct(table=1)`
+    // finds nothing (+new), then `ct(commit)` after the recirculation,
+    // told that the first pass saw the packet.
+    let mut m = 0u32;
+    let two = Conntrack::new(Config::default());
+    let look = CtAction { zone: 1, ..CtAction::default() };
+    let commit1 = CtAction { zone: 1, commit: true, ..CtAction::default() };
+    g.bench_function("new connection (ct(table) then ct(commit))", |b| {
+        b.iter_batched(
+            || {
+                m = m.wrapping_add(1);
+                udp(0x0c00_0000 + (m >> 16), 0x0a01_0001, m as u16, 53)
+            },
+            |mut f| {
+                let r = two.execute_tracked(&mut f, &look, 0, None, 0);
+                two.execute_tracked(&mut f, &commit1, 0, r.tracked.as_ref(), r.state).state
+            },
+            BatchSize::SmallInput,
+        )
+    });
     let nat = Conntrack::new(Config::default());
     let range = NatRange {
         addr_min: 0xc0a8_0001,

@@ -206,12 +206,10 @@ pub struct Conn {
 }
 
 impl Conn {
-    fn tuple(&self, reply: bool) -> &Tuple {
-        if reply {
-            &self.reply
-        } else {
-            &self.orig
-        }
+    /// Whether `t` is one of this connection's two tuples in `zone`.
+    #[inline]
+    fn holds(&self, zone: u16, t: &Tuple) -> bool {
+        self.zone == zone && (self.orig == *t || self.reply == *t)
     }
 
     fn live(&self, now_ms: u64) -> bool {
@@ -598,9 +596,33 @@ impl Conntrack {
         c.expires.store(now_ms + self.timeout(c, &st), Relaxed);
     }
 
-    /// The hash of a key (even: bit 0 carries a slot's direction).
+    /// The hash a tuple is stored and found under (even: bit 0 carries a
+    /// slot's role, see [`table`]). It does not depend on the direction: a
+    /// tuple and its reverse hash alike (ICMP: the type is left out, as a
+    /// request and its reply differ there), so a connection without NAT,
+    /// whose reply tuple is its original reversed, needs one slot, and a
+    /// new one costs one probe of one cold bucket for both of its keys
+    /// (the lookup that missed brought that bucket in). Slots are found by
+    /// exact comparison with both of a connection's tuples, so what the
+    /// hash leaves out only costs collisions.
     fn hash(&self, zone: u16, t: &Tuple) -> u64 {
-        self.hasher.hash_one(Key { zone, tuple: *t }) & !1
+        let (a, b) = if t.is_icmp() {
+            ((t.src.min(t.dst), t.sport), (t.src.max(t.dst), 0))
+        } else if (t.src, t.sport) <= (t.dst, t.dport) {
+            ((t.src, t.sport), (t.dst, t.dport))
+        } else {
+            ((t.dst, t.dport), (t.src, t.sport))
+        };
+        self.hasher.hash_one((zone, t.proto, t.v6, a, b)) & !1
+    }
+
+    /// The (one or two) hashes a connection is stored under, with each
+    /// slot's role bit: the original tuple's (false), and the reply
+    /// tuple's (true) if it differs. Dumps list connections by their
+    /// `false` slot, so each once.
+    fn keys(&self, c: &Conn) -> ([(u64, bool); 2], usize) {
+        let (ho, hr) = (self.hash(c.zone, &c.orig), self.hash(c.zone, &c.reply));
+        ([(ho, false), (hr, true)], if ho == hr { 1 } else { 2 })
     }
 
     /// The shard a hash belongs to: its top bits pick it (the shard's table
@@ -615,8 +637,8 @@ impl Conntrack {
         let h = self.hash(zone, t);
         let (c, reply) = {
             let sh = self.shards[self.shard_of(h)].lock().expect("ct shard");
-            let (c, reply) = sh.find(h, |c, reply| c.zone == zone && c.tuple(reply) == t)?;
-            (Arc::clone(c), reply)
+            let (c, _) = sh.find(h, |c, _| c.holds(zone, t))?;
+            (Arc::clone(c), c.orig != *t)
         };
         if c.expires.load(Relaxed) <= now_ms {
             self.remove(&c, true);
@@ -636,10 +658,10 @@ impl Conntrack {
     /// connection's). `expired` says why, for the counters.
     fn remove(&self, c: &Arc<Conn>, expired: bool) {
         let mut removed = false;
-        for reply in [false, true] {
-            let h = self.hash(c.zone, c.tuple(reply));
+        let (keys, n) = self.keys(c);
+        for &(h, role) in &keys[..n] {
             let mut sh = self.shards[self.shard_of(h)].lock().expect("ct shard");
-            if sh.remove(h, |x, r| r == reply && Arc::ptr_eq(x, c)).is_some() {
+            if sh.remove(h, |x, r| r == role && Arc::ptr_eq(x, c)).is_some() {
                 removed = true;
             }
         }
@@ -1081,21 +1103,19 @@ impl Conntrack {
     /// keys checked, and both inserted under those locks.
     fn try_insert(&self, c: &Arc<Conn>, now: u64) -> Insert {
         let (to, tr) = (&c.orig, &c.reply);
-        let (ho, hr) = (self.hash(c.zone, to), self.hash(c.zone, tr));
+        let ([(ho, _), (hr, _)], n) = self.keys(c);
         let (so, sr) = (self.shard_of(ho), self.shard_of(hr));
         let holder = |sh: &Shard, h: u64, t: &Tuple| {
-            let (x, _) = sh.find(h, |x, reply| x.zone == c.zone && x.tuple(reply) == t)?;
+            let (x, _) = sh.find(h, |x, _| x.holds(c.zone, t))?;
             Some(if x.expires.load(Relaxed) <= now { Insert::Stale(Arc::clone(x)) } else { Insert::Taken })
         };
         if so == sr {
             let mut m = self.shards[so].lock().expect("ct shard");
-            // A tuple that is its own reverse has one key.
-            let both = to != tr;
-            if let Some(r) = holder(&m, ho, to).or_else(|| if both { holder(&m, hr, tr) } else { None }) {
+            if let Some(r) = holder(&m, ho, to).or_else(|| if to != tr { holder(&m, hr, tr) } else { None }) {
                 return r;
             }
             m.insert(ho, false, Arc::clone(c));
-            if both {
+            if n == 2 {
                 m.insert(hr, true, Arc::clone(c));
             }
             return Insert::Done;

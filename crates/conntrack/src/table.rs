@@ -16,7 +16,9 @@
 //! a sixteenth; the index is recomputed from the tag, so a rebuild never
 //! looks at a connection.
 //!
-//! The caller's hash `h` must be even (bit 0 is the slot's direction).
+//! The caller's hash `h` must be even: bit 0 of a slot's tag is a role the
+//! caller gives it (the tracker: whether the slot is a connection's second
+//! key), which `find` and `remove` hand back to it.
 //! Bits 1-30 give the bucket index and the tag; the caller picks shards
 //! with bits above 31.
 
@@ -48,7 +50,7 @@ pub(crate) struct Table<T> {
     used: usize,
 }
 
-/// The tag of hash `h` in direction `reply` (bit 0).
+/// The tag of hash `h` with role bit `reply`.
 #[inline]
 fn tag(h: u64, reply: bool) -> u32 {
     (h as u32 & 0x7fff_fffe) | LIVE | reply as u32
