@@ -1166,7 +1166,7 @@ impl Conntrack {
                 }
             }
         }
-        out.sort_by(|a, b| (a.zone, a.orig).cmp(&(b.zone, b.orig)));
+        out.sort_by_key(|a| (a.zone, a.orig));
         out
     }
 
