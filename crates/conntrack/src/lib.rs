@@ -1268,3 +1268,63 @@ impl Conn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::build::Frame;
+
+    fn slots(t: &Conntrack) -> usize {
+        t.shards.iter().map(|s| s.lock().expect("ct shard").iter().count()).sum()
+    }
+
+    fn udp(src: u32, dst: u32, sp: u16, dp: u16) -> Vec<u8> {
+        Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).ipv4(src, dst).udp(sp, dp).payload(b"x").build()
+    }
+
+    /// What the direction-independent hash promises: one slot for a
+    /// connection whose reply tuple is its original reversed (ICMP echo
+    /// too, whose reply type differs), two for a translated one, each
+    /// found from both directions, and nothing left after a flush.
+    #[test]
+    fn a_connection_without_nat_takes_one_slot_and_a_translated_one_two() {
+        let t = Conntrack::new(Config::default());
+        let (a, b, x) = (0x0a00_0001u32, 0x0a00_0002u32, 0xc0a8_0064u32);
+        let commit = CtAction { commit: true, ..CtAction::default() };
+        let look = CtAction::default();
+        assert_eq!(t.execute(&mut udp(a, b, 4000, 53), &commit, 0, None).state, cs::TRK | cs::NEW);
+        assert_eq!(slots(&t), 1);
+        assert_eq!(t.execute(&mut udp(b, a, 53, 4000), &look, 1, None).state, cs::TRK | cs::EST | cs::RPL);
+        let echo = |src, dst, ty: u8| {
+            let mut f = Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).ipv4(src, dst).icmp_echo(7, 1).build();
+            f[34] = ty;
+            f[36..38].fill(0);
+            let c = wire::checksum::checksum(&f[34..]);
+            f[36..38].copy_from_slice(&c.to_be_bytes());
+            f
+        };
+        assert_eq!(t.execute(&mut echo(a, b, 8), &commit, 1, None).state, cs::TRK | cs::NEW);
+        assert_eq!(slots(&t), 2);
+        assert_eq!(t.execute(&mut echo(b, a, 0), &look, 2, None).state, cs::TRK | cs::EST | cs::RPL);
+        let range = NatRange {
+            addr_min: x as u128,
+            addr_max: x as u128,
+            port_min: 0,
+            port_max: 0,
+            v6: false,
+            flags: NatFlags::default(),
+        };
+        let snat = CtAction { commit: true, nat: Some(Nat::Src(range)), ..CtAction::default() };
+        let mut f = udp(a, b, 5000, 53);
+        assert_eq!(t.execute(&mut f, &snat, 2, None).state, cs::TRK | cs::NEW | cs::SNAT);
+        assert_eq!(slots(&t), 4, "a translated connection is stored under both tuples");
+        let nat = CtAction { nat: Some(Nat::Existing), ..CtAction::default() };
+        let sport = u16::from_be_bytes([f[34], f[35]]);
+        let mut reply = udp(b, x, 53, sport);
+        assert_eq!(t.execute(&mut reply, &nat, 3, None).state, cs::TRK | cs::EST | cs::RPL | cs::SNAT);
+        assert_eq!(&reply[30..34], &a.to_be_bytes(), "the reply is translated back to the original source");
+        assert_eq!(t.connections(None).len(), 3);
+        assert_eq!(t.flush(|_| true), 3);
+        assert_eq!((slots(&t), t.n_conns()), (0, 0));
+    }
+}
