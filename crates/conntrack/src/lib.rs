@@ -179,30 +179,36 @@ struct ConnState {
 }
 
 /// One tracked connection.
+///
+/// Laid out in declaration order (`repr(C)`), what a lookup reads first:
+/// the zone, flags and expiry, then both tuples, contiguous (a probe
+/// compares the zone and a tuple before anything else; Rust's own layout
+/// put the zone 200 bytes after the tuples, on a line of its own).
 #[derive(Debug)]
+#[repr(C)]
 pub struct Conn {
     pub zone: u16,
+    /// The helper (`alg=`) port of a control connection, 0 if none.
+    pub alg: u16,
+    /// [`cs::SNAT`] and/or [`cs::DNAT`] if the connection is translated.
+    pub nat: u8,
+    /// Set once the connection left the table (expired, flushed, replaced),
+    /// so a [`Tracked`] hint that still holds it is not used.
+    removed: AtomicBool,
+    /// The kernel fast path serves some of its packets: changes call the
+    /// tracker's offload hooks.
+    offloaded: AtomicBool,
+    expires: AtomicU64,
     /// The tuple of the first packet.
     pub orig: Tuple,
     /// The tuple replies carry (translated addresses if NATed).
     pub reply: Tuple,
-    /// [`cs::SNAT`] and/or [`cs::DNAT`] if the connection is translated.
-    pub nat: u8,
-    /// The helper (`alg=`) port of a control connection, 0 if none.
-    pub alg: u16,
     /// The zone's timeout policy when the connection was created.
     tp: Option<Arc<Timeouts>>,
-    expires: AtomicU64,
-    /// Set once the connection left the table (expired, flushed, replaced),
-    /// so a [`Tracked`] hint that still holds it is not used.
-    removed: AtomicBool,
-    st: Mutex<ConnState>,
     /// Moves on whenever what [`Conntrack::offload_view`] reports for the
     /// connection changes (TCP state, mark, label, removal).
     version: AtomicU64,
-    /// The kernel fast path serves some of its packets: changes call the
-    /// tracker's offload hooks.
-    offloaded: AtomicBool,
+    st: Mutex<ConnState>,
 }
 
 impl Conn {
@@ -621,7 +627,15 @@ impl Conntrack {
     /// tuple's (true) if it differs. Dumps list connections by their
     /// `false` slot, so each once.
     fn keys(&self, c: &Conn) -> ([(u64, bool); 2], usize) {
-        let (ho, hr) = (self.hash(c.zone, &c.orig), self.hash(c.zone, &c.reply));
+        self.keys_hashed(c, self.hash(c.zone, &c.orig))
+    }
+
+    /// [`Conntrack::keys`] with the original tuple's hash `ho` known. An
+    /// untranslated connection's reply tuple is its original reversed,
+    /// which hashes alike.
+    fn keys_hashed(&self, c: &Conn, ho: u64) -> ([(u64, bool); 2], usize) {
+        let hr = if c.nat == 0 { ho } else { self.hash(c.zone, &c.reply) };
+        debug_assert_eq!(hr, self.hash(c.zone, &c.reply));
         ([(ho, false), (hr, true)], if ho == hr { 1 } else { 2 })
     }
 
@@ -634,7 +648,11 @@ impl Conntrack {
     /// Finds the live connection a tuple belongs to, and whether the tuple
     /// is its reply direction. An expired connection met here is removed.
     fn lookup(&self, zone: u16, t: &Tuple, now_ms: u64) -> Option<(Arc<Conn>, bool)> {
-        let h = self.hash(zone, t);
+        self.lookup_hashed(zone, t, self.hash(zone, t), now_ms)
+    }
+
+    /// [`Conntrack::lookup`] with the tuple's hash already known.
+    fn lookup_hashed(&self, zone: u16, t: &Tuple, h: u64, now_ms: u64) -> Option<(Arc<Conn>, bool)> {
         let (c, reply) = {
             let sh = self.shards[self.shard_of(h)].lock().expect("ct shard");
             let (c, _) = sh.find(h, |c, _| c.holds(zone, t))?;
@@ -777,10 +795,12 @@ impl Conntrack {
                 };
             }
         }
+        // Hashed once: a new connection is stored under the same hash.
+        let h = self.hash(act.zone, &p.tuple);
         let mut found = if translated {
-            by_translation().or_else(|| self.lookup(act.zone, &p.tuple, now_ms))
+            by_translation().or_else(|| self.lookup_hashed(act.zone, &p.tuple, h, now_ms))
         } else {
-            self.lookup(act.zone, &p.tuple, now_ms)
+            self.lookup_hashed(act.zone, &p.tuple, h, now_ms)
         };
         if let Some((c, reply)) = &found {
             if act.force && *reply && act.commit {
@@ -816,7 +836,7 @@ impl Conntrack {
         if !act.commit {
             return CtResult { state: cs::TRK | cs::NEW, zone: act.zone, ..CtResult::default() };
         }
-        self.create(frame, &p, act, now_ms)
+        self.create_hashed(frame, &p, act, now_ms, h)
     }
 
     /// The connection of a [`Tracked`] hint and the packet's direction, if
@@ -981,6 +1001,11 @@ impl Conntrack {
     }
 
     fn create(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, now: u64) -> CtResult {
+        self.create_hashed(frame, p, act, now, self.hash(act.zone, &p.tuple))
+    }
+
+    /// [`Conntrack::create`] with the hash of the packet's tuple known.
+    fn create_hashed(&self, frame: &mut [u8], p: &Parsed, act: &CtAction, now: u64, ho: u64) -> CtResult {
         let zone = self.zone(act.zone);
         let zlimit = match zone.limit.load(Relaxed) {
             0 => self.default_zone_limit.load(Relaxed),
@@ -1056,7 +1081,7 @@ impl Conntrack {
                 version: AtomicU64::new(0),
                 offloaded: AtomicBool::new(false),
             });
-            if self.insert(&conn, now) {
+            if self.insert(&conn, now, ho) {
                 self.n_conns.fetch_add(1, Relaxed);
                 zone.count.fetch_add(1, Relaxed);
                 self.counters.created.fetch_add(1, Relaxed);
@@ -1086,11 +1111,11 @@ impl Conntrack {
 
     /// Inserts both keys of a new connection, or neither if a live
     /// connection holds one; an expired one holding a key is removed first.
-    fn insert(&self, c: &Arc<Conn>, now: u64) -> bool {
+    fn insert(&self, c: &Arc<Conn>, now: u64, ho: u64) -> bool {
         // Each round removes one stale connection; four keys at most can
         // be in the way (two per key, if orig and reply were both taken).
         for _ in 0..4 {
-            match self.try_insert(c, now) {
+            match self.try_insert(c, now, ho) {
                 Insert::Done => return true,
                 Insert::Taken => return false,
                 Insert::Stale(old) => self.remove(&old, true),
@@ -1101,9 +1126,9 @@ impl Conntrack {
 
     /// One attempt: the (at most two) shards are locked in index order, both
     /// keys checked, and both inserted under those locks.
-    fn try_insert(&self, c: &Arc<Conn>, now: u64) -> Insert {
+    fn try_insert(&self, c: &Arc<Conn>, now: u64, ho: u64) -> Insert {
         let (to, tr) = (&c.orig, &c.reply);
-        let ([(ho, _), (hr, _)], n) = self.keys(c);
+        let ([_, (hr, _)], n) = self.keys_hashed(c, ho);
         let (so, sr) = (self.shard_of(ho), self.shard_of(hr));
         let holder = |sh: &Shard, h: u64, t: &Tuple| {
             let (x, _) = sh.find(h, |x, _| x.holds(c.zone, t))?;
