@@ -168,7 +168,10 @@ enum Proto {
     Simple,
 }
 
+/// Packed to 8-byte alignment (as `Tuple`): a `u128` label would align
+/// the whole connection to 16 and pad it.
 #[derive(Debug)]
+#[repr(packed(8))]
 struct ConnState {
     proto: Proto,
     mark: u32,
@@ -1311,6 +1314,16 @@ mod tests {
     /// connection whose reply tuple is its original reversed (ICMP echo
     /// too, whose reply type differs), two for a translated one, each
     /// found from both directions, and nothing left after a flush.
+    /// Every connection costs this much memory (plus a table slot and the
+    /// allocator's header): with the tuples and state packed to 8-byte
+    /// alignment it is 216 bytes, 24 less than with their natural
+    /// alignment, at a million connections a second of new memory.
+    #[test]
+    fn a_connection_is_216_bytes_aligned_to_8() {
+        assert_eq!((std::mem::size_of::<Conn>(), std::mem::align_of::<Conn>()), (216, 8));
+        assert_eq!(std::mem::size_of::<Tuple>(), 40);
+    }
+
     #[test]
     fn a_connection_without_nat_takes_one_slot_and_a_translated_one_two() {
         let t = Conntrack::new(Config::default());

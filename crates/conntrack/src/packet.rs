@@ -24,6 +24,7 @@ pub mod proto {
 /// type, so the reply of a request finds the request's connection. For
 /// protocols without ports both are 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(packed(8))]
 pub struct Tuple {
     pub src: u128,
     pub dst: u128,
@@ -302,14 +303,16 @@ fn l4(
 ) -> Result<(), Untrackable> {
     let seg = b.get(l4..end).ok_or(Untrackable::Truncated)?;
     (p.l3, p.l4, p.end, p.tcp, p.inner) = (l3, l4, end, None, None);
+    // Copied out: `Tuple` is packed, so a closure cannot borrow fields of it.
+    let (v6, src, dst, pr) = (t.v6, t.src, t.dst, t.proto);
     let csum_ok = |seg: &[u8]| -> bool {
         if !validate || depth > 0 {
             return true;
         }
-        if t.v6 {
-            wire::checksum::l4_checksum_v6(t.src, t.dst, t.proto, seg) == 0
+        if v6 {
+            wire::checksum::l4_checksum_v6(src, dst, pr, seg) == 0
         } else {
-            wire::checksum::l4_checksum_v4(t.src as u32, t.dst as u32, t.proto, seg) == 0
+            wire::checksum::l4_checksum_v4(src as u32, dst as u32, pr, seg) == 0
         }
     };
     match t.proto {

@@ -256,7 +256,7 @@ fn snat_translates_both_ways_and_never_reuses_a_live_port() {
     assert_eq!(r.state, cs::TRK | cs::EST | cs::RPL | cs::SNAT);
     assert_eq!((ip_dst(&back), dport(&back)), (A, 4000));
     assert!(valid(&back));
-    assert_eq!(r.orig.unwrap().src, A as u128, "ct_nw_src is the original source");
+    assert_eq!({ r.orig.unwrap().src }, A as u128, "ct_nw_src is the original source");
     // Another client with the same source port gets the other port.
     let c2 = 0x0a00_0003;
     let mut f2 = udp(c2, B, 4000, 53);
@@ -480,7 +480,7 @@ fn a_translated_packet_belongs_to_the_connection_that_translated_it() {
         assert_eq!((ip_src(&f), ip_dst(&f)), (h9, h4));
         let hint = if with_hint { first.tracked.as_ref() } else { None };
         let second = t.execute_tracked(&mut f, &ct(1), 2, hint, first.state);
-        assert_eq!(second.orig.unwrap().src, h0 as u128, "hint {with_hint}: ct_nw_src is the SNAT client's");
+        assert_eq!({ second.orig.unwrap().src }, h0 as u128, "hint {with_hint}: ct_nw_src is the SNAT client's");
         assert_eq!(second.state, cs::TRK | cs::NEW);
         // Found through the hint: the caller keeps its hint, no new handle
         // on the connection is made; found by lookup: it gets one.
