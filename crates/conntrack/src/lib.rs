@@ -22,7 +22,8 @@
 //! The table is split into 1,024 shards, each a `Mutex` around a
 //! [`table`] whose buckets are one cache line of five tags and five
 //! `Arc<Conn>` (a probe reads one line before it touches a connection),
-//! chosen by a keyed hash of the zone and tuple (so a flood of crafted
+//! chosen by a keyed hash of the zone and tuple, the same for a tuple and
+//! its reverse (so a connection without NAT has one slot; a flood of crafted
 //! tuples cannot pile into one shard). The key is hashed once per
 //! operation, and a shard grows without dereferencing a connection, so
 //! growing one (a 1/1024th of the table) is short. A lookup locks one
@@ -1310,10 +1311,6 @@ mod tests {
         Frame::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).ipv4(src, dst).udp(sp, dp).payload(b"x").build()
     }
 
-    /// What the direction-independent hash promises: one slot for a
-    /// connection whose reply tuple is its original reversed (ICMP echo
-    /// too, whose reply type differs), two for a translated one, each
-    /// found from both directions, and nothing left after a flush.
     /// Every connection costs this much memory (plus a table slot and the
     /// allocator's header): with the tuples and state packed to 8-byte
     /// alignment it is 216 bytes, 24 less than with their natural
@@ -1324,6 +1321,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<Tuple>(), 40);
     }
 
+    /// What the direction-independent hash promises: one slot for a
+    /// connection whose reply tuple is its original reversed (ICMP echo
+    /// too, whose reply type differs), two for a translated one, each
+    /// found from both directions, and nothing left after a flush.
     #[test]
     fn a_connection_without_nat_takes_one_slot_and_a_translated_one_two() {
         let t = Conntrack::new(Config::default());
