@@ -377,7 +377,12 @@ pub struct Conntrack {
     n_conns: AtomicUsize,
     /// Default per-zone limit (0 = none).
     default_zone_limit: AtomicUsize,
-    zones: RwLock<HashMap<u16, Arc<ZoneCount>>>,
+    /// Every zone's count and limit, in 256 groups of 256 zones, a group
+    /// allocated when one of its zones is first used: a new connection
+    /// finds its zone with one load and no lock or reference count (a map
+    /// behind a lock cost a read lock and an `Arc` per connection created
+    /// or removed).
+    zones: Box<[std::sync::OnceLock<Box<[ZoneCount]>>]>,
     validate: bool,
     timeouts: Timeouts,
     sweep_cursor: AtomicUsize,
@@ -431,7 +436,7 @@ impl Conntrack {
             max_conns: AtomicUsize::new(cfg.max_conns),
             n_conns: AtomicUsize::new(0),
             default_zone_limit: AtomicUsize::new(0),
-            zones: RwLock::new(HashMap::new()),
+            zones: (0..256).map(|_| std::sync::OnceLock::new()).collect(),
             validate: cfg.validate_checksums,
             timeouts: cfg.timeouts,
             sweep_cursor: AtomicUsize::new(0),
@@ -669,11 +674,9 @@ impl Conntrack {
         Some((c, reply))
     }
 
-    fn zone(&self, zone: u16) -> Arc<ZoneCount> {
-        if let Some(z) = self.zones.read().expect("ct zones").get(&zone) {
-            return Arc::clone(z);
-        }
-        Arc::clone(self.zones.write().expect("ct zones").entry(zone).or_default())
+    fn zone(&self, zone: u16) -> &ZoneCount {
+        let group = self.zones[zone as usize >> 8].get_or_init(|| (0..256).map(|_| ZoneCount::default()).collect());
+        &group[zone as usize & 255]
     }
 
     /// Removes a connection's entries (only if they are still this
@@ -1237,16 +1240,20 @@ impl Conntrack {
     /// The default limit and every zone with a limit or connections.
     pub fn zone_limits(&self) -> (usize, Vec<ZoneLimit>) {
         let def = self.default_zone_limit.load(Relaxed);
-        let zones = self.zones.read().expect("ct zones");
-        let mut v: Vec<ZoneLimit> = zones
-            .iter()
-            .map(|(&zone, z)| {
-                let l = z.limit.load(Relaxed);
-                ZoneLimit { zone, limit: if l == 0 { def } else { l }, count: z.count.load(Relaxed) }
+        let v: Vec<ZoneLimit> = (self.zones.iter().enumerate())
+            .filter_map(|(g, group)| Some((g, group.get()?)))
+            .flat_map(|(g, group)| {
+                group.iter().enumerate().map(move |(i, z)| {
+                    let l = z.limit.load(Relaxed);
+                    ZoneLimit {
+                        zone: (g << 8 | i) as u16,
+                        limit: if l == 0 { def } else { l },
+                        count: z.count.load(Relaxed),
+                    }
+                })
             })
             .filter(|z| z.limit != 0 || z.count != 0)
             .collect();
-        v.sort_by_key(|z| z.zone);
         (def, v)
     }
 
