@@ -36,7 +36,8 @@
 //! order, checks both keys and inserts both under those locks (an expired
 //! connection found on either key is removed first), so concurrent commits
 //! of the same tuple cannot both win. Zone
-//! counters for limits are atomics per zone behind a read-mostly map.
+//! counters for limits are atomics per zone, in groups allocated on first
+//! use and found without a lock.
 //!
 //! Expiry never stops the world: [`Conntrack::sweep`] visits a bounded
 //! number of shards per call (the caller's housekeeping tick), one shard
@@ -1240,7 +1241,10 @@ impl Conntrack {
     /// The default limit and every zone with a limit or connections.
     pub fn zone_limits(&self) -> (usize, Vec<ZoneLimit>) {
         let def = self.default_zone_limit.load(Relaxed);
-        let v: Vec<ZoneLimit> = (self.zones.iter().enumerate())
+        let v: Vec<ZoneLimit> = self
+            .zones
+            .iter()
+            .enumerate()
             .filter_map(|(g, group)| Some((g, group.get()?)))
             .flat_map(|(g, group)| {
                 group.iter().enumerate().map(move |(i, z)| {
