@@ -24,7 +24,7 @@ pub mod proto {
 /// type, so the reply of a request finds the request's connection. For
 /// protocols without ports both are 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(packed(8))]
+#[repr(Rust, packed(8))]
 pub struct Tuple {
     pub src: u128,
     pub dst: u128,

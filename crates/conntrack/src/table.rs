@@ -68,6 +68,32 @@ impl<T> Table<T> {
         (tag as usize >> 1) & (self.buckets.len() - 1)
     }
 
+    /// Where the buckets are and how many, in one word (0 while there are
+    /// none): the address of the first (64-byte aligned) with the log2 of
+    /// their number in the low 6 bits. The tracker publishes it for
+    /// [`Table::bucket_addr`], which reads it without the shard's lock.
+    pub(crate) fn base(&self) -> usize {
+        if self.buckets.is_empty() {
+            0
+        } else {
+            self.buckets.as_ptr() as usize | self.buckets.len().trailing_zeros() as usize
+        }
+    }
+
+    /// The address of the bucket a probe for `h` starts at, in a table
+    /// whose [`Table::base`] was `base`. Only a hint for a prefetch: the
+    /// table may have been rebuilt since, and the address is never
+    /// dereferenced.
+    #[inline]
+    pub(crate) fn bucket_addr(base: usize, h: u64) -> Option<usize> {
+        if base == 0 {
+            return None;
+        }
+        let mask = (1usize << (base & 63)) - 1;
+        let index = (tag(h, false) as usize >> 1) & mask;
+        Some((base & !63) + index * std::mem::size_of::<Bucket<T>>())
+    }
+
     /// The value stored under `h` for which `eq(value, reply)` holds.
     #[inline]
     pub(crate) fn find(&self, h: u64, eq: impl Fn(&T, bool) -> bool) -> Option<(&T, bool)> {
@@ -238,5 +264,25 @@ mod tests {
     #[test]
     fn a_bucket_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Bucket<std::sync::Arc<u64>>>(), 64);
+    }
+
+    /// The published base finds the bucket a probe starts at, through
+    /// growth and shrinking.
+    #[test]
+    fn bucket_addr_is_where_a_probe_starts() {
+        let mut t: Table<u64> = Table::default();
+        assert_eq!(Table::<u64>::bucket_addr(t.base(), 2), None);
+        for k in 0..5000u64 {
+            t.insert(h(k, 31), false, k);
+            let hk = h(k / 2, 31);
+            let want = &t.buckets[t.start(tag(hk, false))] as *const Bucket<u64> as usize;
+            assert_eq!(Table::<u64>::bucket_addr(t.base(), hk), Some(want), "after {k} inserts");
+        }
+        for k in 0..4990u64 {
+            t.remove(h(k, 31), |&v, _| v == k);
+        }
+        let hk = h(4995, 31);
+        let want = &t.buckets[t.start(tag(hk, false))] as *const Bucket<u64> as usize;
+        assert_eq!(Table::<u64>::bucket_addr(t.base(), hk), Some(want));
     }
 }

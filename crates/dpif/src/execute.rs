@@ -38,7 +38,7 @@ pub struct OutQueues {
     /// the slot's connection to the tracker, which uses it instead of a
     /// table lookup only when it is what the lookup would find
     /// (`conntrack::Tracked`).
-    ct_hints: CtHints,
+    pub(crate) ct_hints: CtHints,
 }
 
 /// How many connections [`CtHints`] keeps (a power of two).
@@ -54,9 +54,48 @@ const CT_HINTS: usize = 256;
 #[derive(Default)]
 pub(crate) struct CtHints {
     slots: Vec<Option<conntrack::Tracked>>,
+    /// Per input port, the tracker and zone of the first `ct()` its
+    /// packets met lately, for [`crate::pmd::Pmd::process_batch`] to
+    /// prefetch the table's buckets for a batch from that port.
+    first: Vec<FirstCt>,
+}
+
+/// See [`CtHints::note_first`].
+struct FirstCt {
+    port: u32,
+    ct: std::sync::Arc<conntrack::Conntrack>,
+    zone: u16,
+    /// Grows by 2 (to 64) when such a `ct()` had to look in the table,
+    /// shrinks by 1 when a hint spared it: positive while at least a third
+    /// of them look.
+    score: u8,
 }
 
 impl CtHints {
+    /// Records a packet's first `ct()` (tracker `ct`, `zone`) from `port`,
+    /// and whether a hint spared it the table lookup (`hit`).
+    #[inline]
+    fn note_first(&mut self, port: u32, ct: &std::sync::Arc<conntrack::Conntrack>, zone: u16, hit: bool) {
+        let e = match self.first.iter_mut().position(|e| e.port == port) {
+            Some(i) => &mut self.first[i],
+            None => {
+                self.first.push(FirstCt { port, ct: ct.clone(), zone, score: 0 });
+                self.first.last_mut().expect("just pushed")
+            }
+        };
+        if !std::sync::Arc::ptr_eq(&e.ct, ct) || e.zone != zone {
+            (e.ct, e.zone, e.score) = (ct.clone(), zone, 0);
+        }
+        e.score = if hit { e.score.saturating_sub(1) } else { (e.score + 2).min(64) };
+    }
+
+    /// The tracker and zone to prefetch for, for a batch from `port`: the
+    /// first `ct()` its packets meet, if those lately went to the table.
+    #[inline]
+    pub(crate) fn prefetch_for(&self, port: u32) -> Option<(&conntrack::Conntrack, u16)> {
+        self.first.iter().find(|e| e.port == port && e.score > 0).map(|e| (&*e.ct, e.zone))
+    }
+
     #[inline]
     fn slot(key: &FlowKey, zone: u16) -> usize {
         let (a, b) = if key.is_ipv6() {
@@ -204,7 +243,13 @@ pub fn execute(
                 let rest = &actions[i + 1..];
                 return run_ct_fragment(&ct.0, params, pkt, key, layout, rest, out, sink, now_ms);
             }
-            DpAction::Ct(ct, params) => run_ct(&ct.0, params, &mut pkt, key, &mut out.ct_hints, now_ms),
+            DpAction::Ct(ct, params) => {
+                let first = key.ct_state() == 0;
+                let hit = run_ct(&ct.0, params, &mut pkt, key, &mut out.ct_hints, now_ms);
+                if first {
+                    out.ct_hints.note_first(pkt.in_port, &ct.0, params.zone, hit);
+                }
+            }
             DpAction::CtClear => flow::key::clear_ct(key),
             DpAction::PushMpls { ethertype, lse } => {
                 let l3 = layout.l3 as usize;
@@ -260,7 +305,8 @@ pub fn execute(
 /// Runs the tracker on the packet and records its verdict in the key. If
 /// the tracker translated the packet (NAT), the key's addresses and ports
 /// follow the bytes, so later actions and a recirculated lookup see the
-/// translated packet.
+/// translated packet. Returns whether a hint spared the tracker its table
+/// lookup.
 fn run_ct(
     ct: &conntrack::Conntrack,
     params: &conntrack::CtAction,
@@ -268,7 +314,7 @@ fn run_ct(
     key: &mut FlowKey,
     hints: &mut CtHints,
     now_ms: u64,
-) {
+) -> bool {
     let (r, matched) = track(ct, params, pkt.data_mut(), key, hints, now_ms);
     use conntrack::cs::{DNAT, REL, RPL, SNAT};
     if r.state & (SNAT | DNAT) != 0 {
@@ -299,6 +345,7 @@ fn run_ct(
             }
         }
     }
+    r.hint_matched
 }
 
 /// `ct()` on an IP fragment: the reassembler keeps it until its datagram
@@ -322,7 +369,7 @@ fn run_ct_fragment(
         // Reassembly is off for this IP version: track the fragment as it
         // is (the tracker calls it invalid).
         Defragged::NotFragment => {
-            run_ct(ct, params, &mut pkt, key, &mut out.ct_hints, now_ms);
+            let _ = run_ct(ct, params, &mut pkt, key, &mut out.ct_hints, now_ms);
             return execute(rest, pkt, key, layout, out, sink, now_ms);
         }
         Defragged::Held | Defragged::Dropped(_) => return Exec::Done,
@@ -806,5 +853,42 @@ mod tests {
         let by_zone: std::collections::HashSet<usize> =
             (0..100u16).map(|z| CtHints::slot(&key(0x0a00_0001, 0x0a00_0002, 10_000, 5001), z)).collect();
         assert!(by_zone.len() > 60, "100 zones over {} slots", by_zone.len());
+    }
+
+    /// The prefetch follows each port's first `ct()`: on while at least a
+    /// third of those went to the table, off once hints serve them, and
+    /// reset when the port's first `ct()` changes tracker or zone.
+    #[test]
+    fn prefetch_follows_each_ports_table_lookups() {
+        use std::sync::Arc;
+        let ct = Arc::new(conntrack::Conntrack::new(conntrack::Config::default()));
+        let other = Arc::new(conntrack::Conntrack::new(conntrack::Config::default()));
+        let mut h = CtHints::default();
+        assert!(h.prefetch_for(1).is_none());
+        h.note_first(1, &ct, 5, false);
+        let (t, z) = h.prefetch_for(1).expect("a lookup: on");
+        assert!(std::ptr::eq(t, &*ct) && z == 5);
+        assert!(h.prefetch_for(2).is_none(), "per port");
+        // Two hits for every lookup: still on; all hits: off.
+        for _ in 0..20 {
+            h.note_first(1, &ct, 5, false);
+            h.note_first(1, &ct, 5, true);
+            h.note_first(1, &ct, 5, true);
+        }
+        assert!(h.prefetch_for(1).is_some());
+        for _ in 0..200 {
+            h.note_first(1, &ct, 5, true);
+        }
+        assert!(h.prefetch_for(1).is_none());
+        // A lookup in another zone, then in another tracker: they are what
+        // the port's batches prefetch for from then on.
+        h.note_first(1, &ct, 6, false);
+        assert_eq!(h.prefetch_for(1).map(|(_, z)| z), Some(6));
+        h.note_first(1, &other, 6, false);
+        assert!(std::ptr::eq(h.prefetch_for(1).expect("on").0, &*other));
+        // Another port keeps its own.
+        h.note_first(2, &ct, 9, false);
+        assert_eq!(h.prefetch_for(2).map(|(_, z)| z), Some(9));
+        assert!(std::ptr::eq(h.prefetch_for(1).expect("on").0, &*other));
     }
 }

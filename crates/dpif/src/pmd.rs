@@ -449,6 +449,18 @@ impl Pmd {
         // One key buffer for the batch: extraction writes into it and
         // execution rewrites it in place, so it is never copied around.
         let mut key = FlowKey::ZERO;
+        // When this port's packets lately took the tracker to its table (a
+        // new connection each, or more connections than the hints hold),
+        // and the table is larger than the caches, start loading each
+        // packet's bucket now, so that the batch's misses overlap (see
+        // `Conntrack::prefetch`).
+        if let Some((ct, zone)) = pkts.first().and_then(|p| self.out.ct_hints.prefetch_for(p.in_port)) {
+            if ct.prefetch_pays() {
+                for p in pkts.iter() {
+                    ct.prefetch(p.data(), zone);
+                }
+            }
+        }
         for mut pkt in pkts.drain(..) {
             let (layout, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, &mut key);
             if let Some(t) = &pkt.tnl {
