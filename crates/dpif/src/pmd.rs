@@ -35,6 +35,9 @@ pub struct PmdConfig {
     /// through the EMC and the megaflow classifier (tests of those turn
     /// it off).
     pub port_hint: bool,
+    /// Turn the EMC's lookups off while they do not pay (see `EmcGate`).
+    /// Off: every lookup tries the EMC, as in Open vSwitch.
+    pub emc_gate: bool,
 }
 
 impl Default for PmdConfig {
@@ -46,6 +49,7 @@ impl Default for PmdConfig {
             deferred_limit: 2048,
             csum_offload: true,
             port_hint: true,
+            emc_gate: true,
         }
     }
 }
@@ -59,6 +63,9 @@ pub struct PmdStats {
     /// ([`Pmd`]'s port hint), OVS's "simple match hits".
     pub simple_hits: u64,
     pub emc_hits: u64,
+    /// Times the EMC was gated off (see `EmcGate`): the classifier found
+    /// its megaflows in under 1.5 probes on average.
+    pub emc_gated: u64,
     pub megaflow_hits: u64,
     /// Cache misses translated by the slow path.
     pub upcalls: u64,
@@ -218,10 +225,40 @@ impl Pending {
 
 const MAX_RECIRC: u32 = 6;
 
+/// Lookups (past the port hint) per window of [`EmcGate`]'s check.
+const EMC_WINDOW: u32 = 4096;
+
+/// Whether the EMC is worth a lookup, decided per window of
+/// [`EMC_WINDOW`] lookups. An EMC hit costs a hash of the whole key and a
+/// read of a six-line entry, cold when the active keys do not fit in the
+/// cache; a megaflow found in the classifier's first subtable costs one
+/// masked hash and a rule compare, no more. So the EMC only pays when it
+/// saves probes: it is off while the classifier finds its megaflows in
+/// under 1.5 subtable probes on average, and on otherwise (the
+/// classifier's probes are counted whether the EMC is on or off; a window
+/// in which the EMC answered everything keeps it as it is). Between two
+/// VMs with 10,000 established connections per direction (40,000 keys
+/// with the recirculation, 69% of them EMC hits, one probe per megaflow
+/// hit), the EMC off was 1.14x faster; new connections 1.04x; plain
+/// forwarding unchanged.
+struct EmcGate {
+    on: bool,
+    lookups: u32,
+    /// `stats.megaflow_hits` and `stats.megaflow_probes` at the window's start.
+    mf0: (u64, u64),
+}
+
+impl Default for EmcGate {
+    fn default() -> Self {
+        EmcGate { on: true, lookups: 0, mf0: (0, 0) }
+    }
+}
+
 /// One poll thread's fast path. Owned by that thread; nothing is shared.
 pub struct Pmd {
     cfg: PmdConfig,
     emc: Emc,
+    emc_gate: EmcGate,
     dpcls: Dpcls,
     flows: Vec<Option<Megaflow>>,
     /// Per slot: bumped whenever the slot is freed, so EMC entries naming
@@ -340,6 +377,7 @@ impl Pmd {
         Pmd {
             cfg,
             emc: Emc::default(),
+            emc_gate: EmcGate::default(),
             dpcls: Dpcls::default(),
             // Reserved (address space only; pages are touched as slots are
             // first used), so a burst of new flows never pays for moving
@@ -674,9 +712,11 @@ impl Pmd {
                 self.port_hint[h].2 = misses.wrapping_add(1);
             }
         }
-        // With the EMC off (0) the full-key hash is not needed at all.
-        let hash = if self.cfg.emc_insert_inv_prob > 0 { key.hash() } else { 0 };
-        if self.cfg.emc_insert_inv_prob > 0 {
+        // With the EMC off (0), or gated off, the full-key hash is needed
+        // only for an insertion.
+        let use_emc = self.cfg.emc_insert_inv_prob > 0 && self.emc_worth_it();
+        let hash = if use_emc { Some(key.hash()) } else { None };
+        if let Some(hash) = hash {
             if let Some((slot, ver)) = self.emc.lookup(key, hash) {
                 if self.slot_version.get(slot as usize) == Some(&ver) && self.validate(slot, upcall) == Validity::Valid
                 {
@@ -773,14 +813,46 @@ impl Pmd {
     }
 
     /// Probabilistic EMC insertion (one in `emc_insert_inv_prob`), so that
-    /// a flood of short flows cannot evict the long-lived ones.
+    /// a flood of short flows cannot evict the long-lived ones. `hash` is
+    /// the key's, if the lookup computed it. Insertions go on while the
+    /// EMC is gated off, so that its sampled lookups measure what it would
+    /// hold.
     #[inline]
     #[allow(clippy::manual_is_multiple_of)] // reason: is_multiple_of needs Rust 1.87; the workspace supports 1.85
-    fn emc_maybe_insert(&mut self, key: &FlowKey, hash: u64, slot: u32) {
+    fn emc_maybe_insert(&mut self, key: &FlowKey, hash: Option<u64>, slot: u32) {
         let p = self.cfg.emc_insert_inv_prob;
         if p == 1 || (p > 1 && self.next_rand() % p as u64 == 0) {
+            let hash = hash.unwrap_or_else(|| key.hash());
             self.emc.insert(key, hash, slot, self.slot_version[slot as usize]);
         }
+    }
+
+    /// Whether this lookup uses the EMC (see [`EmcGate`]), closing a
+    /// window when it is full.
+    #[inline]
+    fn emc_worth_it(&mut self) -> bool {
+        if !self.cfg.emc_gate {
+            return true;
+        }
+        let g = &mut self.emc_gate;
+        g.lookups += 1;
+        if g.lookups >= EMC_WINDOW {
+            let (hits, probes) = (self.stats.megaflow_hits - g.mf0.0, self.stats.megaflow_probes - g.mf0.1);
+            if hits > 0 {
+                let on = 2 * probes >= 3 * hits;
+                if g.on && !on {
+                    self.stats.emc_gated += 1;
+                }
+                g.on = on;
+            }
+            (g.lookups, g.mf0) = (0, (self.stats.megaflow_hits, self.stats.megaflow_probes));
+        }
+        g.on
+    }
+
+    /// Whether the EMC is in use (not gated off, see [`EmcGate`]).
+    pub fn emc_active(&self) -> bool {
+        self.cfg.emc_insert_inv_prob > 0 && (self.emc_gate.on || !self.cfg.emc_gate)
     }
 
     fn install(&mut self, key: &FlowKey, t: Translation, now_ms: u64) -> u32 {

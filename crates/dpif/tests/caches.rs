@@ -127,7 +127,10 @@ fn a_hint_that_keeps_missing_is_tried_now_and_then_and_comes_back() {
 fn second_pass_emc_hits(n: u32, keys: u32) -> u64 {
     let mut m = Model::new();
     m.add(10, "in_port=1", out(2));
-    let mut p = pmd(n);
+    // Every lookup tries the EMC (with one megaflow the gate would close
+    // it, see `emc_gates_off_while_the_classifier_is_cheap`).
+    let mut p =
+        Pmd::new(PmdConfig { emc_insert_inv_prob: n, port_hint: false, emc_gate: false, ..PmdConfig::default() });
     p.set_generation(m.generation);
     let key = |i: u32| udp_key(1, 0x0a00_0000 + i, 0x0b00_0000 + i * 7, 53);
     for i in 0..keys {
@@ -154,6 +157,62 @@ fn emc_insertion_is_probabilistic() {
     assert_eq!(PmdConfig::default().emc_insert_inv_prob, 100);
     // N = 0: no EMC at all.
     assert_eq!(second_pass_emc_hits(0, 500), 0);
+}
+
+/// The EMC gate: with one megaflow (the classifier finds it in one
+/// probe) the EMC goes off after a window, and the classifier serves the
+/// keys; with keys spread over six subtables (about three probes per key)
+/// it stays on; with the gate off (Open vSwitch's behaviour) it never
+/// closes.
+#[test]
+fn emc_gates_off_while_the_classifier_is_cheap() {
+    let mut m = Model::new();
+    m.add(10, "in_port=1", out(2));
+    let mut p = pmd(100);
+    p.set_generation(m.generation);
+    assert!(p.emc_active());
+    let key = |i: u32| udp_key(1, 0x0a00_0000 + i, 0x0b00_0000 + i * 7, 53);
+    for i in 0..5000 {
+        assert_eq!(&*p.actions_for_key(&key(i), &m, 0), &out(2)[..]);
+    }
+    assert!(!p.emc_active(), "one probe per megaflow hit");
+    assert_eq!(p.stats().emc_gated, 1);
+    // Keys seen before (some in the EMC) are served by the classifier now.
+    let (emc0, mf0) = (p.stats().emc_hits, p.stats().megaflow_hits);
+    for i in 0..1000 {
+        assert_eq!(&*p.actions_for_key(&key(i), &m, 0), &out(2)[..]);
+    }
+    assert_eq!((p.stats().emc_hits - emc0, p.stats().megaflow_hits - mf0), (0, 1000));
+
+    // Six subtables (a rule per input port, each with its own source
+    // prefix length), keys spread over them: the classifier probes about
+    // three subtables per key, so the EMC stays on.
+    let mut m = Model::new();
+    for port in 1..=6u32 {
+        m.add(10, &format!("in_port={port},ip,nw_src=10.0.0.0/{}", 8 + 3 * port), out(2));
+    }
+    m.add(1, "ip", out(3));
+    let mut p = pmd(100);
+    p.set_generation(m.generation);
+    for i in 0..6000u32 {
+        p.actions_for_key(&udp_key(1 + i % 6, 0x0a00_0000 + i, 0x0b00_0000 + i, 53), &m, 0);
+    }
+    let st = p.stats();
+    assert!(st.megaflow_hits > 5000, "{} megaflow hits", st.megaflow_hits);
+    assert!(st.megaflow_probes >= 3 * st.megaflow_hits, "{} probes for {} hits", st.megaflow_probes, st.megaflow_hits);
+    assert!(p.emc_active());
+    assert_eq!(st.emc_gated, 0);
+
+    // With the gate off (Open vSwitch's behaviour) the EMC never closes.
+    let mut m = Model::new();
+    m.add(10, "in_port=1", out(2));
+    let mut p =
+        Pmd::new(PmdConfig { emc_insert_inv_prob: 100, port_hint: false, emc_gate: false, ..PmdConfig::default() });
+    p.set_generation(m.generation);
+    for i in 0..5000 {
+        p.actions_for_key(&key(i), &m, 0);
+    }
+    assert!(p.emc_active());
 }
 
 #[test]

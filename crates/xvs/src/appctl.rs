@@ -251,7 +251,7 @@ pub fn pmd_perf_show(ctx: &Ctx, args: &[String]) -> Reply {
             per_thread.push(json!({
                 "bridge": b.shared.bridge, "id": r.id, "iterations": r.iterations,
                 "busy_iterations": r.busy_iterations, "sleep_iterations": r.sleep_iterations,
-                "packets": s.packets, "simple_hits": s.simple_hits, "emc_hits": s.emc_hits,
+                "packets": s.packets, "simple_hits": s.simple_hits, "emc_hits": s.emc_hits, "emc_gated_windows": s.emc_gated,
                 "megaflow_hits": s.megaflow_hits, "megaflow_probes": s.megaflow_probes, "upcalls": s.upcalls, "upcall_ns": s.upcall_ns,
                 "lost_upcalls": lost, "tx_packets": r.tx_packets, "tx_batches": r.tx_batches,
             }));
