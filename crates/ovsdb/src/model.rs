@@ -25,6 +25,10 @@ pub struct Desired {
     /// threads spin without ever sleeping (Open vSwitch's default); absent,
     /// xvs's adaptive polling applies.
     pub pmd_maxsleep_us: Option<u64>,
+    /// Open_vSwitch other_config:emc-insert-inv-prob: a megaflow hit is
+    /// inserted into the exact-match cache with probability 1/N; 0 turns
+    /// the EMC off. Absent, 100 (Open vSwitch's default).
+    pub emc_insert_inv_prob: Option<u32>,
     /// Open_vSwitch other_config:flow-restore-wait: while true, keep the
     /// datapath flows and do not revalidate them away.
     pub flow_restore_wait: bool,
@@ -335,6 +339,14 @@ impl Desired {
                         "Open_vSwitch other_config:{key}: {v:?} is not a number of microseconds from 0 to 10000; ignored"
                     )),
                 }
+            }
+        }
+        if let Some(v) = oc.get("emc-insert-inv-prob") {
+            match v.parse::<u32>() {
+                Ok(n) => d.emc_insert_inv_prob = Some(n),
+                Err(_) => ovs.note(format!(
+                    "Open_vSwitch other_config:emc-insert-inv-prob: {v:?} is not a number from 0 to 4294967295; ignored"
+                )),
             }
         }
         if let Some(v) = oc.get("flow-restore-wait") {
@@ -761,6 +773,24 @@ mod tests {
         assert_eq!(b.ports[0].tag, None);
         assert!(b.ports[0].trunks.is_empty());
         assert_eq!(b.ports[0].interfaces.len(), 1);
+    }
+
+    #[test]
+    fn emc_insert_inv_prob_read_and_bad_values_named() {
+        let set = |kv: &[(&str, &str)]| {
+            let mut r = replica();
+            let m: Vec<_> = kv.iter().map(|(k, v)| json!([k, v])).collect();
+            r.apply_update(&json!({"Open_vSwitch": {"o": {"new": {"bridges": ["uuid", "b"], "next_cfg": 7,
+                "other_config": ["map", m]}}}}))
+                .unwrap();
+            Desired::from_replica_with_notes(&r)
+        };
+        assert_eq!(set(&[]).0.emc_insert_inv_prob, None);
+        assert_eq!(set(&[("emc-insert-inv-prob", "0")]).0.emc_insert_inv_prob, Some(0));
+        assert_eq!(set(&[("emc-insert-inv-prob", "1")]).0.emc_insert_inv_prob, Some(1));
+        let (d, notes) = set(&[("emc-insert-inv-prob", "-1")]);
+        assert_eq!(d.emc_insert_inv_prob, None);
+        assert!(notes.iter().any(|n| n.contains("other_config:emc-insert-inv-prob: \"-1\"")), "{notes:?}");
     }
 
     #[test]

@@ -240,7 +240,7 @@ fn start_bridge(
         // other_config:pmd-maxsleep=0 asks for Open vSwitch's polling: spin,
         // never sleep. Read when the bridge starts.
         poll_mode: if d.pmd_maxsleep_us == Some(0) { PollMode::Busy } else { PollMode::Adaptive },
-        pmd: dpif::PmdConfig::default(),
+        pmd: pmd_config(d),
         patches: Arc::clone(patches),
     })?;
     // Read when the bridge starts, like pmd-maxsleep: its ports get it.
@@ -252,6 +252,13 @@ fn start_bridge(
     let key = of_key(br, d);
     let of = start_of(&sw, &key, run_dir, stop)?;
     Ok(BridgeRt { sw, of, of_key: key, ifaces: BTreeMap::new(), offload: None })
+}
+
+/// The poll threads' settings from `Open_vSwitch other_config`, read
+/// when a bridge starts (as pmd-maxsleep): `emc-insert-inv-prob`.
+fn pmd_config(d: &Desired) -> dpif::PmdConfig {
+    let dflt = dpif::PmdConfig::default();
+    dpif::PmdConfig { emc_insert_inv_prob: d.emc_insert_inv_prob.unwrap_or(dflt.emc_insert_inv_prob), ..dflt }
 }
 
 type OfKey = (Vec<String>, FailMode, u64, Vec<openflow::Version>);
@@ -532,4 +539,23 @@ fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
         }
     }
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `other_config:emc-insert-inv-prob` reaches the poll threads'
+    /// settings; absent, Open vSwitch's default (100) applies.
+    #[test]
+    fn pmd_config_follows_emc_insert_inv_prob() {
+        let mut d = Desired::default();
+        assert_eq!(pmd_config(&d).emc_insert_inv_prob, 100);
+        d.emc_insert_inv_prob = Some(0);
+        assert_eq!(pmd_config(&d).emc_insert_inv_prob, 0);
+        d.emc_insert_inv_prob = Some(7);
+        let c = pmd_config(&d);
+        assert_eq!(c.emc_insert_inv_prob, 7);
+        assert!(c.emc_gate && c.port_hint, "the rest stays at the defaults");
+    }
 }
