@@ -18,11 +18,11 @@
 /// Any address is allowed: an invalid or stale one is ignored.
 #[inline]
 pub(crate) fn line(addr: usize) {
+    // PREFETCHT0 only hints the cache: it never faults (addresses that are
+    // unmapped or not canonical are dropped), reads nothing into a
+    // register and writes no memory; this pointer is never dereferenced.
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 only hints the cache: it never faults (addresses
-    // that are unmapped or not canonical are dropped), reads nothing into
-    // a register and writes no memory, so it is sound for any address,
-    // and this pointer is never dereferenced.
+    // SAFETY: sound for any address, as said above.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
     };
