@@ -815,8 +815,7 @@ impl Pmd {
     /// Probabilistic EMC insertion (one in `emc_insert_inv_prob`), so that
     /// a flood of short flows cannot evict the long-lived ones. `hash` is
     /// the key's, if the lookup computed it. Insertions go on while the
-    /// EMC is gated off, so that its sampled lookups measure what it would
-    /// hold.
+    /// EMC is gated off, so that it is warm when it reopens.
     #[inline]
     #[allow(clippy::manual_is_multiple_of)] // reason: is_multiple_of needs Rust 1.87; the workspace supports 1.85
     fn emc_maybe_insert(&mut self, key: &FlowKey, hash: Option<u64>, slot: u32) {
