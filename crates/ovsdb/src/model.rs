@@ -775,16 +775,20 @@ mod tests {
         assert_eq!(b.ports[0].interfaces.len(), 1);
     }
 
+    /// The desired state, and its notes, of a database whose
+    /// `Open_vSwitch` row has `other_config` `kv` (and one bridge).
+    fn with_ovs_other_config(kv: &[(&str, &str)]) -> (Desired, Vec<String>) {
+        let mut r = replica();
+        let m: Vec<_> = kv.iter().map(|(k, v)| json!([k, v])).collect();
+        r.apply_update(&json!({"Open_vSwitch": {"o": {"new": {"bridges": ["uuid", "b"], "next_cfg": 7,
+            "other_config": ["map", m]}}}}))
+            .unwrap();
+        Desired::from_replica_with_notes(&r)
+    }
+
     #[test]
     fn emc_insert_inv_prob_read_and_bad_values_named() {
-        let set = |kv: &[(&str, &str)]| {
-            let mut r = replica();
-            let m: Vec<_> = kv.iter().map(|(k, v)| json!([k, v])).collect();
-            r.apply_update(&json!({"Open_vSwitch": {"o": {"new": {"bridges": ["uuid", "b"], "next_cfg": 7,
-                "other_config": ["map", m]}}}}))
-                .unwrap();
-            Desired::from_replica_with_notes(&r)
-        };
+        let set = with_ovs_other_config;
         assert_eq!(set(&[]).0.emc_insert_inv_prob, None);
         assert_eq!(set(&[("emc-insert-inv-prob", "0")]).0.emc_insert_inv_prob, Some(0));
         assert_eq!(set(&[("emc-insert-inv-prob", "1")]).0.emc_insert_inv_prob, Some(1));
@@ -795,14 +799,7 @@ mod tests {
 
     #[test]
     fn pmd_maxsleep_under_both_names() {
-        let set = |kv: &[(&str, &str)]| {
-            let mut r = replica();
-            let m: Vec<_> = kv.iter().map(|(k, v)| json!([k, v])).collect();
-            r.apply_update(&json!({"Open_vSwitch": {"o": {"new": {"bridges": ["uuid", "b"], "next_cfg": 7,
-                "other_config": ["map", m]}}}}))
-                .unwrap();
-            Desired::from_replica_with_notes(&r)
-        };
+        let set = with_ovs_other_config;
         assert_eq!(set(&[]).0.pmd_maxsleep_us, None);
         assert_eq!(set(&[("pmd-maxsleep", "0")]).0.pmd_maxsleep_us, Some(0));
         assert_eq!(set(&[("pmd-sleep-max", "50")]).0.pmd_maxsleep_us, Some(50));
