@@ -50,6 +50,13 @@ pub(crate) struct Table<T> {
     used: usize,
 }
 
+/// The bucket a probe for `tag` starts at, in a table of `mask + 1`
+/// buckets.
+#[inline]
+fn start_of(tag: u32, mask: usize) -> usize {
+    (tag as usize >> 1) & mask
+}
+
 /// The tag of hash `h` with role bit `reply`.
 #[inline]
 fn tag(h: u64, reply: bool) -> u32 {
@@ -65,7 +72,7 @@ impl<T> Default for Table<T> {
 impl<T> Table<T> {
     #[inline]
     fn start(&self, tag: u32) -> usize {
-        (tag as usize >> 1) & (self.buckets.len() - 1)
+        start_of(tag, self.buckets.len() - 1)
     }
 
     /// Where the buckets are and how many, in one word (0 while there are
@@ -90,7 +97,7 @@ impl<T> Table<T> {
             return None;
         }
         let mask = (1usize << (base & 63)) - 1;
-        let index = (tag(h, false) as usize >> 1) & mask;
+        let index = start_of(tag(h, false), mask);
         Some((base & !63) + index * std::mem::size_of::<Bucket<T>>())
     }
 
