@@ -701,7 +701,7 @@ impl VhostUserClientPort {
         }
         for (k, &(_, take, from)) in self.chains.iter().enumerate() {
             let to = self.chains.get(k + 1).map_or(self.chain_segs.len(), |c| c.2);
-            ring::prefetch_segs(&self.chain_segs[from..to], take.min(ring::PREFETCH_BYTES), true);
+            ring::prefetch_rx_chain(&self.chain_segs[from..to], take.min(ring::PREFETCH_BYTES), HDR_LEN);
         }
         for (pkt, plan) in pkts[..planned].iter().zip(&self.plans) {
             let Some((c0, c1)) = *plan else { continue };

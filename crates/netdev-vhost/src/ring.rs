@@ -305,23 +305,33 @@ pub(crate) fn read_hdr2(segs: &[Seg]) -> [u8; 2] {
 }
 
 /// Writes [`net_hdr`]`(num_buffers)` at the start of the chain `segs`.
-/// When the first buffer holds it, it is written with two stores in
-/// place; building it on the stack and copying it with `write_segs` cost
-/// a libc call and a stalled load (the copy read back the two bytes just
-/// stored, wider than they were written) per frame.
+/// When the first buffer holds it, it is compared in place and stored only
+/// where it differs. A driver that recycles its receive buffers finds the
+/// header it was last given there (no offloads, the same `num_buffers`),
+/// and a line the port only reads stays shared with the guest's core: a
+/// store would take it away and the guest's read of the header would
+/// fetch it back, two cross-core transfers per frame. DPDK's vhost library
+/// writes the header's fields the same way. Building the header on the
+/// stack and copying it with `write_segs` cost a libc call and a stalled
+/// load per frame.
 #[inline]
 pub(crate) fn write_hdr(segs: &[Seg], num_buffers: u16) {
     match segs.first() {
         Some(s) if s.len >= 12 => {
-            let v = u32::from(num_buffers) << 16;
+            let v = (u32::from(num_buffers) << 16).to_le();
             // `s` lies inside a mapped guest region alive for the batch,
             // device-writable and ours until published used (as in
             // `write_segs`), and holds at least 12 bytes.
-            // SAFETY: both stores in bounds of a live, writable mapping;
-            // unaligned stores of plain integers.
+            // SAFETY: both loads and stores in bounds of a live, writable
+            // mapping; unaligned accesses of plain integers.
             unsafe {
-                std::ptr::write_unaligned(s.ptr as *mut u64, 0);
-                std::ptr::write_unaligned((s.ptr + 8) as *mut u32, v.to_le());
+                let (lo, hi) = (s.ptr as *mut u64, (s.ptr + 8) as *mut u32);
+                if std::ptr::read_unaligned(lo) != 0 {
+                    std::ptr::write_unaligned(lo, 0);
+                }
+                if std::ptr::read_unaligned(hi) != v {
+                    std::ptr::write_unaligned(hi, v);
+                }
             }
         }
         _ => {
@@ -370,7 +380,24 @@ pub(crate) const PREFETCH_BYTES: usize = 256;
 /// the chain `segs`, for writing if `write`.
 #[inline]
 pub(crate) fn prefetch_segs(segs: &[Seg], bytes: usize, write: bool) {
-    let mut left = bytes;
+    prefetch_lines(segs, bytes, if write { 0 } else { usize::MAX });
+}
+
+/// Like [`prefetch_segs`] for a receive chain about to take a frame: the
+/// lines after the `hdr` bytes of virtio-net header are fetched for
+/// writing, a line holding only header bytes for reading ([`write_hdr`]
+/// usually leaves it as it is).
+#[inline]
+pub(crate) fn prefetch_rx_chain(segs: &[Seg], bytes: usize, hdr: usize) {
+    prefetch_lines(segs, bytes, hdr);
+}
+
+/// Prefetches the lines of the first `bytes` bytes of `segs`: for writing
+/// those holding a byte at or after chain offset `write_from`, for reading
+/// the others.
+#[inline]
+fn prefetch_lines(segs: &[Seg], bytes: usize, write_from: usize) {
+    let (mut left, mut at) = (bytes, 0usize);
     for s in segs {
         if left == 0 {
             break;
@@ -378,11 +405,14 @@ pub(crate) fn prefetch_segs(segs: &[Seg], bytes: usize, write: bool) {
         let n = s.len.min(left);
         left -= n;
         let end = s.ptr + n;
+        // The address in this segment from which lines are for writing.
+        let w = s.ptr.saturating_add(write_from.saturating_sub(at));
         let mut line = s.ptr & !63;
         while line < end {
-            prefetch_line(line, write);
+            prefetch_line(line, line + 64 > w);
             line += 64;
         }
+        at += n;
     }
 }
 
@@ -390,13 +420,17 @@ pub(crate) fn prefetch_segs(segs: &[Seg], bytes: usize, write: bool) {
 fn prefetch_line(addr: usize, write: bool) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint: it never faults and changes no memory,
-    // whatever the address.
+    // whatever the address. `prefetchw` is an explicit instruction because
+    // `_mm_prefetch::<_MM_HINT_ET0>` compiles to a plain read prefetch
+    // unless the whole build targets `prfchw`: the line then arrives shared
+    // and the store that follows fetches it a second time, from the core
+    // that owns it (the guest's, which wrote the buffer last). CPUs without
+    // PRFCHW execute the opcode as a no-op.
     unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
         if write {
-            _mm_prefetch::<_MM_HINT_ET0>(addr as *const i8)
+            std::arch::asm!("prefetchw byte ptr [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly));
         } else {
-            _mm_prefetch::<_MM_HINT_T0>(addr as *const i8)
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
         }
     };
     #[cfg(not(target_arch = "x86_64"))]
@@ -578,6 +612,16 @@ mod tests {
         mem.read_slice(&mut h, GuestAddress(0x4000)).unwrap();
         assert_eq!(h, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 0xaa, 0xaa]);
         assert_eq!(read_hdr2(&one), [0, 0]);
+        // Written only where stale (a recycled buffer): a flag byte, then
+        // only `num_buffers`, then nothing; each time the same header.
+        for stale in [&[(0u64, 1u8)][..], &[(11, 9)], &[]] {
+            for &(at, v) in stale {
+                mem.write_slice(&[v], GuestAddress(0x4000 + at)).unwrap();
+            }
+            write_hdr(&one, 0x0302);
+            mem.read_slice(&mut h, GuestAddress(0x4000)).unwrap();
+            assert_eq!(h, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 0xaa, 0xaa]);
+        }
         // Split over two buffers: the same bytes, nothing past them.
         let two = [
             Seg { ptr: map.host(0x5000, 1).unwrap() as usize, len: 1 },
