@@ -153,6 +153,10 @@ impl SlotTable {
 pub(crate) struct Subtable {
     pub mask: FlowKey,
     words: Vec<u8>,
+    /// The mask covers only metadata words (`0..STAGE_L2`), which
+    /// extraction never writes: a packet as received matches on its input
+    /// port alone (see [`Dpcls::matches_received`]).
+    metadata_only: bool,
     /// Masked-key hash -> megaflow slots.
     map: SlotTable,
     pub hits: u64,
@@ -161,8 +165,9 @@ pub(crate) struct Subtable {
 
 impl Subtable {
     fn new(mask: FlowKey) -> Subtable {
-        let words = (0..WORDS).filter(|&i| mask.w[i] != 0).map(|i| i as u8).collect();
-        Subtable { mask, words, map: SlotTable::default(), hits: 0, n: 0 }
+        let words: Vec<u8> = (0..WORDS).filter(|&i| mask.w[i] != 0).map(|i| i as u8).collect();
+        let metadata_only = words.iter().all(|&w| (w as usize) < flow::key::STAGE_L2);
+        Subtable { mask, words, metadata_only, map: SlotTable::default(), hits: 0, n: 0 }
     }
 
     /// Whether `key` matches the megaflow `m` of this subtable: only the
@@ -228,6 +233,27 @@ impl Dpcls {
     #[inline]
     pub fn matches(&self, si: usize, key: &FlowKey, m: &Stored) -> bool {
         self.subtables[si].matches(key, m)
+    }
+
+    /// Whether a packet as received on `in_port` (no recirculation, no
+    /// tunnel metadata) matches the megaflow `m` of subtable `si` whatever
+    /// its bytes: `None` if the subtable's mask looks at any header field.
+    /// Such a packet's key is zero in every metadata word but the input
+    /// port (`flow::extract::extract_into` starts it so, and its parser
+    /// writes only later words), so no key is built to find out.
+    #[inline]
+    pub fn matches_received(&self, si: usize, in_port: u32, m: &Stored) -> Option<bool> {
+        let st = &self.subtables[si];
+        if !st.metadata_only {
+            return None;
+        }
+        use flow::key::loc::IN_PORT;
+        let word = |w: usize| if w == IN_PORT.word { (in_port as u64) << IN_PORT.shift } else { 0 };
+        Some(if st.words.len() <= MATCH_INLINE {
+            st.words.iter().zip(m.words).all(|(&w, &v)| word(w as usize) & st.mask.w[w as usize] == v)
+        } else {
+            st.words.iter().all(|&w| word(w as usize) & st.mask.w[w as usize] == m.key.w[w as usize])
+        })
     }
 
     /// The inline words a megaflow with `masked_key` in subtable `si`

@@ -62,6 +62,10 @@ pub struct PmdStats {
     /// Packets served by their input port's last megaflow
     /// ([`Pmd`]'s port hint), OVS's "simple match hits".
     pub simple_hits: u64,
+    /// Of those, packets forwarded on their metadata alone, without a key
+    /// (`Pmd::quick_output`: a megaflow on the input port that only
+    /// outputs; the frame is still checked as extraction checks it).
+    pub simple_unparsed: u64,
     pub emc_hits: u64,
     /// Times the EMC was gated off (see `EmcGate`): the classifier found
     /// its megaflows in under 1.5 probes on average.
@@ -500,6 +504,30 @@ impl Pmd {
             }
         }
         for mut pkt in pkts.drain(..) {
+            if let Some((slot, port)) = self.quick_output(&pkt, upcall) {
+                // Its megaflow matches on the input port alone and only
+                // outputs: the packet needs no key, only the check that
+                // extraction would have refused it.
+                if let Some(e) = flow::extract::check(pkt.data()) {
+                    self.stats.count_drop(e.name());
+                    continue;
+                }
+                self.stats.packets += 1;
+                self.stats.simple_hits += 1;
+                self.stats.simple_unparsed += 1;
+                self.sample_tick = self.sample_tick.wrapping_add(1);
+                let len = pkt.len() as u64;
+                let f = self.flows[slot as usize].as_mut().expect("quick_output found it");
+                if f.packets == f.pushed_packets {
+                    self.dirty.push(slot);
+                }
+                f.packets += 1;
+                f.bytes += len;
+                f.used_ms = now_ms;
+                self.stats.drop_resubmit_depth += f.too_deep as u64;
+                self.out.push(port, pkt);
+                continue;
+            }
             let (layout, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, &mut key);
             if let Some(t) = &pkt.tnl {
                 for (i, w) in flow::key::TNL_WORDS.iter().enumerate() {
@@ -689,6 +717,40 @@ impl Pmd {
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
         self.rng
+    }
+
+    /// The megaflow slot and output port for a packet as received whose
+    /// port hint (the megaflow its port's last packet used, see
+    /// [`Pmd::lookup`]) matches on metadata alone and has one output for
+    /// its actions: OVS's "simple match", where the hint check and the
+    /// megaflow are the whole lookup and the packet's headers are never
+    /// extracted. Only for packets that owe no checksum (the search for a
+    /// partial one reads the headers) and carry no tunnel metadata; the
+    /// sampled packet (one in [`SAMPLE_EVERY`], whose key the kernel fast
+    /// path learns from) takes the full path.
+    #[inline]
+    fn quick_output(&mut self, pkt: &Packet, upcall: &dyn Upcall) -> Option<(u32, u32)> {
+        if !pkt.csum_complete || pkt.tnl.is_some() || !self.cfg.port_hint {
+            return None;
+        }
+        if self.sample_tick.wrapping_add(1) % SAMPLE_EVERY == 0 {
+            return None;
+        }
+        let port = pkt.in_port as usize;
+        if port >= MAX_HINT_PORTS {
+            return None;
+        }
+        let &(slot, ver, misses) = self.port_hint.get(port)?;
+        if misses != 0 || self.slot_version.get(slot as usize) != Some(&ver) {
+            return None;
+        }
+        let f = self.flows[slot as usize].as_ref()?;
+        let [DpAction::Output(out)] = f.actions[..] else { return None };
+        let m = crate::dpcls::Stored { words: &f.mwords, key: &f.key };
+        if self.dpcls.matches_received(f.subtable, pkt.in_port, &m) != Some(true) {
+            return None;
+        }
+        (self.validate(slot, upcall) == Validity::Valid).then_some((slot, out))
     }
 
     fn lookup(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Found {

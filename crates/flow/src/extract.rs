@@ -213,6 +213,19 @@ pub fn extract_into(pkt: &[u8], in_port: u32, k: &mut FlowKey) -> (Layout, Optio
     (l, e)
 }
 
+/// The error [`extract`] would report for `pkt`, without building a key:
+/// for a caller that forwards the packet on its metadata alone (a megaflow
+/// that matches only the input port) and must still drop and count what
+/// extraction refuses. The same parser runs, into a key that never leaves
+/// this function, so the compiler drops the key's stores and the two
+/// cannot disagree.
+#[inline]
+pub fn check(pkt: &[u8]) -> Option<ParseError> {
+    let mut k = FlowKey::ZERO;
+    let mut l = Layout::default();
+    parse(clip(pkt), &mut k, &mut l).err()
+}
+
 // Words of the key written whole on this path (see key.rs for the layout):
 // dl_dst | dl_type, dl_src | vlan_tci, vlan_tci2, nw_src | nw_dst,
 // ipv6_label | nw_proto | nw_tos | nw_ttl | nw_frag, tp_src | tp_dst |

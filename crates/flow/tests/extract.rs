@@ -667,13 +667,26 @@ fn huge_frames_do_not_overflow_offsets() {
     assert_eq!(extract(&h, PORT).1, layout(14, 0, 0));
 }
 
+/// What the datapath's quick path relies on (`dpif`'s `quick_output`):
+/// `check` refuses exactly what `extract` refuses, and extraction leaves
+/// every metadata word (`0..STAGE_L2`) as it starts it, zero but for the
+/// input port, whatever the bytes.
+fn agrees_with_check(f: &[u8], k: &FlowKey, port: u32, e: Option<ParseError>) -> Result<(), TestCaseError> {
+    prop_assert_eq!(flow::extract::check(f), e);
+    let mut start = FlowKey::ZERO;
+    start.w[0] = port as u64;
+    prop_assert_eq!(&k.w[..flow::key::STAGE_L2], &start.w[..flow::key::STAGE_L2]);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
     fn never_panics_on_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300), port in any::<u32>()) {
-        let (k, l, _) = extract(&bytes, port);
+        let (k, l, e) = extract(&bytes, port);
         prop_assert_eq!(k.in_port(), port);
+        agrees_with_check(&bytes, &k, port, e)?;
         prop_assert!(l.l3 as usize <= bytes.len() && l.l4 as usize <= bytes.len());
         prop_assert!(l.payload as usize <= bytes.len());
     }
@@ -696,8 +709,9 @@ proptest! {
         if f.len() > 20 && ty == 0x86dd {
             f[20] = proto;
         }
-        let (k, l, _) = extract(&f, PORT);
+        let (k, l, e) = extract(&f, PORT);
         prop_assert_eq!(k.in_port(), PORT);
+        agrees_with_check(&f, &k, PORT, e)?;
         prop_assert!(l.l3 as usize <= f.len() && l.l4 as usize <= f.len() && l.payload as usize <= f.len());
     }
 
@@ -714,8 +728,9 @@ proptest! {
             }
         }
         f.truncate(cut.min(f.len()));
-        let (k, l, _) = extract(&f, PORT);
+        let (k, l, e) = extract(&f, PORT);
         prop_assert_eq!(k.in_port(), PORT);
+        agrees_with_check(&f, &k, PORT, e)?;
         prop_assert!(l.l3 as usize <= f.len() && l.l4 as usize <= f.len() && l.payload as usize <= f.len());
     }
 }
