@@ -54,6 +54,15 @@ impl Default for PmdConfig {
     }
 }
 
+/// A port's packets forwarded without a key (see `Pmd::quick_output`).
+#[derive(Clone, Copy)]
+struct Quick {
+    in_port: u32,
+    /// The megaflow, valid for the batch until a packet takes the full path.
+    slot: u32,
+    out: u32,
+}
+
 /// Counters of one poll thread. Written by its thread only.
 #[derive(Clone, Debug, Default)]
 pub struct PmdStats {
@@ -503,57 +512,96 @@ impl Pmd {
                 }
             }
         }
-        for mut pkt in pkts.drain(..) {
-            if let Some((slot, port)) = self.quick_output(&pkt, upcall) {
-                // Its megaflow matches on the input port alone and only
-                // outputs: the packet needs no key, only the check that
-                // extraction would have refused it.
-                if let Some(e) = flow::extract::check(pkt.data()) {
-                    self.stats.count_drop(e.name());
+        // A batch comes from one port. When that port's hint lets its
+        // packets go without a key (see `quick_output`), this is found
+        // once for the batch, and again after any packet that takes the
+        // full path (which may change the megaflows). The megaflow is
+        // credited in one go, before that and at the end.
+        // Only packets that owe no checksum (the search for a partial one
+        // reads the headers) and carry no tunnel metadata can go so.
+        let eligible = |p: &Packet| p.csum_complete && p.tnl.is_none();
+        let (mut quick, mut look) = (None, true);
+        let mut credit = (0u64, 0u64);
+        for pkt in pkts.drain(..) {
+            if look && eligible(&pkt) {
+                quick = self.quick_output(pkt.in_port, upcall);
+                look = false;
+            }
+            if let Some(q) = quick {
+                if pkt.in_port == q.in_port
+                    && eligible(&pkt)
+                    && !self.sample_tick.wrapping_add(1).is_multiple_of(SAMPLE_EVERY)
+                {
+                    // The frame is still checked as extraction checks it.
+                    if let Some(e) = flow::extract::check(pkt.data()) {
+                        self.stats.count_drop(e.name());
+                        continue;
+                    }
+                    self.sample_tick = self.sample_tick.wrapping_add(1);
+                    credit = (credit.0 + 1, credit.1 + pkt.len() as u64);
+                    self.out.push(q.out, pkt);
                     continue;
                 }
-                self.stats.packets += 1;
-                self.stats.simple_hits += 1;
-                self.stats.simple_unparsed += 1;
-                self.sample_tick = self.sample_tick.wrapping_add(1);
-                let len = pkt.len() as u64;
-                let f = self.flows[slot as usize].as_mut().expect("quick_output found it");
-                if f.packets == f.pushed_packets {
-                    self.dirty.push(slot);
-                }
-                f.packets += 1;
-                f.bytes += len;
-                f.used_ms = now_ms;
-                self.stats.drop_resubmit_depth += f.too_deep as u64;
-                self.out.push(port, pkt);
-                continue;
+                self.credit_quick(q, &mut credit, now_ms);
             }
-            let (layout, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, &mut key);
-            if let Some(t) = &pkt.tnl {
-                for (i, w) in flow::key::TNL_WORDS.iter().enumerate() {
-                    key.w[*w] = t[i];
-                }
-            }
-            if let Some(e) = err {
-                self.stats.count_drop(e.name());
-                continue;
-            }
-            self.stats.packets += 1;
-            let partial = if pkt.csum_complete { None } else { crate::execute::partial_checksum(&pkt, &key, &layout) };
-            if let Some(c) = partial {
-                self.stats.csum_partial += 1;
-                pkt.csum_partial = Some(c);
-                if !self.cfg.csum_offload {
-                    pkt.complete_checksum();
-                }
-            }
-            self.handle(pkt, &mut key, layout, upcall, now_ms, sink, 0);
+            self.full_path(pkt, &mut key, upcall, now_ms, sink);
+            // What `quick` held may have changed: it is found again for the
+            // next packet that could use it.
+            (quick, look) = (None, true);
+        }
+        if let Some(q) = quick {
+            self.credit_quick(q, &mut credit, now_ms);
         }
         self.out.flush(sink);
         if now_ms >= self.last_rank_ms + 1000 {
             self.dpcls.rank();
             self.last_rank_ms = now_ms;
         }
+    }
+
+    /// Extraction, then the caches, for one packet as received.
+    #[inline]
+    fn full_path(&mut self, mut pkt: Packet, key: &mut FlowKey, upcall: &dyn Upcall, now_ms: u64, sink: &mut dyn Sink) {
+        let (layout, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, key);
+        if let Some(t) = &pkt.tnl {
+            for (i, w) in flow::key::TNL_WORDS.iter().enumerate() {
+                key.w[*w] = t[i];
+            }
+        }
+        if let Some(e) = err {
+            self.stats.count_drop(e.name());
+            return;
+        }
+        self.stats.packets += 1;
+        let partial = if pkt.csum_complete { None } else { crate::execute::partial_checksum(&pkt, key, &layout) };
+        if let Some(c) = partial {
+            self.stats.csum_partial += 1;
+            pkt.csum_partial = Some(c);
+            if !self.cfg.csum_offload {
+                pkt.complete_checksum();
+            }
+        }
+        self.handle(pkt, key, layout, upcall, now_ms, sink, 0);
+    }
+
+    /// Credits `q`'s megaflow (and the poll thread's counters) with the
+    /// packets and bytes in `credit` that went without a key, and zeroes it.
+    fn credit_quick(&mut self, q: Quick, credit: &mut (u64, u64), now_ms: u64) {
+        let (n, bytes) = std::mem::take(credit);
+        if n == 0 {
+            return;
+        }
+        self.stats.packets += n;
+        self.stats.simple_hits += n;
+        self.stats.simple_unparsed += n;
+        let f = self.flows[q.slot as usize].as_mut().expect("megaflows change only on the full path");
+        if f.packets == f.pushed_packets {
+            self.dirty.push(q.slot);
+        }
+        f.packets += n;
+        f.bytes += bytes;
+        f.used_ms = now_ms;
+        self.stats.drop_resubmit_depth += f.too_deep as u64 * n;
     }
 
     /// Executes `actions` on one packet outside any cache (packet-out).
@@ -719,38 +767,28 @@ impl Pmd {
         self.rng
     }
 
-    /// The megaflow slot and output port for a packet as received whose
-    /// port hint (the megaflow its port's last packet used, see
+    /// How packets as received on `in_port` go without a key, if they can:
+    /// the port's hint (the megaflow its last packet used, see
     /// [`Pmd::lookup`]) matches on metadata alone and has one output for
-    /// its actions: OVS's "simple match", where the hint check and the
-    /// megaflow are the whole lookup and the packet's headers are never
-    /// extracted. Only for packets that owe no checksum (the search for a
-    /// partial one reads the headers) and carry no tunnel metadata; the
-    /// sampled packet (one in [`SAMPLE_EVERY`], whose key the kernel fast
-    /// path learns from) takes the full path.
-    #[inline]
-    fn quick_output(&mut self, pkt: &Packet, upcall: &dyn Upcall) -> Option<(u32, u32)> {
-        if !pkt.csum_complete || pkt.tnl.is_some() || !self.cfg.port_hint {
+    /// its actions. This is OVS's "simple match", where the hint and the
+    /// megaflow are the whole lookup and the headers are never extracted.
+    /// The sampled packet (one in [`SAMPLE_EVERY`], whose key the kernel
+    /// fast path learns from) takes the full path.
+    fn quick_output(&mut self, in_port: u32, upcall: &dyn Upcall) -> Option<Quick> {
+        if !self.cfg.port_hint || in_port as usize >= MAX_HINT_PORTS {
             return None;
         }
-        if self.sample_tick.wrapping_add(1) % SAMPLE_EVERY == 0 {
-            return None;
-        }
-        let port = pkt.in_port as usize;
-        if port >= MAX_HINT_PORTS {
-            return None;
-        }
-        let &(slot, ver, misses) = self.port_hint.get(port)?;
+        let &(slot, ver, misses) = self.port_hint.get(in_port as usize)?;
         if misses != 0 || self.slot_version.get(slot as usize) != Some(&ver) {
             return None;
         }
         let f = self.flows[slot as usize].as_ref()?;
         let [DpAction::Output(out)] = f.actions[..] else { return None };
         let m = crate::dpcls::Stored { words: &f.mwords, key: &f.key };
-        if self.dpcls.matches_received(f.subtable, pkt.in_port, &m) != Some(true) {
+        if self.dpcls.matches_received(f.subtable, in_port, &m) != Some(true) {
             return None;
         }
-        (self.validate(slot, upcall) == Validity::Valid).then_some((slot, out))
+        (self.validate(slot, upcall) == Validity::Valid).then_some(Quick { in_port, slot, out })
     }
 
     fn lookup(&mut self, key: &FlowKey, upcall: &dyn Upcall, now_ms: u64) -> Found {

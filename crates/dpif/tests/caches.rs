@@ -120,7 +120,9 @@ fn a_port_only_megaflow_forwards_without_a_key_and_still_refuses_bad_frames() {
             batch.insert(9, vpkt(&short_ip, 1));
         }
         // The other port's megaflow looks at headers: never without a key.
-        batch.push(vpkt(&udp_frame(b, 9, 53), 3));
+        // (A batch holds one port's packets; mixed, each still goes right.)
+        let at = if b == 1 { 8 } else { batch.len() };
+        batch.insert(at, vpkt(&udp_frame(b, 9, 53), 3));
         p.process_batch(&mut batch, &m, b as u64, &mut rec);
     }
     // Every good frame went out, in order; the bad ones were dropped and
