@@ -129,6 +129,17 @@ impl OutQueues {
         }
     }
 
+    /// Queues all of `pkts` for `port`, in order, leaving it empty: when
+    /// the port's queue is empty the two vectors change places, so no
+    /// packet is moved.
+    pub fn append(&mut self, port: u32, pkts: &mut Vec<Packet>) {
+        match self.queues.iter_mut().find(|(p, _)| *p == port) {
+            Some((_, q)) if q.is_empty() => std::mem::swap(q, pkts),
+            Some((_, q)) => q.append(pkts),
+            None => self.queues.push((port, std::mem::take(pkts))),
+        }
+    }
+
     pub fn flush(&mut self, sink: &mut dyn Sink) {
         for (port, q) in &mut self.queues {
             if !q.is_empty() {

@@ -54,6 +54,20 @@ impl Default for PmdConfig {
     }
 }
 
+/// Puts `key` in the recent-key ring (`samples`, `sample_ms`, next slot
+/// `next`) the kernel fast path learns from. (Apart from `Pmd`'s other
+/// fields, so a caller may hold a megaflow meanwhile.)
+fn sample_into(samples: &mut Vec<FlowKey>, sample_ms: &mut Vec<u64>, next: &mut usize, key: &FlowKey, now_ms: u64) {
+    if samples.len() < SAMPLES {
+        samples.push(*key);
+        sample_ms.push(now_ms);
+    } else {
+        samples[*next] = *key;
+        sample_ms[*next] = now_ms;
+    }
+    *next = (*next + 1) % SAMPLES;
+}
+
 /// A port's packets forwarded without a key (see `Pmd::quick_output`).
 #[derive(Clone, Copy)]
 struct Quick {
@@ -71,10 +85,10 @@ pub struct PmdStats {
     /// Packets served by their input port's last megaflow
     /// ([`Pmd`]'s port hint), OVS's "simple match hits".
     pub simple_hits: u64,
-    /// Of those, packets forwarded on their metadata alone, without a key
-    /// (`Pmd::quick_output`: a megaflow on the input port that only
-    /// outputs; the frame is still checked as extraction checks it).
-    pub simple_unparsed: u64,
+    /// Of those, packets forwarded without a lookup (`Pmd::quick_output`:
+    /// the port's megaflow matches the input port alone and only outputs).
+    /// Each frame is still checked as extraction checks it.
+    pub quick_outputs: u64,
     pub emc_hits: u64,
     /// Times the EMC was gated off (see `EmcGate`): the classifier found
     /// its megaflows in under 1.5 probes on average.
@@ -513,13 +527,26 @@ impl Pmd {
             }
         }
         // A batch comes from one port. When that port's hint lets its
-        // packets go without a key (see `quick_output`), this is found
-        // once for the batch, and again after any packet that takes the
-        // full path (which may change the megaflows). The megaflow is
-        // credited in one go, before that and at the end.
-        // Only packets that owe no checksum (the search for a partial one
-        // reads the headers) and carry no tunnel metadata can go so.
+        // packets go without a lookup (see `quick_output`), this is found
+        // once for the batch; then the whole batch, checked in place, is
+        // handed to the output queue as it is. Otherwise packet by packet:
+        // found again after any packet that takes the full path (which may
+        // change the megaflows), and the megaflow credited in one go, before
+        // that and at the end. Only packets that owe no checksum (the
+        // search for a partial one reads the headers) and carry no tunnel
+        // metadata can go so.
         let eligible = |p: &Packet| p.csum_complete && p.tnl.is_none();
+        let whole = pkts.first().filter(|f| pkts.iter().all(|p| p.in_port == f.in_port && eligible(p)));
+        if let Some(q) = whole.map(|f| f.in_port).and_then(|port| self.quick_output(port, upcall)) {
+            let mut bytes = 0;
+            pkts.retain(|p| {
+                let ok = self.quick_admit(p, &mut key, now_ms);
+                bytes += if ok { p.len() as u64 } else { 0 };
+                ok
+            });
+            self.credit_quick(q, &mut (pkts.len() as u64, bytes), now_ms);
+            self.out.append(q.out, pkts);
+        }
         let (mut quick, mut look) = (None, true);
         let mut credit = (0u64, 0u64);
         for pkt in pkts.drain(..) {
@@ -528,18 +555,11 @@ impl Pmd {
                 look = false;
             }
             if let Some(q) = quick {
-                if pkt.in_port == q.in_port
-                    && eligible(&pkt)
-                    && !self.sample_tick.wrapping_add(1).is_multiple_of(SAMPLE_EVERY)
-                {
-                    // The frame is still checked as extraction checks it.
-                    if let Some(e) = flow::extract::check(pkt.data()) {
-                        self.stats.count_drop(e.name());
-                        continue;
+                if pkt.in_port == q.in_port && eligible(&pkt) {
+                    if self.quick_admit(&pkt, &mut key, now_ms) {
+                        credit = (credit.0 + 1, credit.1 + pkt.len() as u64);
+                        self.out.push(q.out, pkt);
                     }
-                    self.sample_tick = self.sample_tick.wrapping_add(1);
-                    credit = (credit.0 + 1, credit.1 + pkt.len() as u64);
-                    self.out.push(q.out, pkt);
                     continue;
                 }
                 self.credit_quick(q, &mut credit, now_ms);
@@ -584,6 +604,34 @@ impl Pmd {
         self.handle(pkt, key, layout, upcall, now_ms, sink, 0);
     }
 
+    /// Whether a packet going without a lookup may go: not if extraction
+    /// would refuse it (dropped and counted the same way). One packet in
+    /// [`SAMPLE_EVERY`] is extracted all the same, and its key sampled for
+    /// the kernel fast path, as the full path samples its hits.
+    #[inline]
+    fn quick_admit(&mut self, pkt: &Packet, key: &mut FlowKey, now_ms: u64) -> bool {
+        self.sample_tick = self.sample_tick.wrapping_add(1);
+        let err = if self.sample_tick.is_multiple_of(SAMPLE_EVERY) {
+            let (_, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, key);
+            if err.is_none() {
+                self.record_sample(key, now_ms);
+            }
+            err
+        } else {
+            flow::extract::check(pkt.data())
+        };
+        if let Some(e) = err {
+            self.stats.count_drop(e.name());
+            return false;
+        }
+        true
+    }
+
+    /// Puts `key` in the recent-key ring the kernel fast path learns from.
+    fn record_sample(&mut self, key: &FlowKey, now_ms: u64) {
+        sample_into(&mut self.samples, &mut self.sample_ms, &mut self.sample_next, key, now_ms);
+    }
+
     /// Credits `q`'s megaflow (and the poll thread's counters) with the
     /// packets and bytes in `credit` that went without a key, and zeroes it.
     fn credit_quick(&mut self, q: Quick, credit: &mut (u64, u64), now_ms: u64) {
@@ -593,7 +641,7 @@ impl Pmd {
         }
         self.stats.packets += n;
         self.stats.simple_hits += n;
-        self.stats.simple_unparsed += n;
+        self.stats.quick_outputs += n;
         let f = self.flows[q.slot as usize].as_mut().expect("megaflows change only on the full path");
         if f.packets == f.pushed_packets {
             self.dirty.push(q.slot);
@@ -669,15 +717,8 @@ impl Pmd {
                 // recirculation (and counting every pass would sample
                 // only one pass of a two-pass pipeline, 16 being even).
                 self.sample_tick = self.sample_tick.wrapping_add((depth == 0) as u32);
-                if depth == 0 && self.sample_tick % SAMPLE_EVERY == 0 {
-                    if self.samples.len() < SAMPLES {
-                        self.samples.push(*key);
-                        self.sample_ms.push(now_ms);
-                    } else {
-                        self.samples[self.sample_next] = *key;
-                        self.sample_ms[self.sample_next] = now_ms;
-                    }
-                    self.sample_next = (self.sample_next + 1) % SAMPLES;
+                if depth == 0 && self.sample_tick.is_multiple_of(SAMPLE_EVERY) {
+                    sample_into(&mut self.samples, &mut self.sample_ms, &mut self.sample_next, key, now_ms);
                 }
                 // A megaflow that only outputs: straight to the port's
                 // queue, which is all `execute` would do (an output owes no
@@ -771,9 +812,8 @@ impl Pmd {
     /// the port's hint (the megaflow its last packet used, see
     /// [`Pmd::lookup`]) matches on metadata alone and has one output for
     /// its actions. This is OVS's "simple match", where the hint and the
-    /// megaflow are the whole lookup and the headers are never extracted.
-    /// The sampled packet (one in [`SAMPLE_EVERY`], whose key the kernel
-    /// fast path learns from) takes the full path.
+    /// megaflow are the whole lookup and the headers are never extracted
+    /// (but see [`Pmd::quick_admit`]).
     fn quick_output(&mut self, in_port: u32, upcall: &dyn Upcall) -> Option<Quick> {
         if !self.cfg.port_hint || in_port as usize >= MAX_HINT_PORTS {
             return None;

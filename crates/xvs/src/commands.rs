@@ -459,7 +459,7 @@ fn pmd_stats(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
                 r.rxqs.iter().map(|(n, q)| format!("{n}:{q}")).collect::<Vec<_>>().join(" ")
             )?;
             writeln!(out, "  packets received: {}", s.packets)?;
-            writeln!(out, "  port hint hits: {} (forwarded without a key: {})", s.simple_hits, s.simple_unparsed)?;
+            writeln!(out, "  port hint hits: {} (forwarded without a lookup: {})", s.simple_hits, s.quick_outputs)?;
             writeln!(out, "  emc hits: {}", s.emc_hits)?;
             writeln!(out, "  megaflow hits: {}", s.megaflow_hits)?;
             writeln!(
@@ -495,7 +495,7 @@ fn pmd_stats(ctx: &Ctx, _: &[String]) -> Result<(String, Value)> {
                 s.packets as f64 / r.busy_iterations.max(1) as f64
             )?;
             pmds.push(json!({
-            "id": r.id, "packets": s.packets, "simple_hits": s.simple_hits, "simple_unparsed": s.simple_unparsed, "emc_hits": s.emc_hits,
+            "id": r.id, "packets": s.packets, "simple_hits": s.simple_hits, "quick_outputs": s.quick_outputs, "emc_hits": s.emc_hits,
             "megaflow_hits": s.megaflow_hits, "upcalls": s.upcalls, "upcall_lost_limit": s.upcall_lost_limit, "upcall_busy": s.upcall_busy,
             "upcall_deferred": s.upcall_deferred,
             "revalidated": s.revalidated, "removed_stale": s.removed_stale, "expired": s.expired, "megaflows": r.n_megaflows,
