@@ -175,11 +175,17 @@ impl Subtable {
     /// are few enough.
     #[inline]
     fn matches(&self, key: &FlowKey, m: &Stored) -> bool {
+        self.matches_words(|w| key.w[w], m)
+    }
+
+    /// [`Subtable::matches`] for a key given word by word.
+    #[inline]
+    fn matches_words(&self, word: impl Fn(usize) -> u64, m: &Stored) -> bool {
         let (words, mask) = (&self.words, &self.mask);
         if words.len() <= MATCH_INLINE {
-            words.iter().zip(m.words).all(|(&w, &v)| key.w[w as usize] & mask.w[w as usize] == v)
+            words.iter().zip(m.words).all(|(&w, &v)| word(w as usize) & mask.w[w as usize] == v)
         } else {
-            words.iter().all(|&w| key.w[w as usize] & mask.w[w as usize] == m.key.w[w as usize])
+            words.iter().all(|&w| word(w as usize) & mask.w[w as usize] == m.key.w[w as usize])
         }
     }
 
@@ -248,12 +254,7 @@ impl Dpcls {
             return None;
         }
         use flow::key::loc::IN_PORT;
-        let word = |w: usize| if w == IN_PORT.word { (in_port as u64) << IN_PORT.shift } else { 0 };
-        Some(if st.words.len() <= MATCH_INLINE {
-            st.words.iter().zip(m.words).all(|(&w, &v)| word(w as usize) & st.mask.w[w as usize] == v)
-        } else {
-            st.words.iter().all(|&w| word(w as usize) & st.mask.w[w as usize] == m.key.w[w as usize])
-        })
+        Some(st.matches_words(|w| if w == IN_PORT.word { (in_port as u64) << IN_PORT.shift } else { 0 }, m))
     }
 
     /// The inline words a megaflow with `masked_key` in subtable `si`

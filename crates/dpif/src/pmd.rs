@@ -55,8 +55,8 @@ impl Default for PmdConfig {
 }
 
 /// Puts `key` in the recent-key ring (`samples`, `sample_ms`, next slot
-/// `next`) the kernel fast path learns from. (Apart from `Pmd`'s other
-/// fields, so a caller may hold a megaflow meanwhile.)
+/// `next`) the kernel fast path learns from. (A function of those fields
+/// alone, so a caller may hold a megaflow meanwhile.)
 fn sample_into(samples: &mut Vec<FlowKey>, sample_ms: &mut Vec<u64>, next: &mut usize, key: &FlowKey, now_ms: u64) {
     if samples.len() < SAMPLES {
         samples.push(*key);
@@ -614,7 +614,7 @@ impl Pmd {
         let err = if self.sample_tick.is_multiple_of(SAMPLE_EVERY) {
             let (_, err) = flow::extract::extract_into(pkt.data(), pkt.in_port, key);
             if err.is_none() {
-                self.record_sample(key, now_ms);
+                sample_into(&mut self.samples, &mut self.sample_ms, &mut self.sample_next, key, now_ms);
             }
             err
         } else {
@@ -625,11 +625,6 @@ impl Pmd {
             return false;
         }
         true
-    }
-
-    /// Puts `key` in the recent-key ring the kernel fast path learns from.
-    fn record_sample(&mut self, key: &FlowKey, now_ms: u64) {
-        sample_into(&mut self.samples, &mut self.sample_ms, &mut self.sample_next, key, now_ms);
     }
 
     /// Credits `q`'s megaflow (and the poll thread's counters) with the

@@ -418,14 +418,14 @@ fn prefetch_lines(segs: &[Seg], bytes: usize, write_from: usize) {
 
 #[inline]
 fn prefetch_line(addr: usize, write: bool) {
+    // `prefetchw` is written out because `_mm_prefetch::<_MM_HINT_ET0>`
+    // compiles to a plain read prefetch unless the whole build targets
+    // `prfchw`: the line then arrives shared, and the store that follows
+    // fetches it a second time from the core that owns it (the guest's,
+    // which wrote the buffer last). CPUs without PRFCHW run it as a no-op.
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint: it never faults and changes no memory,
-    // whatever the address. `prefetchw` is an explicit instruction because
-    // `_mm_prefetch::<_MM_HINT_ET0>` compiles to a plain read prefetch
-    // unless the whole build targets `prfchw`: the line then arrives shared
-    // and the store that follows fetches it a second time, from the core
-    // that owns it (the guest's, which wrote the buffer last). CPUs without
-    // PRFCHW execute the opcode as a no-op.
+    // whatever the address.
     unsafe {
         if write {
             std::arch::asm!("prefetchw byte ptr [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly));
