@@ -542,7 +542,7 @@ impl VhostUserClientPort {
             ring.push_used(head, 0);
             match total {
                 Some(t) if (HDR_LEN..=MAX_FRAME + HDR_LEN).contains(&t) => {
-                    ring::prefetch_segs(&self.segs, t.min(ring::PREFETCH_BYTES), false);
+                    ring::prefetch_segs(&self.segs, t.min(ring::PREFETCH_BYTES), usize::MAX);
                     self.chain_segs.extend_from_slice(&self.segs);
                     self.chains.push((head, t, from));
                 }
@@ -701,7 +701,7 @@ impl VhostUserClientPort {
         }
         for (k, &(_, take, from)) in self.chains.iter().enumerate() {
             let to = self.chains.get(k + 1).map_or(self.chain_segs.len(), |c| c.2);
-            ring::prefetch_rx_chain(&self.chain_segs[from..to], take.min(ring::PREFETCH_BYTES), HDR_LEN);
+            ring::prefetch_segs(&self.chain_segs[from..to], take.min(ring::PREFETCH_BYTES), HDR_LEN);
         }
         for (pkt, plan) in pkts[..planned].iter().zip(&self.plans) {
             let Some((c0, c1)) = *plan else { continue };

@@ -377,26 +377,13 @@ pub(crate) fn write_segs(segs: &[Seg], mut skip: usize, src: &[u8]) -> usize {
 pub(crate) const PREFETCH_BYTES: usize = 256;
 
 /// Starts fetching the cache lines that hold the first `bytes` bytes of
-/// the chain `segs`, for writing if `write`.
+/// the chain `segs`: for writing those holding a byte at or after chain
+/// offset `write_from`, for reading the others. A guest transmit chain is
+/// only read (`write_from` past its end); a receive chain about to take a
+/// frame is written after its virtio-net header, whose line is only read
+/// ([`write_hdr`] usually leaves it as it is).
 #[inline]
-pub(crate) fn prefetch_segs(segs: &[Seg], bytes: usize, write: bool) {
-    prefetch_lines(segs, bytes, if write { 0 } else { usize::MAX });
-}
-
-/// Like [`prefetch_segs`] for a receive chain about to take a frame: the
-/// lines after the `hdr` bytes of virtio-net header are fetched for
-/// writing, a line holding only header bytes for reading ([`write_hdr`]
-/// usually leaves it as it is).
-#[inline]
-pub(crate) fn prefetch_rx_chain(segs: &[Seg], bytes: usize, hdr: usize) {
-    prefetch_lines(segs, bytes, hdr);
-}
-
-/// Prefetches the lines of the first `bytes` bytes of `segs`: for writing
-/// those holding a byte at or after chain offset `write_from`, for reading
-/// the others.
-#[inline]
-fn prefetch_lines(segs: &[Seg], bytes: usize, write_from: usize) {
+pub(crate) fn prefetch_segs(segs: &[Seg], bytes: usize, write_from: usize) {
     let (mut left, mut at) = (bytes, 0usize);
     for s in segs {
         if left == 0 {
