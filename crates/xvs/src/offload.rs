@@ -997,6 +997,8 @@ impl Offloader {
                 t.error += s.error;
                 t.too_long += s.too_long;
                 t.ct_slow += s.ct_slow;
+                t.csum_too_long += s.csum_too_long;
+                t.csum_finished += s.csum_finished;
             }
         }
         t
@@ -1474,6 +1476,11 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
             "  kernel: hit:{} miss:{} stale:{} unparsed:{} error:{} too-long-to-encapsulate:{} tracker-must-see:{}",
             k.hit, k.miss, k.stale, k.unparsed, k.error, k.too_long, k.ct_slow
         )?;
+        writeln!(
+            out,
+            "  partial TCP/UDP checksums (a local sender's offload): finished in the kernel:{} left to userspace (too long):{}",
+            k.csum_finished, k.csum_too_long
+        )?;
         let why = s.last_refusal.lock().expect("refusal").clone();
         let last = if why.is_empty() { String::new() } else { format!(" (last: {why})") };
         writeln!(out, "  hot flows left in userspace: {}{last}", s.refused.load(Relaxed))?;
@@ -1502,7 +1509,7 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
         v.push(serde_json::json!({
             "bridge": b.shared.bridge, "enabled": true, "flows": o.n_entries(), "threshold_pps": o.threshold_pps(),
             "installed": s.installed.load(Relaxed), "removed": s.removed.load(Relaxed), "evicted": s.evicted.load(Relaxed),
-            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error, "too_long": k.too_long, "ct_slow": k.ct_slow},
+            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error, "too_long": k.too_long, "ct_slow": k.ct_slow, "csum_finished": k.csum_finished, "csum_too_long": k.csum_too_long},
             "packets": s.packets.load(Relaxed), "bytes": s.bytes.load(Relaxed),
             "refused": s.refused.load(Relaxed), "last_refusal": *s.last_refusal.lock().expect("refusal"),
             "closed_targets": closed,

@@ -532,10 +532,14 @@ fn run_user(of: &Ofproto, f: &[u8], in_port: u32) -> Vec<(u32, Vec<u8>)> {
 /// after a real handshake in userspace, a data segment in each direction
 /// gets an entry whose XDP run redirects it to the port userspace outputs
 /// it to with the same bytes (translated addresses, ports and checksums
-/// included). SYN, FIN and RST segments go to userspace (the tracker
-/// must see them), as does a segment with a partial checksum before NAT;
-/// the FIN moves the connection on, the tracker reports it to its offload
-/// hook, and no entry is offered for it any more.
+/// included). A segment whose checksum a local sender left partial
+/// (veth's default offload) is finished by the program and then gives
+/// exactly the bytes of the complete segment, with and without NAT; a
+/// program for a generic-mode port (whose skb keeps the sender's offload)
+/// forwards it as it is, but leaves it to userspace before NAT. SYN, FIN
+/// and RST segments go to userspace (the tracker must see them); the FIN
+/// moves the connection on, the tracker reports it to its offload hook,
+/// and no entry is offered for it any more.
 #[test]
 fn xdp_conntrack_verdicts_give_the_bytes_userspace_gives() {
     let id = std::process::id() % 10_000;
@@ -550,10 +554,13 @@ fn xdp_conntrack_verdicts_give_the_bytes_userspace_gives() {
     let ifx = [ifindex(&va), ifindex(&vb)];
     let dev = |p: u32| -> Option<u32> { (1..=2).contains(&p).then(|| ifx[p as usize - 1]) };
     let mut prog = TestProgram::load().unwrap();
-    for &i in &ifx {
-        prog.fast.add_output(i).unwrap();
+    let mut generic = TestProgram::load_with(false).unwrap();
+    for p in [&mut prog, &mut generic] {
+        for &i in &ifx {
+            p.fast.add_output(i).unwrap();
+        }
+        p.fast.set_generation(1).unwrap();
     }
-    prog.fast.set_generation(1).unwrap();
     let (c, s) = ((0x0a00_0001u32, 40000u16), (0x0a00_0002u32, 80u16));
     let (mc, ms) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
     let mut slot = 0;
@@ -612,6 +619,7 @@ fn xdp_conntrack_verdicts_give_the_bytes_userspace_gives() {
             fa.slot = slot;
             slot += 1;
             prog.fast.insert(&fk, &fa).unwrap();
+            generic.fast.insert(&fk, &fa).unwrap();
             let (v, kernel) = prog.run(&f, dev(inp).unwrap()).unwrap();
             let user = run_user(&of, &f, inp);
             assert_eq!(v, XDP_REDIRECT, "the kernel serves the segment");
@@ -619,15 +627,27 @@ fn xdp_conntrack_verdicts_give_the_bytes_userspace_gives() {
             assert_eq!(user[0].0, outp);
             assert_eq!(kernel, user[0].1, "same bytes (snat {snat}, from port {inp})");
             // The same segment with a partial checksum (a sender's offload):
-            // before NAT, userspace completes it; without NAT it is served.
+            // finished in the program, then the same bytes as the complete
+            // segment gives.
             let mut p = f.clone();
             let (src, dst) = (k.nw_src(), k.nw_dst());
             let partial = wire::checksum::partial_v4(src, dst, 6, p.len() - 34);
             p[50..52].copy_from_slice(&partial.to_be_bytes());
-            let slow = prog.fast.stats().unwrap().ct_slow;
-            let (v, _) = prog.run(&p, dev(inp).unwrap()).unwrap();
-            assert_eq!(v == XDP_REDIRECT, !snat, "partial checksum, snat {snat}");
-            assert_eq!(prog.fast.stats().unwrap().ct_slow - slow, snat as u64);
+            let done = prog.fast.stats().unwrap().csum_finished;
+            let (v, kernel) = prog.run(&p, dev(inp).unwrap()).unwrap();
+            assert_eq!(v, XDP_REDIRECT, "partial checksum, snat {snat}");
+            assert_eq!(kernel, user[0].1, "partial checksum finished, then the same bytes (snat {snat})");
+            assert_eq!(prog.fast.stats().unwrap().csum_finished - done, 1);
+            // Generic mode: the skb keeps the offload, so without NAT the
+            // frame goes as it is; NAT would need the checksum finished
+            // first, which userspace does.
+            let slow = generic.fast.stats().unwrap().ct_slow;
+            let (v, kernel) = generic.run(&p, dev(inp).unwrap()).unwrap();
+            assert_eq!(v == XDP_REDIRECT, !snat, "generic mode, partial checksum, snat {snat}");
+            if !snat {
+                assert_eq!(kernel, p, "generic mode leaves the partial checksum to the skb's offload");
+            }
+            assert_eq!(generic.fast.stats().unwrap().ct_slow - slow, snat as u64);
             // SYN, RST and FIN: to the tracker.
             for flags in [0x02, 0x14, 0x11] {
                 let mut x = f.clone();
