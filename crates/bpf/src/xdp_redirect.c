@@ -262,13 +262,20 @@ struct {
 	__type(value, struct xvs_scratch);
 } xvs_scratch SEC(".maps");
 
-/* Fills the key; returns 0 if the frame is one the fast path may serve. */
+/* Fills the key; returns 0 if the frame is one the fast path may serve.
+ * A frame userspace's parser refuses (and so drops) is not one: an IP
+ * datagram longer than the frame or shorter than its own header, or a
+ * TCP, UDP, SCTP or ICMP header cut short by the datagram's end (or, for
+ * TCP, a data offset outside it). Such a frame goes to userspace, whose
+ * parser counts and drops it; serving it here would forward what the
+ * switch otherwise drops. */
 static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	int off = sizeof(*eth);
+	__u32 l4len;
 	__u16 type;
 
 	if ((void *)(eth + 1) > end)
@@ -290,11 +297,14 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 	*l3 = off;
 	if (type == ETH_P_IP) {
 		struct iphdr *ip = data + off;
-		int ihl;
+		__u32 ihl, tot;
 		if ((void *)(ip + 1) > end || ip->version != 4)
 			return -1;
 		ihl = ip->ihl * 4;
 		if (ihl < 20 || (ip->frag_off & bpf_htons(0x3fff)))
+			return -1;
+		tot = bpf_ntohs(ip->tot_len);
+		if (tot < ihl || tot > (__u32)(end - data) - off)
 			return -1;
 		k->nw_proto = ip->protocol;
 		k->nw_tos = ip->tos;
@@ -302,9 +312,13 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 		__builtin_memcpy(k->nw_src, &ip->saddr, 4);
 		__builtin_memcpy(k->nw_dst, &ip->daddr, 4);
 		off += ihl;
+		l4len = tot - ihl;
 	} else if (type == ETH_P_IPV6) {
 		struct ipv6hdr *ip6 = data + off;
 		if ((void *)(ip6 + 1) > end || ip6->version != 6)
+			return -1;
+		l4len = bpf_ntohs(ip6->payload_len);
+		if (l4len > (__u32)(end - data) - off - sizeof(*ip6))
 			return -1;
 		k->nw_proto = ip6->nexthdr;
 		k->nw_tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
@@ -318,16 +332,25 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 	}
 	switch (k->nw_proto) {
 	case 6: case 17: case 132: {
-		__u16 *p = data + off;
-		if ((void *)(p + 2) > end)
+		__u8 *t = data + off;
+		__u32 hl = k->nw_proto == 6 ? 20 : k->nw_proto == 17 ? 8 : 12;
+		if (l4len < hl || (void *)(t + 4) > end)
 			return -1;
-		k->tp_src = bpf_ntohs(p[0]);
-		k->tp_dst = bpf_ntohs(p[1]);
+		if (k->nw_proto == 6) {
+			__u32 doff;
+			if ((void *)(t + 20) > end)
+				return -1;
+			doff = (t[12] >> 4) * 4;
+			if (doff < 20 || doff > l4len)
+				return -1;
+		}
+		k->tp_src = ((__u32)t[0] << 8) | t[1];
+		k->tp_dst = ((__u32)t[2] << 8) | t[3];
 		return 0;
 	}
 	case 1: case 58: {
 		__u8 *t = data + off;
-		if ((void *)(t + 2) > end)
+		if (l4len < 4 || (void *)(t + 2) > end)
 			return -1;
 		if (k->nw_proto == 58 && t[0] >= 133 && t[0] <= 137)
 			return -1;	/* neighbour discovery: more fields */
