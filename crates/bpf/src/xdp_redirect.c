@@ -366,10 +366,11 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 }
 
 /* The entry for a tunnel frame whose outer fields `k` holds (l3 at 14):
- * on a hit the outer headers are gone from the frame, `k` and `l3` are the
+ * on a hit the outer headers are gone from the frame (`*popped` says how
+ * many bytes they were), `k` and `l3` are the
  * inner frame's; otherwise the frame is as it was and NULL comes back. */
 static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct xvs_fkey *k, int *l3, __u64 g,
-						    __u8 kind)
+						    __u8 kind, int *popped)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -413,6 +414,7 @@ static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct 
 	if (a->gen != g || (a->flags & XVS_ENCAP))
 		goto restore;
 	*k = dk.inner;
+	*popped = outer;
 	return a;
 restore:
 	/* Back to the outer frame, whose bytes are still there. */
@@ -715,7 +717,7 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 	struct xvs_fcount *c;
 	__u64 *gen;
 	__u32 zero = 0, *conf;
-	int l3 = 0, finish;
+	int l3 = 0, finish, popped = 0;
 
 	/* Generation 0 means offload is off: no parse, no lookup, so the
 	 * AF_XDP path costs what it did before the fast path existed. */
@@ -732,7 +734,7 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 		__u16 dport = k.tp_dst;
 		__u8 *kind = bpf_map_lookup_elem(&xvs_dports, &dport);
 		if (kind)
-			a = decap_lookup(ctx, &k, &l3, *gen, *kind);
+			a = decap_lookup(ctx, &k, &l3, *gen, *kind, &popped);
 	}
 	if (!a) {
 		fstat(1);
@@ -760,7 +762,7 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 	finish = conf && (*conf & XVS_CONF_FINISH_CSUM);
 	if ((a->flags & (XVS_CT | XVS_NAT)) && ct_slow(ctx, &k, l3, a, finish)) {
 		fstat(6);
-		return -1;
+		goto leave;
 	}
 	/* The last decision before the frame is committed to the kernel: a
 	 * partial checksum is finished here, or the frame goes to userspace
@@ -769,7 +771,7 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 		int f = csum_finish(ctx, &k, l3);
 		if (f < 0) {
 			fstat(7);
-			return -1;
+			goto leave;
 		}
 		if (f)
 			fstat(8);
@@ -888,6 +890,13 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 	}
 	fstat(0);
 	return bpf_redirect_map(&xvs_tx, a->out_ifindex, XDP_DROP);
+leave:
+	/* To userspace as the frame came: a decapsulated one gets its outer
+	 * headers back (nothing has been written yet, so their bytes are
+	 * still in front of the inner frame). */
+	if (popped && bpf_xdp_adjust_head(ctx, -popped))
+		goto fail;
+	return -1;
 fail:
 	/* Committed to the fast path and the frame may be half rewritten:
 	 * drop it rather than hand a damaged frame to userspace. */

@@ -726,3 +726,72 @@ fn xdp_leaves_frames_userspace_drops_as_malformed() {
         prog.fast.remove(&offload::fast_key(&k, LO)).unwrap();
     }
 }
+
+/// A tunnel frame whose decapsulating entry matched, but which must go to
+/// userspace after all (here: a TCP segment with FIN, SYN or RST under an
+/// entry with the conntrack guard), goes there as it came, outer headers
+/// included: userspace must see the tunnel frame, not its inner frame as
+/// if it had arrived bare on the underlay port. (Found by
+/// tests/xdp_fuzz.rs; the program's decapsulating entries are built
+/// without the guard today, and the other such exit, a partial checksum
+/// too long to finish, needs frames longer than single-buffer XDP takes,
+/// so no frame met it yet: the program now restores the outer headers
+/// on every exit to userspace after a decapsulation.)
+#[test]
+fn xdp_decapsulated_frame_left_to_userspace_keeps_its_outer_headers() {
+    use bpf::fastpath::act;
+    use bpf::DecapKey;
+    use tunnel::encap::{flags, pop, push, EncapSpec, Kind, Listen, TunnelMeta};
+    const LO: u32 = 1;
+    let mut prog = TestProgram::load().unwrap();
+    prog.fast.add_output(LO).unwrap();
+    prog.fast.set_generation(1).unwrap();
+    let (ma, mb) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let (hv, peer) = ([2, 0xee, 0, 0, 0, 1], [2, 0xee, 0, 0, 0, 2]);
+    let listen = Listen { udp: vec![(6081, Kind::Geneve)], gre: false };
+    let spec = EncapSpec { kind: Kind::Geneve, eth_src: peer, eth_dst: hv, dst_port: 6081, csum: false };
+    let meta = TunnelMeta {
+        tun_id: 5001,
+        src: 0xc0a8_0702,
+        dst: 0xc0a8_0701,
+        ttl: 64,
+        flags: flags::DF | flags::KEY,
+        tp_src: 49152,
+        tp_dst: 6081,
+        ..TunnelMeta::default()
+    };
+    let wrap = |tcp_flags: u16| {
+        let inner = Frame::new(ma, mb).ipv4(0x0a00_0001, 0x0a00_0002).tcp(40000, 80, tcp_flags).payload(b"d").build();
+        let mut f = Vec::new();
+        push(&spec, &meta, &inner, 77, &mut f);
+        f
+    };
+    let data = wrap(0x18);
+    let d = pop(&data, &listen).unwrap();
+    let mut th = [0u8; 16];
+    th[..8].copy_from_slice(&data[42..50]);
+    let dk = DecapKey {
+        inner: offload::fast_key(&flow::extract(&data[d.inner..d.end], 1).0, LO),
+        dmac: hv,
+        smac: peer,
+        saddr: [192, 168, 7, 2],
+        daddr: [192, 168, 7, 1],
+        ttl: 64,
+        df: 1,
+        dport: 6081,
+        th,
+        ..DecapKey::default()
+    };
+    prog.fast
+        .insert_decap(&dk, &FastAction { out_ifindex: LO, gen: 1, flags: act::CT, ..FastAction::default() })
+        .unwrap();
+    let (v, out) = prog.run(&data, LO).unwrap();
+    assert_eq!(v, XDP_REDIRECT);
+    assert_eq!(out, &data[d.inner..d.end]);
+    for fl in [0x11, 0x02, 0x14] {
+        let f = wrap(fl);
+        let (v, out) = prog.run(&f, LO).unwrap();
+        assert_ne!(v, XDP_REDIRECT, "flags {fl:#x}");
+        assert_eq!(out, f, "flags {fl:#x}: the tunnel frame, as it came");
+    }
+}
