@@ -54,7 +54,7 @@ pub mod act {
     pub const SET_TP_DST: u16 = 512;
     pub const NAT: u16 = SET_NW_SRC | SET_NW_DST | SET_TP_SRC | SET_TP_DST;
     /// The entry serves a tracked connection: TCP segments with SYN, FIN or
-    /// RST go to userspace.
+    /// RST, or without ACK, go to userspace.
     pub const CT: u16 = 1024;
 }
 
@@ -195,7 +195,7 @@ pub struct FastStats {
     /// Too long to encapsulate within the underlay's MTU: to userspace.
     pub too_long: u64,
     /// A tracked connection's segment its tracker must see (SYN, FIN,
-    /// RST), or, where the program does not finish checksums (generic
+    /// RST, or no ACK), or, where the program does not finish checksums (generic
     /// mode), a partial checksum before NAT: to userspace.
     pub ct_slow: u64,
     /// A partial TCP/UDP checksum on an L4 segment longer than the program

@@ -75,7 +75,9 @@ struct xvs_fkey {
 #define XVS_NAT (XVS_SET_NW_SRC | XVS_SET_NW_DST | XVS_SET_TP_SRC | XVS_SET_TP_DST)
 /* The entry serves packets of tracked connections: TCP segments with SYN,
  * FIN or RST go to userspace, whose tracker moves the connection's state
- * on them (and withdraws the entry). */
+ * on them (and withdraws the entry); so do segments without ACK, whose
+ * flags no stack sends on an established connection and the tracker
+ * calls invalid. */
 #define XVS_CT 1024
 
 /* Largest outer header an entry can push (Ethernet, IPv4, UDP, Geneve with
@@ -589,7 +591,7 @@ static __always_inline int csum_finish(struct xdp_md *ctx, const struct xvs_fkey
 }
 
 /* Whether a frame an XVS_CT entry matched must go to userspace instead:
- * a TCP segment with SYN, FIN or RST, or (for NAT, where the program does
+ * a TCP segment with SYN, FIN or RST, or without ACK, or (for NAT, where the program does
  * not finish checksums) a TCP/UDP checksum that is still the sender's
  * partial pseudo-header sum. `l3` is 14 or 18. */
 static __always_inline int ct_slow(struct xdp_md *ctx, struct xvs_fkey *k, int l3, struct xvs_fact *a,
@@ -623,7 +625,9 @@ static __always_inline int ct_slow(struct xdp_md *ctx, struct xvs_fkey *k, int l
 	if (k->nw_proto == 6) {
 		if ((void *)(l4 + 20) > end)
 			return 1;
-		if (l4[13] & 0x07)	/* FIN, SYN, RST */
+		/* FIN, SYN, RST, or no ACK: only ACK (with URG, PSH, ECE or
+		 * CWR, or none) is a valid segment of an established one. */
+		if ((l4[13] & 0x17) != 0x10)
 			return 1;
 		field = (__u16 *)(l4 + 16);
 	} else if (k->nw_proto == 17) {

@@ -459,7 +459,8 @@ pub const CT_PASSES: usize = 4;
 ///
 /// The verdict stays true while the connections do not change; the
 /// caller withdraws the entry when one does (see [`Offloader`]). TCP
-/// segments with SYN, FIN or RST always go to the tracker.
+/// segments with SYN, FIN or RST, or without ACK, always go to the
+/// tracker.
 /// `translate(k)` gives the megaflow a key would get (without side
 /// effects).
 pub fn entry_ct(

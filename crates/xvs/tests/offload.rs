@@ -648,15 +648,19 @@ fn xdp_conntrack_verdicts_give_the_bytes_userspace_gives() {
                 assert_eq!(kernel, p, "generic mode leaves the partial checksum to the skb's offload");
             }
             assert_eq!(generic.fast.stats().unwrap().ct_slow - slow, snat as u64);
-            // SYN, RST and FIN: to the tracker.
-            for flags in [0x02, 0x14, 0x11] {
+            // SYN, RST and FIN: to the tracker; and segments without ACK
+            // (none, PSH or URG alone, a bare FIN), which it calls invalid
+            // (found by tests/xdp_fuzz.rs: the kernel forwarded them, the
+            // firewall drops them).
+            for flags in [0x02, 0x14, 0x11, 0x00, 0x08, 0x20, 0x01] {
                 let mut x = f.clone();
                 x[46..48].copy_from_slice(&((5u16 << 12) | flags).to_be_bytes());
                 x[50..52].copy_from_slice(&[0, 0]);
                 let c = wire::checksum::l4_checksum_v4(src, dst, 6, &x[34..]);
                 x[50..52].copy_from_slice(&c.to_be_bytes());
-                let (v, _) = prog.run(&x, dev(inp).unwrap()).unwrap();
+                let (v, out) = prog.run(&x, dev(inp).unwrap()).unwrap();
                 assert_ne!(v, XDP_REDIRECT, "flags {flags:#x} go to userspace");
+                assert_eq!(out, x, "flags {flags:#x}: untouched");
             }
         }
         // The client's FIN, in userspace: the connection closes down.
