@@ -293,7 +293,12 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 		type = bpf_ntohs(tag[1]);
 		off += 4;
 	}
-	if (type == ETH_P_8021Q || type == ETH_P_8021AD || type == ETH_P_ARP || type < 0x600)
+	/* ARP and RARP (whose fields userspace's key holds and this one does
+	 * not), further tags, 802.3. */
+	if (type == ETH_P_8021Q || type == ETH_P_8021AD || type == ETH_P_ARP || type == ETH_P_RARP || type < 0x600)
+		return -1;
+	/* MPLS: userspace drops a frame cut inside its label stack entry. */
+	if ((type == ETH_P_MPLS_UC || type == ETH_P_MPLS_MC) && data + off + 4 > end)
 		return -1;
 	k->dl_type = type;
 	*l3 = off;

@@ -8,7 +8,7 @@
 //! * the megaflow's mask lies within those fields ([`PARSED`]): then every
 //!   frame the entry matches agrees with the packet on every masked bit,
 //!   so it matches the megaflow too;
-//! * the packet is one the program parses identically (no ARP, no IPv6
+//! * the packet is one the program parses identically (no ARP or RARP, no IPv6
 //!   neighbour discovery or extension headers, no fragment, at most one
 //!   VLAN tag): otherwise the program never looks the frame up;
 //! * the actions are ones the program performs with the same result
@@ -186,6 +186,8 @@ pub fn packet_ok(key: &FlowKey) -> Result<(), NotOffloadable> {
     }
     match key.dl_type() {
         ethertype::ARP => return Err(NotOffloadable::Packet("ARP")),
+        // The same header: its key holds addresses the program's does not.
+        ethertype::RARP => return Err(NotOffloadable::Packet("RARP")),
         t if t < 0x0600 => return Err(NotOffloadable::Packet("802.3")),
         _ => {}
     }
