@@ -219,8 +219,12 @@ def run(xvs, secs=4.0, reps=3, log=lambda m: None, with_ovs=True):
             topo(tx_off)
             sw = make()
             try:
-                # Neighbours and MAC learning before measuring.
-                ns(G, "ping", "-c", "2", "-i", "0.2", "-W", "1", SIP, check=False)
+                # Neighbours and MAC learning before measuring (a switch
+                # may take a few seconds to bring its ports up).
+                t0 = time.time()
+                while subprocess.run(["ip", "netns", "exec", G, "ping", "-c", "1", "-W", "1", SIP],
+                                     capture_output=True).returncode != 0 and time.time() - t0 < 15:
+                    time.sleep(0.2)
                 c0 = nstat(S)
                 tcp, udp, share = [], [], []
                 for r in range(reps):

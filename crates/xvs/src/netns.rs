@@ -157,7 +157,7 @@ impl Host {
     /// forward partial checksums unfinished (OVS documents `ethtool -K
     /// eth0 tx off` for them). Only for OVS: xvs's tests keep it on.
     pub fn tx_csum_off_for_ovs(&self) -> Result<()> {
-        self.exec(&["ethtool", "-K", &self.ifname, "tx", "off"]).map(drop)
+        self.exec(&["ethtool", "-K", &self.ifname, "tx", "off"]).map(drop) // why: above
     }
 
     /// Runs a command inside the namespace.

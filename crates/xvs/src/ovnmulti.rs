@@ -358,8 +358,8 @@ impl Multi {
             // OVS 3.1 does not finish partial checksums (its documentation
             // says to turn transmit offload off); xvs's hypervisors keep
             // Linux's defaults on the same links.
-            self.underlay.exec(&["ethtool", "-K", &name, "tx", "off"]).unwrap();
-            hv.exec(&["ethtool", "-K", "ul0", "tx", "off"]);
+            self.underlay.exec(&["ethtool", "-K", &name, "tx", "off"]).unwrap(); // why: OVS only, see above
+            hv.exec(&["ethtool", "-K", "ul0", "tx", "off"]); // why: OVS only, see above
         }
         hv.exec(&["ip", "link", "set", "ul0", "up"]);
         // The hypervisor's database, switch and bridges.
@@ -507,8 +507,8 @@ impl Multi {
             must(&["ip", "-n", &mid, "link", "set", &peer, "master", "br1", "up"]);
             if hyp.switch == Switch::Ovs {
                 // As for the underlay (see `hypervisor`): for OVS only.
-                self.underlay.exec(&["ethtool", "-K", &peer, "tx", "off"]).unwrap();
-                hyp.exec(&["ethtool", "-K", "ext0", "tx", "off"]);
+                self.underlay.exec(&["ethtool", "-K", &peer, "tx", "off"]).unwrap(); // why: OVS only, see above
+                hyp.exec(&["ethtool", "-K", "ext0", "tx", "off"]); // why: OVS only, see above
             }
             hyp.exec(&["ip", "link", "set", "ext0", "up"]);
             let ty = match hyp.switch {

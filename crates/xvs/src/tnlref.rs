@@ -533,13 +533,13 @@ impl Overlay {
             // defaults on the same links.
             let for_ovs = switches[i] == Switch::Ovs;
             if for_ovs {
-                vm.exec(&["ethtool", "-K", "eth0", "tx", "off"])?;
+                vm.exec(&["ethtool", "-K", "eth0", "tx", "off"])?; // why: OVS only, see above
             }
             vm.mac = vm.exec(&["cat", "/sys/class/net/eth0/address"])?.trim().to_string();
             for dev in ["ul", "vm"] {
                 hvns.exec(&["ip", "link", "set", dev, "up"])?;
                 if for_ovs {
-                    hvns.exec(&["ethtool", "-K", dev, "tx", "off"])?;
+                    hvns.exec(&["ethtool", "-K", dev, "tx", "off"])?; // why: OVS only, see above
                 }
             }
             // The hypervisor's own stack must not answer for the endpoint
