@@ -498,6 +498,9 @@ struct ActSpec {
     /// relates to the seed's length.
     encap: Option<(u8, i8)>,
     decap: bool,
+    /// The entry carries an older generation than the program's (as
+    /// after a rule change, before revalidation): it must serve nothing.
+    stale: bool,
 }
 
 fn act_strategy() -> impl Strategy<Value = ActSpec> {
@@ -511,8 +514,9 @@ fn act_strategy() -> impl Strategy<Value = ActSpec> {
         any::<bool>(),
         prop::option::weighted(0.25, (any::<u8>(), -3i8..4)),
         prop::bool::weighted(0.8),
+        prop::bool::weighted(0.05),
     )
-        .prop_map(|(pop, push, dl_src, dl_dst, ttl, nat, ct, encap, decap)| ActSpec {
+        .prop_map(|(pop, push, dl_src, dl_dst, ttl, nat, ct, encap, decap, stale)| ActSpec {
             pop,
             push,
             dl_src,
@@ -522,6 +526,7 @@ fn act_strategy() -> impl Strategy<Value = ActSpec> {
             ct,
             encap,
             decap,
+            stale,
         })
 }
 
@@ -578,6 +583,7 @@ struct Entry {
     /// The CT guard: TCP segments with SYN, FIN or RST are the tracker's.
     ct: bool,
     kind: EntryKind,
+    stale: bool,
 }
 
 enum EntryKind {
@@ -692,11 +698,11 @@ fn install(prog: &mut TestProgram, seed: &[u8], a: &ActSpec, slot: u32) -> Optio
         fa.hdr = e.hdr;
         encap = Some((cfg, tmpl));
     }
-    fa.gen = 1;
+    fa.gen = if a.stale { 0xdead } else { 1 };
     fa.slot = slot;
     let fk = offload::fast_key(&k, LO);
     prog.fast.insert(&fk, &fa).unwrap();
-    Some(Entry { actions, encap, ct, kind: EntryKind::Plain(fk, k) })
+    Some(Entry { actions, encap, ct, kind: EntryKind::Plain(fk, k), stale: a.stale })
 }
 
 fn install_decap(
@@ -717,7 +723,7 @@ fn install_decap(
     if a.encap.is_some() {
         fa.flags |= act::ENCAP;
     }
-    fa.gen = 1;
+    fa.gen = if a.stale { 0xdead } else { 1 };
     fa.slot = slot;
     let mut th = [0u8; 16];
     let n = (d.inner - 42).min(16);
@@ -744,7 +750,7 @@ fn install_decap(
         let t = template(&cfg, &g);
         (cfg, t)
     });
-    Some(Entry { actions, encap, ct, kind: EntryKind::Decap(dk, d.meta.clone(), eth, k) })
+    Some(Entry { actions, encap, ct, kind: EntryKind::Decap(dk, d.meta.clone(), eth, k), stale: a.stale })
 }
 
 // ---------------------------------------------------------------------
@@ -816,6 +822,9 @@ fn tcp_ctl(k: &FlowKey) -> bool {
 
 /// What userspace does with `f`, received where the entry's frame was.
 fn userspace(e: &Entry, f: &[u8]) -> Expect {
+    if e.stale && flow::extract(f, 1).2.is_none() {
+        return Expect::NotTheEntrys("an entry of an older generation");
+    }
     let inner: &[u8] = match &e.kind {
         EntryKind::Plain(fk, seed) => {
             let (k, _, err) = flow::extract(f, 1);
