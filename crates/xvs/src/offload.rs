@@ -151,6 +151,14 @@ pub fn mask_ok(key: &FlowKey, mask: &FlowMask) -> Result<(), NotOffloadable> {
             by_name(name).expect("field table has every ingress field").set(&mut rest, 0);
         }
     }
+    // The program parses one 802.1Q tag at most and leaves a frame with a
+    // second one (or an 802.1ad tag) to userspace, so no frame it serves
+    // has an inner tag: a megaflow may require none (as one that pops a
+    // tag does, `vlan_tci2=0x0/0x1000`).
+    let inner_tag = by_name("vlan_tci2").expect("field table has vlan_tci2");
+    if inner_tag.get(key) == 0 {
+        inner_tag.set(&mut rest, 0);
+    }
     if rest != FlowKey::ZERO {
         let name = flow::FIELDS
             .iter()
@@ -256,7 +264,25 @@ pub fn plan(actions: &[DpAction], ifindex: &dyn Fn(u32) -> Option<u32>) -> Resul
                 a.vlan_tci = tci & !VLAN_PRESENT;
                 stage = 2;
             }
-            DpAction::SetMasked(set) => set_plan(&set.key(), &set.mask(), &mut a)?,
+            DpAction::SetMasked(set) => {
+                let (key, mut mask) = (set.key(), set.mask());
+                // A tag just pushed, then given its VID or PCP (OpenFlow
+                // 1.1+'s `push_vlan,set_field:..->vlan_vid`): the program
+                // pushes the final TCI at once. Rewriting a tag the frame
+                // came with is not one of its actions.
+                let tci = by_name("vlan_tci").expect("field table has vlan_tci");
+                let m = tci.get(&mask);
+                if m != 0 {
+                    let now = a.vlan_tci as u128 | VLAN_PRESENT as u128;
+                    let new = (now & !m) | (tci.get(&key) & m);
+                    if stage != 2 || new & VLAN_PRESENT as u128 == 0 {
+                        return Err(NotOffloadable::Action("set_field:vlan_tci".into()));
+                    }
+                    a.vlan_tci = new as u16 & !VLAN_PRESENT;
+                    tci.set(&mut mask, 0);
+                }
+                set_plan(&key, &mask, &mut a)?
+            }
             DpAction::Output(p) => out = Some(*p),
             other => return Err(NotOffloadable::Action(other.to_string())),
         }
