@@ -89,6 +89,10 @@ pub struct VhostUserClientPort {
     queues_conn: u64,
     queues_left: u32,
     offload_refused: u64,
+    /// Batches that found the queue's positions out of step with the ring
+    /// and resumed from the ring's used index (once per queue after a
+    /// reconnect to a running guest).
+    ring_takeovers: u64,
     /// Call eventfd signals sent to the guest.
     calls: u64,
     /// Frames to the guest dropped because they fit none of its receive
@@ -167,6 +171,7 @@ impl VhostUserClientPort {
             queues_conn: 0,
             queues_left: 0,
             offload_refused: 0,
+            ring_takeovers: 0,
             calls: 0,
             too_big: 0,
             map: None,
@@ -230,6 +235,12 @@ impl VhostUserClientPort {
     /// could hold them whole (a guest without mergeable buffers).
     pub fn too_big(&self) -> u64 {
         self.too_big
+    }
+
+    /// Times a queue resumed from the ring's own used index because the
+    /// frontend's positions disagreed with it (see `take_over_positions`).
+    pub fn ring_takeovers(&self) -> u64 {
+        self.ring_takeovers
     }
 
     /// Frames dropped because their header asked for GSO/checksum offload.
@@ -327,7 +338,7 @@ fn supervise(
             thread::sleep(Duration::from_millis(100));
             continue;
         }
-        run_connection(&mut daemon, shared);
+        run_connection(&mut daemon, &mem, shared);
     }
 }
 
@@ -369,7 +380,15 @@ fn start_relayed(
 }
 
 /// Serves a connected frontend until it goes: the link is up meanwhile.
-fn run_connection(daemon: &mut VhostUserDaemon<NetBackend>, shared: &Arc<Shared>) {
+/// Its memory is unmapped when it goes (the port drops its own map once
+/// it sees the link down), so a guest that was killed does not stay
+/// mapped here, and nothing of one connection's memory table can serve
+/// the next.
+fn run_connection(
+    daemon: &mut VhostUserDaemon<NetBackend>,
+    mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+    shared: &Arc<Shared>,
+) {
     shared.connects.fetch_add(1, Ordering::Relaxed);
     shared.connected.store(true, Ordering::Release);
     *shared.shutdown.lock().unwrap() = daemon.shutdown_handle();
@@ -377,6 +396,8 @@ fn run_connection(daemon: &mut VhostUserDaemon<NetBackend>, shared: &Arc<Shared>
     *shared.last_error.lock().unwrap() = format!("{r:?}");
     shared.connected.store(false, Ordering::Release);
     shared.vrings.lock().unwrap().clear();
+    mem.lock().unwrap().replace(GuestMemoryMmap::new());
+    shared.mem_gen.fetch_add(1, Ordering::Release);
 }
 
 /// Server mode: accepts a frontend on `listener`, serves it until it goes,
@@ -407,7 +428,7 @@ fn serve(
             *shared.last_error.lock().unwrap() = format!("accept: {e}");
             continue;
         }
-        run_connection(&mut daemon, shared);
+        run_connection(&mut daemon, &mem, shared);
     }
 }
 
@@ -453,12 +474,13 @@ impl Netdev for VhostUserClientPort {
             n_rxq: MAX_QUEUE_PAIRS,
             detail: if self.is_connected() {
                 format!(
-                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={} early_ring_enables={}",
+                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={} early_ring_enables={} ring_takeovers={}",
                     rxq.join(","),
                     self.tx_retries,
                     self.too_big,
                     self.offload_refused,
-                    self.early_ring_enables()
+                    self.early_ring_enables(),
+                    self.ring_takeovers
                 )
             } else {
                 // Why the last connection ended (or could not start).
@@ -527,8 +549,11 @@ impl VhostUserClientPort {
         }
         let q = st.get_queue_mut();
         let Some(mut ring) = Ring::new(map, q) else { return Ok(0) };
+        self.take_over_positions(&mut ring, "a transmit queue");
         ring.suppress_kicks();
         if ring.poll_avail() == 0 {
+            // (Positions taken over from the ring are kept.)
+            ring.store(q);
             return Ok(0);
         }
         // First take up to `max` chains (ring slots and descriptors), then
@@ -628,6 +653,7 @@ impl VhostUserClientPort {
         }
         let q = st.get_queue_mut();
         let Some(mut ring) = Ring::new(map, q) else { return Ok(std::mem::take(pkts)) };
+        self.take_over_positions(&mut ring, "a receive queue");
         ring.suppress_kicks();
         ring.poll_avail();
         // First take the guest's buffers for as many frames as fit (ring
@@ -743,6 +769,23 @@ impl VhostUserClientPort {
             let _ = vring.signal_used_queue();
         }
         Ok(left)
+    }
+
+    /// Resumes `ring` from the ring's own used index when the queue's
+    /// positions disagree with it (see [`Ring::take_over_positions`]):
+    /// after a reconnect to a frontend whose device kept running. Counted,
+    /// and said on stderr (the first few times).
+    fn take_over_positions(&mut self, ring: &mut Ring, which: &str) {
+        if let Some((avail, used)) = ring.take_over_positions() {
+            self.ring_takeovers += 1;
+            if self.ring_takeovers <= 16 {
+                eprintln!(
+                    "xvs: port {}: {which} of the guest resumes at the ring's used index {} (the frontend's \
+                     positions were avail {avail}, used {used})",
+                    self.name, ring.next_used
+                );
+            }
+        }
     }
 
     /// Runs `batch` with the guest memory as mapped now, moved out of the
