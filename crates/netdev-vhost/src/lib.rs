@@ -115,6 +115,8 @@ pub struct VhostUserClientPort {
     supervisor: Option<thread::JoinHandle<()>>,
     /// Server mode: the socket the port created.
     server_path: Option<std::path::PathBuf>,
+    /// The vhost-user socket (either mode), for `status`.
+    socket: std::path::PathBuf,
 }
 
 impl VhostUserClientPort {
@@ -126,7 +128,7 @@ impl VhostUserClientPort {
     pub fn new(name: &str, path: &Path) -> io::Result<Self> {
         check_path(path)?;
         let p = path.to_path_buf();
-        Self::start(name, None, move |n, m, st, sh| supervise(n, m, &p, st, sh))
+        Self::start(name, path, None, move |n, m, st, sh| supervise(n, m, &p, st, sh))
     }
 
     /// A port in server mode (`dpdkvhostuser`): the switch creates the
@@ -143,13 +145,14 @@ impl VhostUserClientPort {
         }
         let listener = vhost::vhost_user::Listener::new(path, true)
             .map_err(|e| io::Error::other(format!("vhost socket {}: {e}", path.display())))?;
-        Self::start(name, Some(path.to_path_buf()), move |n, m, st, sh| serve(n, m, listener, st, sh))
+        Self::start(name, path, Some(path.to_path_buf()), move |n, m, st, sh| serve(n, m, listener, st, sh))
     }
 
     /// The port, with `run` (the connection loop of its mode) on a thread
     /// of its own.
     fn start(
         name: &str,
+        socket: &Path,
         server_path: Option<std::path::PathBuf>,
         run: impl FnOnce(&str, GuestMemoryAtomic<GuestMemoryMmap>, &AtomicBool, &Arc<Shared>) + Send + 'static,
     ) -> io::Result<Self> {
@@ -183,6 +186,7 @@ impl VhostUserClientPort {
             stop,
             supervisor: Some(supervisor),
             server_path,
+            socket: socket.to_path_buf(),
         })
     }
 
@@ -494,6 +498,43 @@ impl Netdev for VhostUserClientPort {
 
     fn n_rxq(&self) -> usize {
         MAX_QUEUE_PAIRS
+    }
+
+    /// As OVS-DPDK reports a vhost-user port: `mode` (client, or server
+    /// for `dpdkvhostuser`) and `status` (connected/disconnected); while
+    /// connected also `socket`, the virtio `features` the frontend
+    /// accepted, `num_of_vrings` (the frontend's queues, up to the last
+    /// one it set up) and `vring_N_size` of each. (OVS's `numa` and `mtu`
+    /// are left out: the port does not look up the guest memory's node,
+    /// and offers no `VIRTIO_NET_F_MTU`.)
+    fn status(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        let mut m = std::collections::BTreeMap::new();
+        let mode = if self.server_path.is_some() { "server" } else { "client" };
+        m.insert("mode".to_string(), mode.to_string());
+        if !self.is_connected() {
+            m.insert("status".into(), "disconnected".into());
+            return Some(m);
+        }
+        m.insert("status".into(), "connected".into());
+        m.insert("socket".into(), self.socket.display().to_string());
+        m.insert("features".into(), format!("{:#018x}", self.acked_features()));
+        let sizes: Vec<Option<u16>> = self
+            .shared
+            .vrings
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                let s = v.get_ref();
+                s.get_queue().ready().then(|| s.get_queue().size())
+            })
+            .collect();
+        let n = sizes.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+        m.insert("num_of_vrings".into(), n.to_string());
+        for (i, s) in sizes[..n].iter().enumerate() {
+            m.insert(format!("vring_{i}_size"), s.unwrap_or(0).to_string());
+        }
+        Some(m)
     }
 
     fn rx_batch(&mut self, rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
