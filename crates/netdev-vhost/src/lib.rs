@@ -478,13 +478,14 @@ impl Netdev for VhostUserClientPort {
             n_rxq: MAX_QUEUE_PAIRS,
             detail: if self.is_connected() {
                 format!(
-                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={} early_ring_enables={} ring_takeovers={}",
+                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={} early_ring_enables={} ring_takeovers={} memory_tables={}",
                     rxq.join(","),
                     self.tx_retries,
                     self.too_big,
                     self.offload_refused,
                     self.early_ring_enables(),
-                    self.ring_takeovers
+                    self.ring_takeovers,
+                    self.shared.mem_tables.load(Ordering::Relaxed)
                 )
             } else {
                 // Why the last connection ended (or could not start).
