@@ -30,6 +30,11 @@
 //! Reconnect: a supervisor thread connects, waits for the connection to
 //! end, and connects again, so the port outlives frontend restarts and
 //! reports link down ([`VhostUserClientPort::is_connected`]) meanwhile.
+//! A frontend whose device kept running across the switch's restart (or
+//! kill) sets the queues up again from scratch, with `SET_VRING_BASE` 0
+//! while its rings stand elsewhere: each queue resumes from its ring's used
+//! index ([`VhostUserClientPort::ring_takeovers`] counts it), and the guest
+//! memory of an ended connection is unmapped.
 //!
 //! Multiqueue: the port offers [`MAX_QUEUE_PAIRS`] queue pairs
 //! (`VIRTIO_NET_F_MQ`, `VHOST_USER_PROTOCOL_F_MQ`) and the frontend
