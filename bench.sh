@@ -4,6 +4,7 @@
 #   ./bench.sh            full matrix (about 20 minutes)
 #   ./bench.sh --only tunnel   Geneve encap/decap, xvs and OVS (about 4 minutes)
 #   ./bench.sh --only ovn      forwarding through the OVN pipeline, xvs and OVS (about 3 minutes)
+#   ./bench.sh --only defaults hosts' own TCP/UDP with Linux's default offloads: bridge, OVS, xvs (about 2 minutes)
 #   ./bench.sh --quick    a 2-minute subset
 # Output: a table, bench-out/results.json and bench-out/chart.png.
 set -euo pipefail

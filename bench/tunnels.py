@@ -100,7 +100,6 @@ def topo(t):
         if dev == ULP or n == SINK:
             ns(n, "ip", "link", "set", dev, "mtu", "1600")
         ns(n, "ip", "link", "set", dev, "up")
-        quiet("ip", "netns", "exec", n, "ethtool", "-K", dev, "tx", "off")
     ns(SINK, "ip", "addr", "add", f"{REMOTE_IP}/24", "dev", "eth0")
 
 

@@ -14,7 +14,12 @@ set -euo pipefail
 # qemu-system-x86, busybox-static: a real QEMU virtual machine (a Debian
 # kernel and a busybox initramfs) on a vhost-user port; the kernel is
 # fetched below.
-need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client dpdk-dev ovn-central ovn-host qemu-system-x86 busybox-static)
+# openvswitch-switch-dpdk: OVS-DPDK, the reference the VM-port lifecycle
+# suite also runs on (XVS_SWITCH=ovs-dpdk, tests/vhost_lifecycle.rs) and
+# bench/vmports.py compares with. Run by its full path,
+# /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk: the package registers
+# only a lower-priority alternative, so plain ovs-vswitchd stays the default.
+need_pkgs=(clang llvm libbpf-dev iproute2 ethtool iputils-ping tcpdump procps openvswitch-switch python3-prometheus-client dpdk-dev ovn-central ovn-host qemu-system-x86 busybox-static openvswitch-switch-dpdk)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

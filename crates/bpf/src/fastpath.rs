@@ -54,9 +54,13 @@ pub mod act {
     pub const SET_TP_DST: u16 = 512;
     pub const NAT: u16 = SET_NW_SRC | SET_NW_DST | SET_TP_SRC | SET_TP_DST;
     /// The entry serves a tracked connection: TCP segments with SYN, FIN or
-    /// RST go to userspace.
+    /// RST, or without ACK, go to userspace.
     pub const CT: u16 = 1024;
 }
+
+/// `xvs_conf[0]` bit: finish partial TCP/UDP checksums
+/// (`XVS_CONF_FINISH_CSUM` in the C).
+const CONF_FINISH_CSUM: u32 = 1;
 
 /// Largest outer header an entry can push (`XVS_ENCAP_MAX` in the C).
 pub const ENCAP_MAX: usize = 80;
@@ -90,8 +94,8 @@ pub struct FastAction {
     pub hdr: [u8; ENCAP_MAX],
     /// With [`act::NAT`] flags: the addresses (as on the wire) and ports
     /// (host order) to write; the program updates the IPv4 and TCP/UDP
-    /// checksums and leaves frames whose checksum is still partial to
-    /// userspace.
+    /// checksums (a partial one is finished first, in native mode; in
+    /// generic mode such a frame goes to userspace).
     pub nat_src: [u8; 4],
     pub nat_dst: [u8; 4],
     pub nat_sport: u16,
@@ -191,8 +195,15 @@ pub struct FastStats {
     /// Too long to encapsulate within the underlay's MTU: to userspace.
     pub too_long: u64,
     /// A tracked connection's segment its tracker must see (SYN, FIN,
-    /// RST), or a partial checksum before NAT: to userspace.
+    /// RST, or no ACK), or, where the program does not finish checksums (generic
+    /// mode), a partial checksum before NAT: to userspace.
     pub ct_slow: u64,
+    /// A partial TCP/UDP checksum on an L4 segment longer than the program
+    /// sums: to userspace, untouched.
+    pub csum_too_long: u64,
+    /// Partial TCP/UDP checksums (a local sender's offload) the program
+    /// finished before forwarding the frame; also counted in `hit`.
+    pub csum_finished: u64,
 }
 
 /// The fast-path maps of one attached program (one ingress device).
@@ -202,16 +213,27 @@ pub struct FastPath {
     dports: HashMap<MapData, u16, u8>,
     counts: PerCpuArray<MapData, FastCount>,
     gen: Array<MapData, u64>,
+    /// Whether the program finishes partial checksums (native mode).
+    finish_csum: bool,
     tx: DevMapHash<MapData>,
     stats: PerCpuArray<MapData, u64>,
 }
 
 impl FastPath {
-    pub(crate) fn from_ebpf(ebpf: &mut aya::Ebpf) -> Result<FastPath, Error> {
+    /// The maps of a loaded program. `finish_csum` says whether frames
+    /// reach the program without their skb (native mode, and
+    /// `BPF_PROG_TEST_RUN`): a redirect then forwards bare bytes, so the
+    /// program must finish partial TCP/UDP checksums itself. In generic
+    /// mode the skb, which still carries the sender's checksum offload,
+    /// is what a redirect forwards, and the program leaves it as it is.
+    pub(crate) fn from_ebpf(ebpf: &mut aya::Ebpf, finish_csum: bool) -> Result<FastPath, Error> {
         let mut take = |name: &str| {
             ebpf.take_map(name).ok_or_else(|| Error::Io(std::io::Error::other(format!("{name} missing from object"))))
         };
+        let mut conf: Array<MapData, u32> = Array::try_from(take("xvs_conf")?)?;
+        conf.set(0, if finish_csum { CONF_FINISH_CSUM } else { 0 }, 0)?;
         Ok(FastPath {
+            finish_csum,
             flows: HashMap::try_from(take("xvs_flows")?)?,
             dflows: HashMap::try_from(take("xvs_dflows")?)?,
             dports: HashMap::try_from(take("xvs_dports")?)?,
@@ -323,7 +345,15 @@ impl FastPath {
             error: s(4)?,
             too_long: s(5)?,
             ct_slow: s(6)?,
+            csum_too_long: s(7)?,
+            csum_finished: s(8)?,
         })
+    }
+
+    /// Whether the program finishes partial checksums (see
+    /// [`FastPath::from_ebpf`]).
+    pub fn finishes_checksums(&self) -> bool {
+        self.finish_csum
     }
 }
 

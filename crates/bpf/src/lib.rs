@@ -239,7 +239,7 @@ impl XdpProgram {
         let map = ebpf.take_map(MAP).ok_or_else(|| Error::Io(io::Error::other("xsks_map missing from object")))?;
         let map = XskMap::try_from(map)?;
         // The fast path runs in the single-buffer program only.
-        let fast = if frags { None } else { Some(FastPath::from_ebpf(&mut ebpf)?) };
+        let fast = if frags { None } else { Some(FastPath::from_ebpf(&mut ebpf, active == ActiveMode::Native)?) };
         Ok(Attached { ebpf: Some(ebpf), map, ifindex, ifname, mode: active, frags, fast })
     }
 }
@@ -420,14 +420,22 @@ struct XdpMd {
 }
 
 impl TestProgram {
+    /// The program as a native-mode port runs it: a test run hands it an
+    /// xdp_buff with no skb behind it, so it finishes partial checksums.
     pub fn load() -> Result<TestProgram, Error> {
+        Self::load_with(true)
+    }
+
+    /// The program with its partial-checksum setting as for a port in
+    /// native (`true`) or generic (`false`) mode.
+    pub fn load_with(finish_csum: bool) -> Result<TestProgram, Error> {
         let mut ebpf = EbpfLoader::new().load(&OBJECT.bytes)?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROG)
             .ok_or_else(|| Error::Io(io::Error::other(format!("program {PROG} missing from object"))))?
             .try_into()?;
         load_xdp(prog)?;
-        let fast = FastPath::from_ebpf(&mut ebpf)?;
+        let fast = FastPath::from_ebpf(&mut ebpf, finish_csum)?;
         Ok(TestProgram { ebpf, fast })
     }
 

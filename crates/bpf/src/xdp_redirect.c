@@ -75,7 +75,9 @@ struct xvs_fkey {
 #define XVS_NAT (XVS_SET_NW_SRC | XVS_SET_NW_DST | XVS_SET_TP_SRC | XVS_SET_TP_DST)
 /* The entry serves packets of tracked connections: TCP segments with SYN,
  * FIN or RST go to userspace, whose tracker moves the connection's state
- * on them (and withdraws the entry). */
+ * on them (and withdraws the entry); so do segments without ACK, whose
+ * flags no stack sends on an established connection and the tracker
+ * calls invalid. */
 #define XVS_CT 1024
 
 /* Largest outer header an entry can push (Ethernet, IPv4, UDP, Geneve with
@@ -198,11 +200,15 @@ struct {
 /* Fast-path outcomes, per CPU: 0 hit, 1 miss, 2 stale generation,
  * 3 not parsed (left to userspace), 4 dropped (a rewrite failed),
  * 5 too long to encapsulate (left to userspace), 6 a tracked connection's
- * segment the tracker must see (SYN, FIN, RST) or a partial checksum
- * before NAT (left to userspace). */
+ * segment the tracker must see (SYN, FIN, RST) or, where the program does
+ * not finish checksums, a partial checksum before NAT (left to userspace),
+ * 7 a partial checksum too long to finish here (left to userspace,
+ * untouched). And one count beside them: 8 partial checksums the program
+ * finished (those frames are also counted as hits). */
+#define XVS_FSTATS 9
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 7);
+	__uint(max_entries, XVS_FSTATS);
 	__type(key, __u32);
 	__type(value, __u64);
 } xvs_fstats SEC(".maps");
@@ -214,13 +220,64 @@ static __always_inline void fstat(__u32 i)
 		*n += 1;
 }
 
-/* Fills the key; returns 0 if the frame is one the fast path may serve. */
+/*
+ * Partial checksums. A local sender (a namespace or container on a veth,
+ * whose default is tx-checksumming on) leaves its TCP and UDP checksums
+ * to "hardware": the field holds only the folded pseudo-header sum, and
+ * the skb says where the real sum is to go (CHECKSUM_PARTIAL). In generic
+ * (skb) mode that skb, with its promise, is what a redirect forwards, so
+ * the receiver or the output device finishes the sum. In native mode the
+ * frame reaches this program as bare bytes and a redirect sends only the
+ * bytes: the promise is gone, and the receiver would drop the frame for
+ * its checksum. So in native mode (XVS_CONF_FINISH_CSUM, written by the
+ * loader for the mode the program was attached in) the program finishes
+ * such a checksum itself before forwarding the frame, as the hardware
+ * would: the one's-complement sum of the L4 bytes, the field's
+ * pseudo-header sum included, complemented. A frame whose complete
+ * checksum merely equals its pseudo-header sum (1 in 65,536) gets the
+ * same value back, so a frame that only looks partial costs time, never
+ * correctness.
+ */
+#define XVS_CONF_FINISH_CSUM 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} xvs_conf SEC(".maps");
+
+/* L4 bytes are summed in chunks copied here (bpf_csum_diff takes at most
+ * 512 bytes; the copy makes every chunk's length one the verifier can
+ * bound), with room for three bytes of zero padding after the last. */
+#define XVS_CSUM_CHUNK 512
+#define XVS_CSUM_MAX 4096
+
+struct xvs_scratch {
+	__u8 b[XVS_CSUM_CHUNK + 4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xvs_scratch);
+} xvs_scratch SEC(".maps");
+
+/* Fills the key; returns 0 if the frame is one the fast path may serve.
+ * A frame userspace's parser refuses (and so drops) is not one: an IP
+ * datagram longer than the frame or shorter than its own header, or a
+ * TCP, UDP, SCTP or ICMP header cut short by the datagram's end (or, for
+ * TCP, a data offset outside it). Such a frame goes to userspace, whose
+ * parser counts and drops it; serving it here would forward what the
+ * switch otherwise drops. */
 static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	int off = sizeof(*eth);
+	__u32 l4len;
 	__u16 type;
 
 	if ((void *)(eth + 1) > end)
@@ -236,17 +293,25 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 		type = bpf_ntohs(tag[1]);
 		off += 4;
 	}
-	if (type == ETH_P_8021Q || type == ETH_P_8021AD || type == ETH_P_ARP || type < 0x600)
+	/* ARP and RARP (whose fields userspace's key holds and this one does
+	 * not), further tags, 802.3. */
+	if (type == ETH_P_8021Q || type == ETH_P_8021AD || type == ETH_P_ARP || type == ETH_P_RARP || type < 0x600)
+		return -1;
+	/* MPLS: userspace drops a frame cut inside its label stack entry. */
+	if ((type == ETH_P_MPLS_UC || type == ETH_P_MPLS_MC) && data + off + 4 > end)
 		return -1;
 	k->dl_type = type;
 	*l3 = off;
 	if (type == ETH_P_IP) {
 		struct iphdr *ip = data + off;
-		int ihl;
+		__u32 ihl, tot;
 		if ((void *)(ip + 1) > end || ip->version != 4)
 			return -1;
 		ihl = ip->ihl * 4;
 		if (ihl < 20 || (ip->frag_off & bpf_htons(0x3fff)))
+			return -1;
+		tot = bpf_ntohs(ip->tot_len);
+		if (tot < ihl || tot > (__u32)(end - data) - off)
 			return -1;
 		k->nw_proto = ip->protocol;
 		k->nw_tos = ip->tos;
@@ -254,9 +319,13 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 		__builtin_memcpy(k->nw_src, &ip->saddr, 4);
 		__builtin_memcpy(k->nw_dst, &ip->daddr, 4);
 		off += ihl;
+		l4len = tot - ihl;
 	} else if (type == ETH_P_IPV6) {
 		struct ipv6hdr *ip6 = data + off;
 		if ((void *)(ip6 + 1) > end || ip6->version != 6)
+			return -1;
+		l4len = bpf_ntohs(ip6->payload_len);
+		if (l4len > (__u32)(end - data) - off - sizeof(*ip6))
 			return -1;
 		k->nw_proto = ip6->nexthdr;
 		k->nw_tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
@@ -270,16 +339,25 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 	}
 	switch (k->nw_proto) {
 	case 6: case 17: case 132: {
-		__u16 *p = data + off;
-		if ((void *)(p + 2) > end)
+		__u8 *t = data + off;
+		__u32 hl = k->nw_proto == 6 ? 20 : k->nw_proto == 17 ? 8 : 12;
+		if (l4len < hl || (void *)(t + 4) > end)
 			return -1;
-		k->tp_src = bpf_ntohs(p[0]);
-		k->tp_dst = bpf_ntohs(p[1]);
+		if (k->nw_proto == 6) {
+			__u32 doff;
+			if ((void *)(t + 20) > end)
+				return -1;
+			doff = (t[12] >> 4) * 4;
+			if (doff < 20 || doff > l4len)
+				return -1;
+		}
+		k->tp_src = ((__u32)t[0] << 8) | t[1];
+		k->tp_dst = ((__u32)t[2] << 8) | t[3];
 		return 0;
 	}
 	case 1: case 58: {
 		__u8 *t = data + off;
-		if ((void *)(t + 2) > end)
+		if (l4len < 4 || (void *)(t + 2) > end)
 			return -1;
 		if (k->nw_proto == 58 && t[0] >= 133 && t[0] <= 137)
 			return -1;	/* neighbour discovery: more fields */
@@ -295,10 +373,11 @@ static __always_inline int parse(struct xdp_md *ctx, struct xvs_fkey *k, int *l3
 }
 
 /* The entry for a tunnel frame whose outer fields `k` holds (l3 at 14):
- * on a hit the outer headers are gone from the frame, `k` and `l3` are the
+ * on a hit the outer headers are gone from the frame (`*popped` says how
+ * many bytes they were), `k` and `l3` are the
  * inner frame's; otherwise the frame is as it was and NULL comes back. */
 static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct xvs_fkey *k, int *l3, __u64 g,
-						    __u8 kind)
+						    __u8 kind, int *popped)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -342,6 +421,7 @@ static __always_inline struct xvs_fact *decap_lookup(struct xdp_md *ctx, struct 
 	if (a->gen != g || (a->flags & XVS_ENCAP))
 		goto restore;
 	*k = dk.inner;
+	*popped = outer;
 	return a;
 restore:
 	/* Back to the outer frame, whose bytes are still there. */
@@ -364,10 +444,163 @@ static __always_inline __u16 csum_done(__u32 acc)
 	return ~acc & 0xffff;
 }
 
+/* Folds a 32-bit one's-complement sum to 16 bits (not complemented). */
+static __always_inline __u16 csum_fold16(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return s;
+}
+
+/* The folded pseudo-header sum a sender leaves in a partial checksum's
+ * field, for an L4 segment of `l4len` bytes; on 16-bit words as they lie
+ * in the frame, like every sum here. */
+static __always_inline __u16 pseudo_sum(const struct xvs_fkey *k, __u32 l4len)
+{
+	const __u16 *s = (const __u16 *)k->nw_src;
+	const __u16 *d = (const __u16 *)k->nw_dst;
+	__u32 sum = bpf_htons(k->nw_proto) + bpf_htons(l4len & 0xffff);
+	int i, n = k->dl_type == ETH_P_IP ? 2 : 8;
+
+	for (i = 0; i < 8; i++) {
+		if (i >= n)
+			break;
+		sum += s[i] + d[i];
+	}
+	return csum_fold16(sum);
+}
+
+/* Where a frame's TCP or UDP checksum field lies: sets the L4 offset and
+ * length (from the IP header) and returns the field's offset in the L4
+ * header, or 0 when the frame has no such field (other protocols; `l3` is
+ * where the IP header starts, 14 or 18). */
+static __always_inline __u32 l4_csum_at(struct xdp_md *ctx, const struct xvs_fkey *k, int l3, __u32 *l4off,
+					__u32 *l4len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 at;
+
+	if (k->nw_proto == 6)
+		at = 16;
+	else if (k->nw_proto == 17)
+		at = 6;
+	else
+		return 0;
+	if (l3 != 14 && l3 != 18)
+		return 0;
+	if (k->dl_type == ETH_P_IP) {
+		struct iphdr *ip = data + l3;
+		__u32 ihl, tot;
+		if ((void *)(ip + 1) > end)
+			return 0;
+		ihl = (ip->ihl & 0xf) * 4;
+		tot = bpf_ntohs(ip->tot_len);
+		if (tot < ihl + at + 2)
+			return 0;
+		*l4off = l3 + ihl;
+		*l4len = tot - ihl;
+	} else if (k->dl_type == ETH_P_IPV6) {
+		struct ipv6hdr *ip6 = data + l3;
+		if ((void *)(ip6 + 1) > end)
+			return 0;
+		*l4len = bpf_ntohs(ip6->payload_len);
+		if (*l4len < at + 2)
+			return 0;
+		*l4off = l3 + sizeof(*ip6);
+	} else {
+		return 0;
+	}
+	if (*l4off + *l4len > (__u32)(end - data))
+		return 0;	/* shorter than its IP header says */
+	return at;
+}
+
+/* Whether the frame's TCP/UDP checksum field holds the sender's partial
+ * pseudo-header sum. */
+static __always_inline int csum_partial(struct xdp_md *ctx, const struct xvs_fkey *k, int l3)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l4off = 0, l4len = 0, at;
+	__u16 *field;
+
+	at = l4_csum_at(ctx, k, l3, &l4off, &l4len);
+	if (!at || l4off > 128)
+		return 0;
+	field = data + l4off + at;
+	if ((void *)(field + 1) > end)
+		return 0;
+	return *field == pseudo_sum(k, l4len);
+}
+
+/* Finishes a partial TCP/UDP checksum (see XVS_CONF_FINISH_CSUM): returns
+ * 1 when it did, 0 when the checksum was not partial, and -1, with the
+ * frame untouched, when it is partial but longer than the program sums. */
+static __always_inline int csum_finish(struct xdp_md *ctx, const struct xvs_fkey *k, int l3)
+{
+	struct xvs_scratch *sc;
+	__u32 l4off = 0, l4len = 0, at, off, left, sum = 0, zero = 0;
+	__u16 c, *field;
+	void *data, *end;
+	int i;
+
+	if (!csum_partial(ctx, k, l3))
+		return 0;
+	at = l4_csum_at(ctx, k, l3, &l4off, &l4len);
+	if (!at || l4len > XVS_CSUM_MAX)
+		return -1;
+	sc = bpf_map_lookup_elem(&xvs_scratch, &zero);
+	if (!sc)
+		return -1;
+	off = l4off;
+	left = l4len;
+	for (i = 0; i < XVS_CSUM_MAX / XVS_CSUM_CHUNK; i++) {
+		__u64 n = left < XVS_CSUM_CHUNK ? left : XVS_CSUM_CHUNK;
+		__s64 r;
+		/* The compiler knows n is at most 512; the verifier must be
+		 * told again, on the register the helpers get. */
+		asm volatile("" : "+r"(n));
+		if (n == 0)
+			break;
+		if (n > XVS_CSUM_CHUNK)
+			return -1;
+		if (bpf_xdp_load_bytes(ctx, off, sc->b, n))
+			return -1;
+		/* An odd tail sums as if padded with zeros. */
+		sc->b[n] = 0;
+		sc->b[n + 1] = 0;
+		sc->b[n + 2] = 0;
+		r = bpf_csum_diff(NULL, 0, (__be32 *)sc->b, (n + 3) & ~3ull, sum);
+		if (r < 0)
+			return -1;
+		sum = (__u32)r;
+		off += n;
+		left -= n;
+	}
+	if (left)
+		return -1;
+	c = ~csum_fold16(sum) & 0xffff;
+	/* UDP: 0 means "no checksum"; its equivalent is all ones. */
+	if (k->nw_proto == 17 && c == 0)
+		c = 0xffff;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (l4off > 128)
+		return -1;
+	field = data + l4off + at;
+	if ((void *)(field + 1) > end)
+		return -1;
+	*field = c;
+	return 1;
+}
+
 /* Whether a frame an XVS_CT entry matched must go to userspace instead:
- * a TCP segment with SYN, FIN or RST, or (for NAT) a TCP/UDP checksum that
- * is still the sender's partial pseudo-header sum. `l3` is 14 or 18. */
-static __always_inline int ct_slow(struct xdp_md *ctx, struct xvs_fkey *k, int l3, struct xvs_fact *a)
+ * a TCP segment with SYN, FIN or RST, or without ACK, or (for NAT, where the program does
+ * not finish checksums) a TCP/UDP checksum that is still the sender's
+ * partial pseudo-header sum. `l3` is 14 or 18. */
+static __always_inline int ct_slow(struct xdp_md *ctx, struct xvs_fkey *k, int l3, struct xvs_fact *a,
+				   int finish)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -397,7 +630,9 @@ static __always_inline int ct_slow(struct xdp_md *ctx, struct xvs_fkey *k, int l
 	if (k->nw_proto == 6) {
 		if ((void *)(l4 + 20) > end)
 			return 1;
-		if (l4[13] & 0x07)	/* FIN, SYN, RST */
+		/* FIN, SYN, RST, or no ACK: only ACK (with URG, PSH, ECE or
+		 * CWR, or none) is a valid segment of an established one. */
+		if ((l4[13] & 0x17) != 0x10)
 			return 1;
 		field = (__u16 *)(l4 + 16);
 	} else if (k->nw_proto == 17) {
@@ -406,14 +641,9 @@ static __always_inline int ct_slow(struct xdp_md *ctx, struct xvs_fkey *k, int l
 		field = (__u16 *)(l4 + 6);
 	}
 	if ((a->flags & XVS_NAT) && field) {
-		__u32 s;
 		if (k->dl_type != ETH_P_IP)
 			return 1;
-		s = *(__u16 *)&k->nw_src[0] + *(__u16 *)&k->nw_src[2] + *(__u16 *)&k->nw_dst[0] +
-		    *(__u16 *)&k->nw_dst[2] + bpf_htons(k->nw_proto) + bpf_htons(l4len & 0xffff);
-		s = (s & 0xffff) + (s >> 16);
-		s = (s & 0xffff) + (s >> 16);
-		if (*field == (__u16)s)
+		if (!finish && *field == pseudo_sum(k, l4len))
 			return 1;
 	}
 	return 0;
@@ -495,8 +725,8 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 	struct xvs_fact *a;
 	struct xvs_fcount *c;
 	__u64 *gen;
-	__u32 zero = 0;
-	int l3 = 0;
+	__u32 zero = 0, *conf;
+	int l3 = 0, finish, popped = 0;
 
 	/* Generation 0 means offload is off: no parse, no lookup, so the
 	 * AF_XDP path costs what it did before the fast path existed. */
@@ -513,7 +743,7 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 		__u16 dport = k.tp_dst;
 		__u8 *kind = bpf_map_lookup_elem(&xvs_dports, &dport);
 		if (kind)
-			a = decap_lookup(ctx, &k, &l3, *gen, *kind);
+			a = decap_lookup(ctx, &k, &l3, *gen, *kind, &popped);
 	}
 	if (!a) {
 		fstat(1);
@@ -537,9 +767,23 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 			return -1;
 		}
 	}
-	if ((a->flags & (XVS_CT | XVS_NAT)) && ct_slow(ctx, &k, l3, a)) {
+	conf = bpf_map_lookup_elem(&xvs_conf, &zero);
+	finish = conf && (*conf & XVS_CONF_FINISH_CSUM);
+	if ((a->flags & (XVS_CT | XVS_NAT)) && ct_slow(ctx, &k, l3, a, finish)) {
 		fstat(6);
-		return -1;
+		goto leave;
+	}
+	/* The last decision before the frame is committed to the kernel: a
+	 * partial checksum is finished here, or the frame goes to userspace
+	 * as it came. */
+	if (finish) {
+		int f = csum_finish(ctx, &k, l3);
+		if (f < 0) {
+			fstat(7);
+			goto leave;
+		}
+		if (f)
+			fstat(8);
 	}
 	c = bpf_map_lookup_elem(&xvs_fcounts, &a->slot);
 	if (c) {
@@ -655,6 +899,13 @@ static __always_inline int fast_path(struct xdp_md *ctx)
 	}
 	fstat(0);
 	return bpf_redirect_map(&xvs_tx, a->out_ifindex, XDP_DROP);
+leave:
+	/* To userspace as the frame came: a decapsulated one gets its outer
+	 * headers back (nothing has been written yet, so their bytes are
+	 * still in front of the inner frame). */
+	if (popped && bpf_xdp_adjust_head(ctx, -popped))
+		goto fail;
+	return -1;
 fail:
 	/* Committed to the fast path and the frame may be half rewritten:
 	 * drop it rather than hand a damaged frame to userspace. */

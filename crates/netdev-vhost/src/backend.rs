@@ -20,6 +20,8 @@ pub(crate) struct Shared {
     /// Memory tables the frontend sent: the port maps guest memory again
     /// when this moves, and otherwise keeps its map without looking.
     pub mem_gen: AtomicU64,
+    /// Memory tables the frontends sent, over all connections.
+    pub mem_tables: AtomicU64,
     /// Events (guest kicks) the message loop delivered.
     pub kicks: AtomicU64,
     /// The frontend accepted `VIRTIO_NET_F_MRG_RXBUF`: a frame to it may
@@ -96,6 +98,7 @@ impl VhostUserBackend for NetBackend {
     /// Called after each new memory table is in place (set, region added
     /// or removed): the port maps it before its next batch.
     fn update_memory(&self, _mem: GuestMemoryAtomic<GuestMemoryMmap<()>>) -> std::io::Result<()> {
+        self.shared.mem_tables.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.shared.mem_gen.fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
     }

@@ -30,6 +30,11 @@
 //! Reconnect: a supervisor thread connects, waits for the connection to
 //! end, and connects again, so the port outlives frontend restarts and
 //! reports link down ([`VhostUserClientPort::is_connected`]) meanwhile.
+//! A frontend whose device kept running across the switch's restart (or
+//! kill) sets the queues up again from scratch, with `SET_VRING_BASE` 0
+//! while its rings stand elsewhere: each queue resumes from its ring's used
+//! index ([`VhostUserClientPort::ring_takeovers`] counts it), and the guest
+//! memory of an ended connection is unmapped.
 //!
 //! Multiqueue: the port offers [`MAX_QUEUE_PAIRS`] queue pairs
 //! (`VIRTIO_NET_F_MQ`, `VHOST_USER_PROTOCOL_F_MQ`) and the frontend
@@ -89,6 +94,10 @@ pub struct VhostUserClientPort {
     queues_conn: u64,
     queues_left: u32,
     offload_refused: u64,
+    /// Batches that found the queue's positions out of step with the ring
+    /// and resumed from the ring's used index (once per queue after a
+    /// reconnect to a running guest).
+    ring_takeovers: u64,
     /// Call eventfd signals sent to the guest.
     calls: u64,
     /// Frames to the guest dropped because they fit none of its receive
@@ -111,6 +120,8 @@ pub struct VhostUserClientPort {
     supervisor: Option<thread::JoinHandle<()>>,
     /// Server mode: the socket the port created.
     server_path: Option<std::path::PathBuf>,
+    /// The vhost-user socket (either mode), for `status`.
+    socket: std::path::PathBuf,
 }
 
 impl VhostUserClientPort {
@@ -122,7 +133,7 @@ impl VhostUserClientPort {
     pub fn new(name: &str, path: &Path) -> io::Result<Self> {
         check_path(path)?;
         let p = path.to_path_buf();
-        Self::start(name, None, move |n, m, st, sh| supervise(n, m, &p, st, sh))
+        Self::start(name, path, None, move |n, m, st, sh| supervise(n, m, &p, st, sh))
     }
 
     /// A port in server mode (`dpdkvhostuser`): the switch creates the
@@ -139,13 +150,14 @@ impl VhostUserClientPort {
         }
         let listener = vhost::vhost_user::Listener::new(path, true)
             .map_err(|e| io::Error::other(format!("vhost socket {}: {e}", path.display())))?;
-        Self::start(name, Some(path.to_path_buf()), move |n, m, st, sh| serve(n, m, listener, st, sh))
+        Self::start(name, path, Some(path.to_path_buf()), move |n, m, st, sh| serve(n, m, listener, st, sh))
     }
 
     /// The port, with `run` (the connection loop of its mode) on a thread
     /// of its own.
     fn start(
         name: &str,
+        socket: &Path,
         server_path: Option<std::path::PathBuf>,
         run: impl FnOnce(&str, GuestMemoryAtomic<GuestMemoryMmap>, &AtomicBool, &Arc<Shared>) + Send + 'static,
     ) -> io::Result<Self> {
@@ -167,6 +179,7 @@ impl VhostUserClientPort {
             queues_conn: 0,
             queues_left: 0,
             offload_refused: 0,
+            ring_takeovers: 0,
             calls: 0,
             too_big: 0,
             map: None,
@@ -178,6 +191,7 @@ impl VhostUserClientPort {
             stop,
             supervisor: Some(supervisor),
             server_path,
+            socket: socket.to_path_buf(),
         })
     }
 
@@ -230,6 +244,12 @@ impl VhostUserClientPort {
     /// could hold them whole (a guest without mergeable buffers).
     pub fn too_big(&self) -> u64 {
         self.too_big
+    }
+
+    /// Times a queue resumed from the ring's own used index because the
+    /// frontend's positions disagreed with it (see `take_over_positions`).
+    pub fn ring_takeovers(&self) -> u64 {
+        self.ring_takeovers
     }
 
     /// Frames dropped because their header asked for GSO/checksum offload.
@@ -327,7 +347,7 @@ fn supervise(
             thread::sleep(Duration::from_millis(100));
             continue;
         }
-        run_connection(&mut daemon, shared);
+        run_connection(&mut daemon, &mem, shared);
     }
 }
 
@@ -369,7 +389,15 @@ fn start_relayed(
 }
 
 /// Serves a connected frontend until it goes: the link is up meanwhile.
-fn run_connection(daemon: &mut VhostUserDaemon<NetBackend>, shared: &Arc<Shared>) {
+/// Its memory is unmapped when it goes (the port drops its own map once
+/// it sees the link down), so a guest that was killed does not stay
+/// mapped here, and nothing of one connection's memory table can serve
+/// the next.
+fn run_connection(
+    daemon: &mut VhostUserDaemon<NetBackend>,
+    mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+    shared: &Arc<Shared>,
+) {
     shared.connects.fetch_add(1, Ordering::Relaxed);
     shared.connected.store(true, Ordering::Release);
     *shared.shutdown.lock().unwrap() = daemon.shutdown_handle();
@@ -377,6 +405,8 @@ fn run_connection(daemon: &mut VhostUserDaemon<NetBackend>, shared: &Arc<Shared>
     *shared.last_error.lock().unwrap() = format!("{r:?}");
     shared.connected.store(false, Ordering::Release);
     shared.vrings.lock().unwrap().clear();
+    mem.lock().unwrap().replace(GuestMemoryMmap::new());
+    shared.mem_gen.fetch_add(1, Ordering::Release);
 }
 
 /// Server mode: accepts a frontend on `listener`, serves it until it goes,
@@ -407,7 +437,7 @@ fn serve(
             *shared.last_error.lock().unwrap() = format!("accept: {e}");
             continue;
         }
-        run_connection(&mut daemon, shared);
+        run_connection(&mut daemon, &mem, shared);
     }
 }
 
@@ -453,12 +483,14 @@ impl Netdev for VhostUserClientPort {
             n_rxq: MAX_QUEUE_PAIRS,
             detail: if self.is_connected() {
                 format!(
-                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={} early_ring_enables={}",
+                    "connected queue_pairs={pairs} rxq_packets={} tx_retries={} too_big={} offload_refused={} early_ring_enables={} ring_takeovers={} memory_tables={}",
                     rxq.join(","),
                     self.tx_retries,
                     self.too_big,
                     self.offload_refused,
-                    self.early_ring_enables()
+                    self.early_ring_enables(),
+                    self.ring_takeovers,
+                    self.shared.mem_tables.load(Ordering::Relaxed)
                 )
             } else {
                 // Why the last connection ended (or could not start).
@@ -472,6 +504,43 @@ impl Netdev for VhostUserClientPort {
 
     fn n_rxq(&self) -> usize {
         MAX_QUEUE_PAIRS
+    }
+
+    /// As OVS-DPDK reports a vhost-user port: `mode` (client, or server
+    /// for `dpdkvhostuser`) and `status` (connected/disconnected); while
+    /// connected also `socket`, the virtio `features` the frontend
+    /// accepted, `num_of_vrings` (the frontend's queues, up to the last
+    /// one it set up) and `vring_N_size` of each. (OVS's `numa` and `mtu`
+    /// are left out: the port does not look up the guest memory's node,
+    /// and offers no `VIRTIO_NET_F_MTU`.)
+    fn status(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        let mut m = std::collections::BTreeMap::new();
+        let mode = if self.server_path.is_some() { "server" } else { "client" };
+        m.insert("mode".to_string(), mode.to_string());
+        if !self.is_connected() {
+            m.insert("status".into(), "disconnected".into());
+            return Some(m);
+        }
+        m.insert("status".into(), "connected".into());
+        m.insert("socket".into(), self.socket.display().to_string());
+        m.insert("features".into(), format!("{:#018x}", self.acked_features()));
+        let sizes: Vec<Option<u16>> = self
+            .shared
+            .vrings
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                let s = v.get_ref();
+                s.get_queue().ready().then(|| s.get_queue().size())
+            })
+            .collect();
+        let n = sizes.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+        m.insert("num_of_vrings".into(), n.to_string());
+        for (i, s) in sizes[..n].iter().enumerate() {
+            m.insert(format!("vring_{i}_size"), s.unwrap_or(0).to_string());
+        }
+        Some(m)
     }
 
     fn rx_batch(&mut self, rxq: usize, out: &mut Vec<Packet>, max: usize) -> io::Result<usize> {
@@ -527,8 +596,11 @@ impl VhostUserClientPort {
         }
         let q = st.get_queue_mut();
         let Some(mut ring) = Ring::new(map, q) else { return Ok(0) };
+        self.take_over_positions(&mut ring, "a transmit queue");
         ring.suppress_kicks();
         if ring.poll_avail() == 0 {
+            // (Positions taken over from the ring are kept.)
+            ring.store(q);
             return Ok(0);
         }
         // First take up to `max` chains (ring slots and descriptors), then
@@ -628,6 +700,7 @@ impl VhostUserClientPort {
         }
         let q = st.get_queue_mut();
         let Some(mut ring) = Ring::new(map, q) else { return Ok(std::mem::take(pkts)) };
+        self.take_over_positions(&mut ring, "a receive queue");
         ring.suppress_kicks();
         ring.poll_avail();
         // First take the guest's buffers for as many frames as fit (ring
@@ -743,6 +816,23 @@ impl VhostUserClientPort {
             let _ = vring.signal_used_queue();
         }
         Ok(left)
+    }
+
+    /// Resumes `ring` from the ring's own used index when the queue's
+    /// positions disagree with it (see [`Ring::take_over_positions`]):
+    /// after a reconnect to a frontend whose device kept running. Counted,
+    /// and said on stderr (the first few times).
+    fn take_over_positions(&mut self, ring: &mut Ring, which: &str) {
+        if let Some((avail, used)) = ring.take_over_positions() {
+            self.ring_takeovers += 1;
+            if self.ring_takeovers <= 16 {
+                eprintln!(
+                    "xvs: port {}: {which} of the guest resumes at the ring's used index {} (the frontend's \
+                     positions were avail {avail}, used {used})",
+                    self.name, ring.next_used
+                );
+            }
+        }
     }
 
     /// Runs `batch` with the guest memory as mapped now, moved out of the

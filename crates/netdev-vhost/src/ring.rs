@@ -149,6 +149,44 @@ impl<'m> Ring<'m> {
         unsafe { AtomicU16::from_ptr(base.add(off).cast()) }
     }
 
+    /// Makes the batch start where the ring itself says the device is,
+    /// if the queue's positions disagree with it; returns the positions it
+    /// replaced, `(next_avail, next_used)`, if it did.
+    ///
+    /// The port returns every chain it takes within the batch that took
+    /// it, in order, so between batches the device has used exactly what
+    /// it took: `next_avail == next_used == used->idx`. Positions that
+    /// break this came from the control plane, and only one case makes
+    /// them: a frontend whose device outlived the backend's previous
+    /// connection (the switch restarted or was killed, so nobody asked it
+    /// for `GET_VRING_BASE`). DPDK's `net_virtio_user` then sends
+    /// `SET_VRING_BASE` 0, and `vhost-user-backend` takes `next_used` from
+    /// the ring at `SET_VRING_ADDR`: the port would take "available"
+    /// chains from slot 0 on while marking used entries from `used->idx`
+    /// on. A driver that recycles its buffers in ring order (DPDK's
+    /// in-order path) then reads buffers the port never wrote (zeroed
+    /// frames of the right length), and the transmit queue replays a whole
+    /// ring's worth of stale frames. The ring's used index is what the
+    /// driver has seen completed, so both positions resume from it (as
+    /// DPDK's vhost library and QEMU's libvhost-user do); a chain the old
+    /// connection took but never returned is taken again.
+    pub fn take_over_positions(&mut self) -> Option<(u16, u16)> {
+        let used = self.ring_used_idx();
+        if self.next_avail == used && self.next_used == used {
+            return None;
+        }
+        let was = (self.next_avail, self.next_used);
+        self.next_avail = used;
+        self.next_used = used;
+        self.avail_idx = used;
+        Some(was)
+    }
+
+    /// The used index as the ring holds it (what the driver sees).
+    pub fn ring_used_idx(&self) -> u16 {
+        self.idx_u16(self.used, 2).load(Ordering::Acquire)
+    }
+
     /// Refreshes the guest's available index; returns how many entries
     /// are waiting.
     pub fn poll_avail(&mut self) -> u16 {
@@ -553,6 +591,40 @@ mod tests {
         let id: u32 = mem.read_obj(GuestAddress(USED + 4 + 8 * 7)).unwrap();
         let idx: u16 = mem.read_obj(GuestAddress(USED + 2)).unwrap();
         assert_eq!((u32::from_le(id), u16::from_le(idx)), (5, 0));
+    }
+
+    /// A frontend whose device kept running while the backend restarted
+    /// says `SET_VRING_BASE` 0 while its ring stands at 40: the batch
+    /// resumes at the ring's used index, so the next chain filled is the
+    /// one in the slot the driver reads next, and its used entry lands
+    /// there. Positions that agree with the ring are left alone.
+    #[test]
+    fn positions_out_of_step_with_the_ring_resume_from_it() {
+        let (mem, mut q) = setup();
+        mem.write_obj(40u16.to_le(), GuestAddress(USED + 2)).unwrap();
+        // The driver made slots 40..44 available, heads 0..4 (40 % 8 = 0).
+        for k in 0..4u16 {
+            mem.write_obj(k.to_le(), GuestAddress(AVAIL + 4 + 2 * u64::from((40 + k) % SIZE))).unwrap();
+            desc(&mem, k, 0x4000 + 0x100 * u64::from(k), 64, DESC_F_WRITE, 0);
+        }
+        mem.write_obj(44u16.to_le(), GuestAddress(AVAIL + 2)).unwrap();
+        q.set_next_avail(0);
+        q.set_next_used(40);
+        let map = GuestMap::new(mem.clone());
+        let mut ring = Ring::new(&map, &q).unwrap();
+        assert_eq!(ring.take_over_positions(), Some((0, 40)));
+        assert_eq!(ring.poll_avail(), 4, "only what the driver made available since");
+        let head = ring.pop().unwrap();
+        assert_eq!(head, 0);
+        ring.push_used(head, 64);
+        ring.publish_used();
+        ring.store(&mut q);
+        assert_eq!((q.next_avail(), q.next_used()), (41, 41));
+        let id: u32 = mem.read_obj(GuestAddress(USED + 4)).unwrap();
+        assert_eq!(u32::from_le(id), 0, "used entry in slot 40 % 8 = 0");
+        // In step now: nothing to take over.
+        let mut ring = Ring::new(&map, &q).unwrap();
+        assert_eq!(ring.take_over_positions(), None);
     }
 
     #[test]

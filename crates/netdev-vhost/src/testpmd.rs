@@ -44,17 +44,21 @@ impl Testpmd {
     /// As [`Testpmd::start_mode`], with more `net_virtio_user` device
     /// arguments (`devargs`, e.g. `mrg_rxbuf=0`).
     pub fn start_with(sock: &Path, prefix: &str, queues: usize, server: bool, devargs: &str) -> Testpmd {
+        Testpmd::start_mem(sock, prefix, queues, server, devargs, &["--no-huge", "-m", "256"])
+    }
+
+    /// As [`Testpmd::start_with`], with the EAL's memory options `mem`
+    /// (e.g. `--huge-dir DIR --single-file-segments` for a guest on
+    /// hugepages in DPDK's dynamic memory mode) in place of `--no-huge -m 256`.
+    pub fn start_mem(sock: &Path, prefix: &str, queues: usize, server: bool, devargs: &str, mem: &[&str]) -> Testpmd {
         let mut vdev = format!("net_virtio_user0,path={},server={},queues={queues}", sock.display(), server as u8);
         if !devargs.is_empty() {
             vdev = format!("{vdev},{devargs}");
         }
         let (rxq, txq) = (format!("--rxq={queues}"), format!("--txq={queues}"));
-        let args = [
-            "-l",
-            "0,1",
-            "--no-huge",
-            "-m",
-            "256",
+        let mut args = vec!["-l", "0,1"];
+        args.extend_from_slice(mem);
+        args.extend([
             "--no-pci",
             "--file-prefix",
             prefix,
@@ -67,7 +71,7 @@ impl Testpmd {
             "--rxd=256",
             &rxq,
             &txq,
-        ];
+        ]);
         eprintln!("dpdk-testpmd {}", args.join(" "));
         // testpmd's stdout is a pipe here: unbuffer it to see replies.
         let mut child = Command::new("stdbuf")
@@ -99,9 +103,10 @@ impl Testpmd {
         Testpmd { child, stdin, out, err, prefix: prefix.to_string(), sock: sock.to_path_buf(), server }
     }
 
+    /// Types `c` at the prompt (ignored once testpmd has gone).
     pub fn cmd(&mut self, c: &str) {
-        writeln!(self.stdin, "{c}").unwrap();
-        self.stdin.flush().unwrap();
+        let _ = writeln!(self.stdin, "{c}");
+        let _ = self.stdin.flush();
     }
 
     /// What testpmd printed on stdout.
@@ -146,6 +151,30 @@ impl Testpmd {
         (num("RX-packets:"), num("RX-bytes:"), num("TX-packets:"))
     }
 
+    /// Ends testpmd as a user would (`quit` at its prompt), waiting up to
+    /// `secs` for it to exit; killed if it does not.
+    pub fn quit(&mut self, secs: u64) -> bool {
+        self.cmd("stop");
+        self.cmd("quit");
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                self.kill();
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+        false
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills testpmd (SIGKILL: no goodbye to the switch) and removes what
+    /// it leaves behind.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

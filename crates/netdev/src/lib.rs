@@ -185,6 +185,13 @@ pub trait Netdev: Send {
         None
     }
 
+    /// The port's Interface `status` column (key-value facts about its
+    /// device, as Open vSwitch reports them per port type); `None` leaves
+    /// the column alone.
+    fn status(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        None
+    }
+
     /// The concrete port, for callers that need a provider's own features
     /// (e.g. the AF_XDP port's kernel fast-path maps). `None` by default.
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {

@@ -40,6 +40,8 @@ pub struct IfaceFacts {
     pub statistics: Vec<(String, u64)>,
     /// The BFD session's state (`bfd_status`); `None` clears the column.
     pub bfd_status: Option<std::collections::BTreeMap<String, String>>,
+    /// The device's `status` map; `None` leaves the column alone.
+    pub status: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The switch's side of the write-back.
@@ -178,6 +180,10 @@ pub fn transaction(desired: &Desired, replica: &Replica, actual: &Actual) -> Vec
                 }
                 let bfd: Vec<Value> = f.bfd_status.iter().flat_map(|m| m.iter().map(|(k, v)| json!([k, v]))).collect();
                 cols.push(("bfd_status", json!(["map", bfd])));
+                if let Some(st) = &f.status {
+                    let pairs: Vec<Value> = st.iter().map(|(k, v)| json!([k, v])).collect();
+                    cols.push(("status", json!(["map", pairs])));
+                }
                 cols
             }
             (None, None) => continue,
@@ -248,6 +254,25 @@ mod tests {
         }))
         .unwrap();
         r
+    }
+
+    /// A device's `status` map is written as a map; a device without one
+    /// leaves the column alone.
+    #[test]
+    fn status_map_written_when_the_device_has_one() {
+        let r = replica();
+        let d = Desired::from_replica(&r);
+        let mut a = Actual::default();
+        let st: std::collections::BTreeMap<String, String> =
+            [("mode", "client"), ("status", "connected")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        a.interfaces.insert("p0".into(), IfaceFacts { ofport: Some(1), status: Some(st), ..Default::default() });
+        let ops = transaction(&d, &r, &a);
+        let i0 = ops.iter().find(|o| o["table"] == "Interface" && o["where"][0][2][1] == "i0").unwrap();
+        assert_eq!(i0["row"]["status"], json!(["map", [["mode", "client"], ["status", "connected"]]]));
+        a.interfaces.get_mut("p0").unwrap().status = None;
+        let ops = transaction(&d, &r, &a);
+        let i0 = ops.iter().find(|o| o["table"] == "Interface" && o["where"][0][2][1] == "i0").unwrap();
+        assert!(i0["row"].get("status").is_none());
     }
 
     #[test]

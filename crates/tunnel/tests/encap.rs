@@ -232,6 +232,18 @@ fn malformed_encapsulations_are_refused_by_reason() {
     let n = f.len();
     f[n - 1] ^= 1;
     assert_eq!(pop(&f, &listen()), Err(DecapError::BadChecksum));
+    // An outer checksum a local sender left to offload (the pseudo-header
+    // sum alone) is accepted, with the inner frame intact; one bit off it
+    // is a bad checksum.
+    let mut f = good.clone();
+    let partial = wire::checksum::partial_v4(0xc0a8_0001, 0xc0a8_0002, 17, f.len() - 34);
+    f[40..42].copy_from_slice(&partial.to_be_bytes());
+    let d = pop(&f, &listen()).expect("a partial outer checksum is accepted");
+    let g = pop(&good, &listen()).unwrap();
+    assert_eq!((d.inner, d.end, d.meta.tun_id), (g.inner, g.end, g.meta.tun_id));
+    assert_eq!(&f[d.inner..d.end], &good[g.inner..g.end]);
+    f[40..42].copy_from_slice(&(partial ^ 1).to_be_bytes());
+    assert_eq!(pop(&f, &listen()), Err(DecapError::BadChecksum));
     // VXLAN without the I flag.
     let mut v = Vec::new();
     push(&spec(Kind::Vxlan, false), &meta(false), &inner(), 1, &mut v);

@@ -500,6 +500,7 @@ fn actual(bridges: &BTreeMap<String, BridgeRt>) -> ovsdb::writeback::Actual {
             if let Some(n) = ai.ofport {
                 f.ofport = Some(if n == ofproto::actions::ofpp::LOCAL { 65534 } else { n as u16 });
                 if let Some(p) = ports.get(&n) {
+                    f.status = p.dev.lock().expect("port lock").status();
                     let link = p.link();
                     f.link_up = link.carrier.map(|c| c && link.present);
                     f.mac_in_use = link.mac;

@@ -8,7 +8,7 @@
 //! * the megaflow's mask lies within those fields ([`PARSED`]): then every
 //!   frame the entry matches agrees with the packet on every masked bit,
 //!   so it matches the megaflow too;
-//! * the packet is one the program parses identically (no ARP, no IPv6
+//! * the packet is one the program parses identically (no ARP or RARP, no IPv6
 //!   neighbour discovery or extension headers, no fragment, at most one
 //!   VLAN tag): otherwise the program never looks the frame up;
 //! * the actions are ones the program performs with the same result
@@ -151,6 +151,14 @@ pub fn mask_ok(key: &FlowKey, mask: &FlowMask) -> Result<(), NotOffloadable> {
             by_name(name).expect("field table has every ingress field").set(&mut rest, 0);
         }
     }
+    // The program parses one 802.1Q tag at most and leaves a frame with a
+    // second one (or an 802.1ad tag) to userspace, so no frame it serves
+    // has an inner tag: a megaflow may require none (as one that pops a
+    // tag does, `vlan_tci2=0x0/0x1000`).
+    let inner_tag = by_name("vlan_tci2").expect("field table has vlan_tci2");
+    if inner_tag.get(key) == 0 {
+        inner_tag.set(&mut rest, 0);
+    }
     if rest != FlowKey::ZERO {
         let name = flow::FIELDS
             .iter()
@@ -186,6 +194,8 @@ pub fn packet_ok(key: &FlowKey) -> Result<(), NotOffloadable> {
     }
     match key.dl_type() {
         ethertype::ARP => return Err(NotOffloadable::Packet("ARP")),
+        // The same header: its key holds addresses the program's does not.
+        ethertype::RARP => return Err(NotOffloadable::Packet("RARP")),
         t if t < 0x0600 => return Err(NotOffloadable::Packet("802.3")),
         _ => {}
     }
@@ -254,7 +264,25 @@ pub fn plan(actions: &[DpAction], ifindex: &dyn Fn(u32) -> Option<u32>) -> Resul
                 a.vlan_tci = tci & !VLAN_PRESENT;
                 stage = 2;
             }
-            DpAction::SetMasked(set) => set_plan(&set.key(), &set.mask(), &mut a)?,
+            DpAction::SetMasked(set) => {
+                let (key, mut mask) = (set.key(), set.mask());
+                // A tag just pushed, then given its VID or PCP (OpenFlow
+                // 1.1+'s `push_vlan,set_field:..->vlan_vid`): the program
+                // pushes the final TCI at once. Rewriting a tag the frame
+                // came with is not one of its actions.
+                let tci = by_name("vlan_tci").expect("field table has vlan_tci");
+                let m = tci.get(&mask);
+                if m != 0 {
+                    let now = a.vlan_tci as u128 | VLAN_PRESENT as u128;
+                    let new = (now & !m) | (tci.get(&key) & m);
+                    if stage != 2 || new & VLAN_PRESENT as u128 == 0 {
+                        return Err(NotOffloadable::Action("set_field:vlan_tci".into()));
+                    }
+                    a.vlan_tci = new as u16 & !VLAN_PRESENT;
+                    tci.set(&mut mask, 0);
+                }
+                set_plan(&key, &mask, &mut a)?
+            }
             DpAction::Output(p) => out = Some(*p),
             other => return Err(NotOffloadable::Action(other.to_string())),
         }
@@ -459,7 +487,8 @@ pub const CT_PASSES: usize = 4;
 ///
 /// The verdict stays true while the connections do not change; the
 /// caller withdraws the entry when one does (see [`Offloader`]). TCP
-/// segments with SYN, FIN or RST always go to the tracker.
+/// segments with SYN, FIN or RST, or without ACK, always go to the
+/// tracker.
 /// `translate(k)` gives the megaflow a key would get (without side
 /// effects).
 pub fn entry_ct(
@@ -997,6 +1026,8 @@ impl Offloader {
                 t.error += s.error;
                 t.too_long += s.too_long;
                 t.ct_slow += s.ct_slow;
+                t.csum_too_long += s.csum_too_long;
+                t.csum_finished += s.csum_finished;
             }
         }
         t
@@ -1474,6 +1505,11 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
             "  kernel: hit:{} miss:{} stale:{} unparsed:{} error:{} too-long-to-encapsulate:{} tracker-must-see:{}",
             k.hit, k.miss, k.stale, k.unparsed, k.error, k.too_long, k.ct_slow
         )?;
+        writeln!(
+            out,
+            "  partial TCP/UDP checksums (a local sender's offload): finished in the kernel:{} left to userspace (too long):{}",
+            k.csum_finished, k.csum_too_long
+        )?;
         let why = s.last_refusal.lock().expect("refusal").clone();
         let last = if why.is_empty() { String::new() } else { format!(" (last: {why})") };
         writeln!(out, "  hot flows left in userspace: {}{last}", s.refused.load(Relaxed))?;
@@ -1502,7 +1538,7 @@ pub fn show_cmd(ctx: &crate::commands::Ctx, _: &[String]) -> anyhow::Result<(Str
         v.push(serde_json::json!({
             "bridge": b.shared.bridge, "enabled": true, "flows": o.n_entries(), "threshold_pps": o.threshold_pps(),
             "installed": s.installed.load(Relaxed), "removed": s.removed.load(Relaxed), "evicted": s.evicted.load(Relaxed),
-            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error, "too_long": k.too_long, "ct_slow": k.ct_slow},
+            "kernel": {"hit": k.hit, "miss": k.miss, "stale": k.stale, "unparsed": k.unparsed, "error": k.error, "too_long": k.too_long, "ct_slow": k.ct_slow, "csum_finished": k.csum_finished, "csum_too_long": k.csum_too_long},
             "packets": s.packets.load(Relaxed), "bytes": s.bytes.load(Relaxed),
             "refused": s.refused.load(Relaxed), "last_refusal": *s.last_refusal.lock().expect("refusal"),
             "closed_targets": closed,

@@ -354,8 +354,13 @@ impl Multi {
             "mtu", "1600",
         ]);
         must(&["ip", "-n", mid, "link", "set", &name, "master", "br0", "up"]);
-        self.underlay.exec(&["ethtool", "-K", &name, "tx", "off"]).unwrap();
-        hv.exec(&["ethtool", "-K", "ul0", "tx", "off"]);
+        if switch == Switch::Ovs {
+            // OVS 3.1 does not finish partial checksums (its documentation
+            // says to turn transmit offload off); xvs's hypervisors keep
+            // Linux's defaults on the same links.
+            self.underlay.exec(&["ethtool", "-K", &name, "tx", "off"]).unwrap(); // why: OVS only, see above
+            hv.exec(&["ethtool", "-K", "ul0", "tx", "off"]); // why: OVS only, see above
+        }
         hv.exec(&["ip", "link", "set", "ul0", "up"]);
         // The hypervisor's database, switch and bridges.
         must(&["ovsdb-tool", "create", &format!("{d}/conf.db"), "/usr/share/openvswitch/vswitch.ovsschema"]);
@@ -460,10 +465,13 @@ impl Multi {
         h.exec(&["ip", "link", "set", "eth0", "address", mac]).unwrap();
         h.exec(&["ip", "route", "add", "default", "via", gw]).unwrap();
         let hyp = &self.hvs[hv];
+        if hyp.switch == Switch::Ovs {
+            // As for the underlay (see `hypervisor`): for OVS only.
+            h.tx_csum_off_for_ovs().unwrap();
+        }
         // The switch-side end moves into the hypervisor.
         must(&["ip", "link", "set", &port, "netns", &hyp.ns]);
         hyp.exec(&["ip", "link", "set", &port, "up"]);
-        hyp.exec(&["ethtool", "-K", &port, "tx", "off"]);
         let ty = match hyp.switch {
             Switch::Xvs | Switch::Ovs => "type=afxdp",
         };
@@ -497,8 +505,11 @@ impl Multi {
             let peer = format!("x{}", hyp.name);
             must(&["ip", "-n", &mid, "link", "add", &peer, "type", "veth", "peer", "name", "ext0", "netns", &hyp.ns]);
             must(&["ip", "-n", &mid, "link", "set", &peer, "master", "br1", "up"]);
-            self.underlay.exec(&["ethtool", "-K", &peer, "tx", "off"]).unwrap();
-            hyp.exec(&["ethtool", "-K", "ext0", "tx", "off"]);
+            if hyp.switch == Switch::Ovs {
+                // As for the underlay (see `hypervisor`): for OVS only.
+                self.underlay.exec(&["ethtool", "-K", &peer, "tx", "off"]).unwrap(); // why: OVS only, see above
+                hyp.exec(&["ethtool", "-K", "ext0", "tx", "off"]); // why: OVS only, see above
+            }
             hyp.exec(&["ip", "link", "set", "ext0", "up"]);
             let ty = match hyp.switch {
                 Switch::Xvs => "type=afxdp",
@@ -527,9 +538,12 @@ impl Multi {
         let port = format!("{}xh", self.tag);
         let h = Host::create(&format!("xvs{}xh", self.tag), &port, &format!("{ip}/24"), 1).unwrap();
         h.exec(&["ip", "route", "add", "default", "via", gw]).unwrap();
+        if hvs.iter().any(|&i| self.hvs[i].switch == Switch::Ovs) {
+            // As for the underlay (see `hypervisor`): for OVS only.
+            h.tx_csum_off_for_ovs().unwrap();
+        }
         must(&["ip", "link", "set", &port, "netns", &mid]);
         must(&["ip", "-n", &mid, "link", "set", &port, "master", "br1", "up"]);
-        self.underlay.exec(&["ethtool", "-K", &port, "tx", "off"]).unwrap();
         h
     }
 

@@ -88,7 +88,7 @@ fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemShare>>
         tx_flush_us: spec.tx_flush_us,
         ..AfxdpConfig::default()
     };
-    AfxdpPort::open(&spec.name, cfg).map_err(|e| {
+    let port = AfxdpPort::open(&spec.name, cfg).map_err(|e| {
         if e.raw_os_error() == Some(16) {
             // EBUSY: say what it means here.
             anyhow::anyhow!(
@@ -99,7 +99,17 @@ fn open_afxdp(spec: &PortSpec, mode: XdpModeCfg, umem: &Mutex<Option<UmemShare>>
         } else {
             anyhow::Error::new(e).context(format!("port {}: opening AF_XDP", spec.name))
         }
-    })
+    })?;
+    if port.info().xdp_mode == "generic" {
+        // Generic XDP sees an skb after the stack merged or never split
+        // it: a sender's TSO/GSO segment or a GRO'd one, up to 64 KiB,
+        // which no 4 KiB UMEM frame takes. Say so once, where users look.
+        eprintln!(
+            "xvs: port {}: generic XDP mode: frames longer than the MTU (a veth peer's TSO/GSO segments, GRO              super-frames) cannot be received and are dropped (rx_dropped in `xvs show`); native mode, the              default where the driver has it, does not have this limit, or turn TSO off at the sender",
+            spec.name
+        );
+    }
+    Ok(port)
 }
 
 /// Ends of patch-port pairs whose peer has not been added yet, shared by

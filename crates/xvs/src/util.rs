@@ -89,11 +89,17 @@ pub fn tcp_recv(port: u16, max_ms: u64, ready_file: Option<&str>) -> Result<Stri
         }
     };
     conn.set_nonblocking(false)?;
-    conn.set_read_timeout(Some(Duration::from_millis(max_ms)))?;
     let mut buf = vec![0u8; 65536];
     let mut total = 0u64;
     let t0 = Instant::now();
     loop {
+        // `max_ms` bounds the whole receive, not each read: a stream that
+        // trickles (a path losing most segments) must not hold a test.
+        let left = Duration::from_millis(max_ms).saturating_sub(start.elapsed());
+        if left.is_zero() {
+            bail!("receive incomplete after {max_ms} ms: {total} bytes");
+        }
+        conn.set_read_timeout(Some(left))?;
         match conn.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => total += n as u64,

@@ -67,6 +67,17 @@ fn megaflows(sw: &Switch) -> String {
 
 fn two_hosts_exchange(t: &str, opts: &str, expect_mode: &str) {
     let hs = hosts(t, 2);
+    if expect_mode == "generic" {
+        // Generic (skb) XDP hands a sender's TSO super-frames (up to 64
+        // KiB) to AF_XDP whole, and a 4 KiB UMEM frame cannot take them:
+        // they are dropped (the port's rx_dropped), as on OVS 3.1. Native
+        // mode, the default on veth, makes the kernel segment before the
+        // veth; the native tests here run with TSO on. So the generic
+        // tests' hosts segment in software.
+        for h in &hs {
+            h.exec(&["ethtool", "-K", "eth0", "tso", "off"]).unwrap();
+        }
+    }
     let sw = switch(PollMode::Adaptive);
     for h in &hs {
         add(&sw, h, opts);

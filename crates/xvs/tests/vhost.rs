@@ -382,3 +382,62 @@ fn qemu_guest_and_namespace_host_ping_each_other_through_xvs() {
     let early = s.split("early_ring_enables=").nth(1).and_then(|r| r.split([' ', ',']).next()).unwrap_or("");
     assert!(early.parse::<u64>().is_ok_and(|n| n > 0), "early ring enables relayed: {s}");
 }
+
+/// The switch restarts (SIGTERM, then started again on the same ports)
+/// while the guest keeps running (issue 46): frames to the guest arrive
+/// intact, not as zeroed buffers of the right length, and the guest's
+/// transmit queue does not replay old frames. Before the fix, the port
+/// resumed the queues at the frontend's `SET_VRING_BASE` 0 while the used
+/// index stood where the guest had seen it, so it filled buffers the
+/// in-order driver did not read next (all 50 pings arrived zeroed) and
+/// re-sent a ring's worth of stale frames.
+#[test]
+fn switch_restart_under_a_running_guest_keeps_frames_intact() {
+    if !usable() {
+        return;
+    }
+    std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
+    let id = std::process::id() % 1000;
+    let h = Host::create(&format!("xvsrs{id}"), &format!("xrs{id}"), "10.81.0.2/24", 1).unwrap();
+    let sock = sock_path("restart");
+    let mut pmd = Testpmd::start(&sock, &format!("xvsrs{id}"));
+    let run_dir = format!("/tmp/xvs-rs-{id}");
+    let vport = format!("vrs{id},type=dpdkvhostuserclient,vhost-server-path={}", sock.display());
+    let bridge = format!("brrs{id}");
+    let mut xvs = start_switch(&run_dir, &bridge, &vport, &h);
+    assert!(pmd.wait_for("testpmd>", 0, 20), "testpmd did not start:\n{}", pmd.diagnostics());
+    std::thread::sleep(Duration::from_millis(500));
+    let (tx, got) = vm_to_host(&mut pmd, &h, 500);
+    assert!(got > 1000 && got <= tx + 10, "before the restart, VM -> host: {got} of {tx}");
+    pmd.cmd("set verbose 1");
+    assert!(host_to_vm(&mut pmd, &h, "10.81.0.255") >= 50);
+
+    // SIGTERM, and the same switch again.
+    let _ = Command::new("kill").args(["-TERM", &xvs.0.id().to_string()]).status();
+    let _ = xvs.0.wait();
+    drop(xvs);
+    let _xvs = start_switch(&run_dir, &bridge, &vport, &h);
+    let show = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_xvs")).args(["show", "--run-dir", &run_dir]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let end = Instant::now() + Duration::from_secs(15);
+    while !show().contains("connected queue_pairs=1") && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let from = pmd.output().len();
+    let rx = host_to_vm(&mut pmd, &h, "10.81.0.255");
+    let o = pmd.output()[from..].to_string();
+    let zeroed = o.matches("src=00:00:00:00:00:00 - dst=00:00:00:00:00:00").count();
+    let pings = o.lines().filter(|l| l.contains("dst=FF:FF:FF:FF:FF:FF") && l.contains("type=0x0800")).count();
+    eprintln!("after the restart: testpmd RX {rx}, zeroed {zeroed}, broadcast IPv4 {pings}\n{}", show());
+    assert_eq!(zeroed, 0, "zeroed frames reached the guest:\n{o}");
+    assert!(pings >= 50, "the 50 broadcast pings reached the guest intact: {pings}\n{o}");
+    // The transmit queue resumed where the guest is, not a ring behind.
+    let before = rx_packets(&h);
+    std::thread::sleep(Duration::from_millis(500));
+    let idle = rx_packets(&h) - before;
+    assert!(idle < 20, "the host received {idle} frames while the guest sent none (stale frames replayed)");
+    let (tx, got) = vm_to_host(&mut pmd, &h, 500);
+    assert!(got > 1000 && got <= tx + 10, "after the restart, VM -> host: {got} of {tx}");
+}
