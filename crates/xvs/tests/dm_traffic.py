@@ -4,6 +4,9 @@
 #   tcpsend DST PORT BYTES SEED    -> "tcp BYTES SHA256" (what was sent)
 #   udprecv BIND PORT COUNT READY  -> "udp good G bad B dup D"
 #   udpsend DST PORT COUNT MAXLEN  -> "udp sent N"
+#   udpreflect DST PORT COUNT MAXLEN -> "udp good G bad B dup D": sends to
+#       DST:PORT from PORT and checks what a reflector (testpmd 5tswap)
+#       sends back to the same socket
 # UDP datagrams are a 4-byte sequence number followed by a pattern that
 # depends on it and on the length, so the receiver checks every byte.
 import hashlib
@@ -102,6 +105,40 @@ def main():
             if i % 10 == 9:
                 time.sleep(0.003)
         print("udp sent", count)
+    elif mode == "udpreflect":
+        count, maxlen = int(sys.argv[4]), int(sys.argv[5])
+        sz = sizes(maxlen)
+        s = socket.socket(fam(addr), socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        s.bind(("::" if fam(addr) == socket.AF_INET6 else "0.0.0.0", port))
+        s.setblocking(False)
+        seen = set()
+        bad = dup = 0
+
+        def drain():
+            nonlocal bad, dup
+            while True:
+                try:
+                    b = s.recv(1 << 16)
+                except BlockingIOError:
+                    return
+                seq = int.from_bytes(b[:4], "big") if len(b) >= 4 else -1
+                if seq < 0 or seq >= count or b != datagram(seq, len(b)):
+                    bad += 1
+                elif seq in seen:
+                    dup += 1
+                else:
+                    seen.add(seq)
+        for i in range(count):
+            s.sendto(datagram(i, sz[i % len(sz)]), (addr, port))
+            if i % 10 == 9:
+                time.sleep(0.003)
+                drain()
+        t0 = time.time()
+        while len(seen) < count and time.time() - t0 < 2:
+            time.sleep(0.05)
+            drain()
+        print("udp good", len(seen), "bad", bad, "dup", dup)
 
 
 main()
