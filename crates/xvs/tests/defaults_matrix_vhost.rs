@@ -124,7 +124,8 @@ fn cell(i: usize, tx: bool, gro: bool, v6: bool, fast: bool, script: &str) -> (S
     let after = nstat(&h);
     let csum: Vec<(String, u64)> = after
         .iter()
-        .filter_map(|(k, v)| (*v > before.get(k).copied().unwrap_or(0)).then(|| (k.clone(), v - before[k])))
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, d)| *d > 0)
         .collect();
     let outcome = if got == format!("udp good {UDP_COUNT} bad 0 dup 0") { "ok".to_string() } else { got };
     (outcome, csum)
