@@ -32,10 +32,11 @@
 //! outcome with the fast path on must equal its outcome with it off.
 //!
 //! `XVS_SWITCH=ovs`: Open vSwitch 3.1 on both hypervisors (userspace
-//! tunneling; the kernel/userspace distinction is xvs's, so the "kernel"
-//! cells run the same OVS). Cells whose sender has transmit checksum
-//! offload on are run and reported but not counted as failures there
-//! ("xfail": OVS documents `tx off` for its userspace datapath's ports).
+//! tunneling). OVS has no kernel fast path, so only the "-u" columns run.
+//! Cells whose sender has transmit checksum offload on are skipped with
+//! the reason (OVS documents `tx off`; measured: every datagram arrives
+//! with a bad checksum, the TCP stream stalls); `XVS_DM_OVS_TX=1` runs
+//! them, reported as "xfail", not counted as failures.
 //! `XVS_DM_ONLY` (substring of "geneve-k3"), `XVS_DM_JOBS` (default 3).
 //! `cargo test -p xvs --test defaults_matrix_tunnels -- --nocapture`.
 
@@ -333,14 +334,17 @@ fn run_cell_inner(cell: &Cell, sw: Switch, dir: &str, script: &str, o: &mut Outc
     let got = out_of(rx);
     o.udp = if got == format!("udp good {UDP_COUNT} bad 0 dup 0") { "ok".into() } else { format!("{got} ({sent})") };
 
+    // Five replies of each size within 5 s (a deadline: a request lost
+    // under load is sent again; a corrupted one never answers), none with
+    // wrong data.
     let mut bad = Vec::new();
     for s in [56, 1000, maxlen] {
         let s = s.to_string();
-        let r = ns_run(&a.ns, &["ping", fam, "-n", "-c", "5", "-i", "0.05", "-W", "1", "-s", &s, &dst]);
+        let r = ns_run(&a.ns, &["ping", fam, "-n", "-c", "5", "-w", "5", "-i", "0.05", "-W", "1", "-s", &s, &dst]);
         let text = match &r {
             Ok(t) | Err(t) => t.clone(),
         };
-        let n = xvs::netns::parse_ping_received(&text);
+        let n = xvs::netns::parse_ping_received(&text).min(5);
         if n != 5 || text.contains("wrong data") {
             bad.push(format!("-s {s}: {n}/5 replies{}", if text.contains("wrong data") { ", wrong data" } else { "" }));
         }
@@ -405,9 +409,29 @@ fn defaults_matrix_tunnels() {
     let mut cells = Vec::new();
     for path in Path::ALL {
         for (i, row) in rows.iter().enumerate() {
-            if only.is_empty() || format!("{}{}", path.name(), i).contains(&only) {
-                cells.push(Cell { path, row_no: i, row: *row });
+            if !only.is_empty() && !format!("{}{}", path.name(), i).contains(&only) {
+                continue;
             }
+            // OVS has no kernel fast path: its "-k" cells would repeat the
+            // "-u" ones.
+            if ovs && path.fast_path() {
+                continue;
+            }
+            // Measured (XVS_DM_OVS_TX=1, 2026-11-29): OVS 3.1 forwards the
+            // VMs' partial checksums through the tunnel unfinished; vmB
+            // counts every datagram in UdpInCsumErrors/Udp6InCsumErrors and
+            // the TCP stream stalls (TcpInCsumErrors), Geneve and VXLAN
+            // alike. OVS documents `tx off` for such ports.
+            if ovs && row.tx && std::env::var("XVS_DM_OVS_TX").is_err() {
+                eprintln!(
+                    "skipped {} row {i} ({}): OVS 3.1 forwards partial checksums unfinished \
+                     (its documentation: ethtool -K eth0 tx off); XVS_DM_OVS_TX=1 runs it",
+                    path.name(),
+                    row.label()
+                );
+                continue;
+            }
+            cells.push(Cell { path, row_no: i, row: *row });
         }
     }
     let jobs: usize = std::env::var("XVS_DM_JOBS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
