@@ -155,8 +155,15 @@ impl Sut {
         cmd.args(extra);
         let child =
             cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("xvs starts");
+        // Ready when the bridge's OpenFlow socket exists (what callers use
+        // first). Starting takes about 1.5 s with four AF_XDP ports alone,
+        // 6-7 s with four such switches starting at once on two cores, and
+        // more under the traffic of parallel tests: 10 s was too short
+        // there (the defaults matrix saw `ovs-ofctl: connecting to
+        // .../<bridge>.mgmt (No such file or directory)`).
         let t0 = Instant::now();
-        while !std::path::Path::new(&format!("{run_dir}/xvs.ctl")).exists() && t0.elapsed() < Duration::from_secs(10) {
+        let ready = |f: &str| std::path::Path::new(&format!("{run_dir}/{f}")).exists();
+        while !(ready("xvs.ctl") && ready(&format!("{bridge}.mgmt"))) && t0.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(25));
         }
         Sut { child: Some(child), run_dir, bridge: bridge.into(), ovs: None }
