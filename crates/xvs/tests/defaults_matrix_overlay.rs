@@ -35,10 +35,12 @@
 //! overlay of its own: the VMs' links at 9000 and the underlay (veths,
 //! middle bridge, br-phy) at 9100, set as the links are made
 //! ([`Overlay::start_mtu`]: a veth whose peer already has a single-buffer
-//! XDP program refuses an MTU above a page).
-//! Untagged only: this kernel has no 802.1Q module, so the VMs cannot tag,
-//! and the VLAN-tagged path through the switch is covered by
-//! `defaults_matrix.rs`'s trunk rows.
+//! XDP program refuses an MTU above a page). Rows 8 and 9 are VLAN-tagged
+//! inside the tunnel, with the defaults over IPv4 and every offload off
+//! over IPv6: this kernel has no 802.1Q module, so the VMs cannot tag;
+//! each hypervisor's br-int tags what its VM sends into the tunnel
+//! (`push_vlan`) and untags what comes out (`pop_vlan`), so the tunnel
+//! carries tagged inner frames, and hvB's pop rule must count them.
 //!
 //! Each tunnel cell, vmA to vmB: pings of 56, 1000 and 1400 bytes (and
 //! 8000 at MTU 9000); an 8 MB TCP stream of seeded pseudo-random bytes
@@ -51,9 +53,14 @@
 //! at MTU 1500 must show hvA's kernel encapsulating (its br-int entries
 //! forwarded frames during the cell), or the cell would not test what it
 //! claims; the decapsulations at hvB are printed (zero where vmB's GRO is
-//! off: its veth takes no redirected frames then). At MTU 9000 the TCP
-//! frames are multi-buffer, which the fast path leaves to userspace: hits
-//! are printed, not required.
+//! off: its veth takes no redirected frames then). Userspace-column cells
+//! must show no kernel forwarding at all on either hypervisor. At MTU 9000
+//! the TCP frames are multi-buffer, which the fast path leaves to
+//! userspace; tagged rows are left to userspace too (the program
+//! encapsulates only a megaflow that is a single output to the tunnel,
+//! not `push_vlan` then the output, and does not parse the inner
+//! `vlan_tci2` match of the decapsulated tagged frames): their hits are
+//! printed, not required.
 //!
 //! vhost-user cells: testpmd in `5tswap` mode reflects each frame with
 //! MACs, IP addresses and L4 ports swapped, so the host sends and gets
@@ -66,21 +73,22 @@
 //! reply ping waits for, so every ping crosses the VM port four times. The
 //! host's `nstat` must count no checksum error. TCP cannot run against a
 //! reflector (the host would talk to itself with both ends' sequence
-//! numbers crossed). Rows 1-6 as above, then rows 7 and 8 VLAN-tagged on
-//! the VM port (the host's port is an access port of VLAN 10, the VM port
+//! numbers crossed). Rows 1-6, 8 and 9 as above, tagged on the VM port (the host's port is an access port of VLAN 10, the VM port
 //! a trunk: xvs pushes the tag toward the VM and pops it on the way back,
 //! and 5tswap reflects over the tag), with the defaults over IPv4 and
 //! every offload off over IPv6. MTU 1500 only: testpmd's mbufs (2 KB, no
 //! scatter configured) would drop 9000-byte frames.
 //!
 //! Cells of one column share one set-up and run in turn (a row changes
-//! only settings); the five columns run in parallel, each in its own
+//! only settings; MTU 9000 gets a set-up of its own); the five columns run in parallel, each in its own
 //! namespaces. `XVS_SWITCH=ovs` runs the userspace tunnel columns with
 //! Open vSwitch 3.1 on both hypervisors; cells whose sender keeps
 //! transmit checksum offload on are skipped there (OVS 3.1 forwards
 //! partial checksums unfinished and documents `tx off`; the harness turns
 //! it off for OVS), and the vhost-user column is skipped (it needs OVS's
-//! DPDK build). Needs root, python3, ethtool, openvswitch-switch,
+//! DPDK build). `XVS_MATRIX_COLUMNS=kernel XVS_MATRIX_ROWS=1,8` (names'
+//! substrings, row numbers) runs part of the matrix, to look into a cell.
+//! Needs root, python3, ethtool, openvswitch-switch,
 //! dpdk-testpmd; everything is removed afterwards, also on failure.
 
 use netdev_vhost::testpmd::{sock_path, Testpmd};
@@ -113,6 +121,8 @@ impl Path {
 
 #[derive(Clone, Copy, Debug)]
 struct Row {
+    /// The row's number in the table.
+    n: usize,
     tx: bool,
     tso: bool,
     gro: bool,
@@ -131,20 +141,20 @@ fn rows() -> Vec<Row> {
         CA.iter().map(|c| Row { tx: c[0] == 0, tso: c[1] == 0, gro: c[2] == 0, v6: c[3] == 1, ..DEFAULTS }).collect();
     r.push(Row { v6: true, ..DEFAULTS });
     r.push(Row { jumbo: true, ..DEFAULTS });
+    r.push(Row { vlan: true, ..DEFAULTS });
+    r.push(Row { tx: false, tso: false, gro: false, v6: true, vlan: true, ..DEFAULTS });
+    for (i, row) in r.iter_mut().enumerate() {
+        row.n = i + 1;
+    }
     r
 }
 
 /// Linux's defaults (the receiver's GRO on), IPv4, untagged, MTU 1500.
-const DEFAULTS: Row = Row { tx: true, tso: true, gro: true, v6: false, jumbo: false, vlan: false };
+const DEFAULTS: Row = Row { n: 0, tx: true, tso: true, gro: true, v6: false, jumbo: false, vlan: false };
 
-/// The vhost-user column's rows: rows 1-6 of the tunnels (MTU 1500 only),
-/// then VLAN-tagged frames on the VM port, with the defaults over IPv4 and
-/// with every offload off over IPv6.
+/// The vhost-user column's rows: the tunnels' but MTU 9000.
 fn vhost_rows() -> Vec<Row> {
-    let mut r: Vec<Row> = rows().into_iter().filter(|r| !r.jumbo).collect();
-    r.push(Row { vlan: true, ..DEFAULTS });
-    r.push(Row { tx: false, tso: false, gro: false, v6: true, vlan: true, ..DEFAULTS });
-    r
+    rows().into_iter().filter(|r| !r.jumbo).collect()
 }
 
 fn on(b: bool) -> &'static str {
@@ -360,7 +370,11 @@ fn pings(from: &Host, dst: &str, sizes: &[u32], ctx: &str) -> String {
     }
     let mut got = Vec::new();
     for s in sizes {
-        let out = from.run(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "-s", &s.to_string(), dst]).unwrap();
+        // -w, not -W: once a reply has come, ping waits only twice the
+        // slowest round trip for the last one (-W then no longer counts),
+        // which on a loaded machine drops slow replies; with a deadline it
+        // waits for all three.
+        let out = from.run(&["ping", "-c", "3", "-i", "0.2", "-w", "10", "-s", &s.to_string(), dst]).unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let n = xvs::netns::parse_ping_received(&text);
         got.push(format!("{s}B {n}/3"));
@@ -459,7 +473,7 @@ fn tunnel_column(kind: Kind, fast: bool, tag: &str, rows: &[Row], ovs: bool) -> 
         let Some(o) = o else { continue };
         for i in mine {
             let row = &rows[i];
-            out[i] = Some(catch(|| tunnel_cell(&o, &name, !ovs, fast && !ovs, i, row)));
+            out[i] = Some(catch(|| tunnel_cell(&o, &name, !ovs, fast && !ovs, row)));
         }
     }
     out.into_iter().map(|r| r.unwrap_or_else(|| Err("not run".into()))).collect()
@@ -467,10 +481,38 @@ fn tunnel_column(kind: Kind, fast: bool, tag: &str, rows: &[Row], ovs: bool) -> 
 
 /// `xvs`: the hypervisors run xvs (their kernel counters are read);
 /// `fast`: with the kernel fast path on.
-fn tunnel_cell(o: &Overlay, name: &str, xvs: bool, fast: bool, ri: usize, row: &Row) -> Outcome {
+fn tunnel_cell(o: &Overlay, name: &str, xvs: bool, fast: bool, row: &Row) -> Outcome {
     let (a, b) = (&o.vm[0], &o.vm[1]);
     let effective = apply(a, b, row);
-    let ctx = format!("{name} | row {} ({}) | {effective}", ri + 1, row.label());
+    let ctx = format!("{name} | row {} ({}) | {effective}", row.n, row.label());
+    let popped_b = || -> u64 {
+        o.hv[1]
+            .ofctl_ok("br-int", &["-OOpenFlow13", "dump-flows"])
+            .lines()
+            .filter(|l| l.contains("pop_vlan"))
+            .filter_map(|l| xvs::netns::number_after(&l.replace([',', '='], " "), "n_packets"))
+            .sum()
+    };
+    if row.vlan {
+        // Tagged inside the tunnel: each hypervisor's br-int tags what its
+        // VM sends into the tunnel and untags what comes out of it (the VMs
+        // cannot tag: no 802.1Q module). Rules stay for later tagged rows.
+        for hv in &o.hv {
+            hv.ofctl_ok(
+                "br-int",
+                &[
+                    "-OOpenFlow13",
+                    "add-flow",
+                    "priority=40,in_port=vm,actions=push_vlan:0x8100,set_field:4106->vlan_vid,output:tun0",
+                ],
+            );
+            hv.ofctl_ok(
+                "br-int",
+                &["-OOpenFlow13", "add-flow", "priority=40,in_port=tun0,dl_vlan=10,actions=pop_vlan,output:vm"],
+            );
+        }
+    }
+    let pop0 = if row.vlan { popped_b() } else { 0 };
     let dst = if row.v6 { format!("fd46:{}::2", o.net) } else { b.ip.clone() };
     let errs0 = csum_errors(a) + csum_errors(b);
     // hvA's encapsulations, hvB's decapsulations, and everything either
@@ -485,7 +527,7 @@ fn tunnel_cell(o: &Overlay, name: &str, xvs: bool, fast: bool, ri: usize, row: &
     let sizes: &[u32] = if row.jumbo { &[56, 1000, 1400, 8000] } else { &[56, 1000, 1400] };
     out.pings = pings(a, &dst, sizes, &ctx);
 
-    let port = 5400 + 2 * ri as u16;
+    let port = 5400 + 2 * row.n as u16;
     let bytes = 8_000_000u64;
     let mut rx = py(&b.ns, TCP_RX, &[&dst, &port.to_string()]);
     wait_ready(&mut rx);
@@ -510,6 +552,13 @@ fn tunnel_cell(o: &Overlay, name: &str, xvs: bool, fast: bool, ri: usize, row: &
 
     out.csum_errors = csum_errors(a) + csum_errors(b) - errs0;
     assert_eq!(out.csum_errors, 0, "{ctx}: checksum errors at the VMs (nstat)");
+    if row.vlan {
+        // Frames came out of the tunnel tagged (the kernel's share is
+        // not credited to the rule: those taken in userspace suffice).
+        let n = popped_b() - pop0;
+        assert!(n > 0, "{ctx}: hvB's pop_vlan rule matched nothing");
+        out.udp += &format!(" [{n} tagged]");
+    }
     if let Some((e0, d0, t0)) = h0 {
         // The offload manager credits the kernel's counts every 250 ms.
         std::thread::sleep(Duration::from_millis(600));
@@ -517,7 +566,7 @@ fn tunnel_cell(o: &Overlay, name: &str, xvs: bool, fast: bool, ri: usize, row: &
         out.kernel = Some((e1 - e0, d1 - d0));
         // The fast path off: nothing went through the kernel.
         assert!(fast || t1 == t0, "{ctx}: the fast path is off, yet the kernels forwarded {} frames", t1 - t0);
-        if fast && !row.jumbo {
+        if fast && !row.jumbo && !row.vlan {
             assert!(
                 e1 > e0,
                 "{ctx}: hvA's kernel fast path encapsulated nothing during the cell:\n{}\n{}",
@@ -616,15 +665,14 @@ fn vhost_column(id: u32, rows: &[Row]) -> Vec<CellResult> {
     let mut tagged = false;
     let res = rows
         .iter()
-        .enumerate()
-        .map(|(ri, row)| {
+        .map(|row| {
             catch(|| {
                 if row.vlan && !tagged {
                     tagged = true;
                     vlan_flows(&run_dir, &bridge, &h.port, &format!("xdov{id}v"));
                 }
                 let effective = apply(&h, &h, row);
-                let ctx = format!("vhost-user | row {} ({}) | {effective}", ri + 1, row.label());
+                let ctx = format!("vhost-user | row {} ({}) | {effective}", row.n, row.label());
                 let dst = if row.v6 { &vm6 } else { &vm4 };
                 let errs0 = csum_errors(&h);
                 let p0 = if row.vlan { popped(&run_dir, &bridge).0 } else { 0 };
@@ -634,7 +682,7 @@ fn vhost_column(id: u32, rows: &[Row]) -> Vec<CellResult> {
                 // The largest datagram that fits one frame.
                 let max = if row.v6 { 1452 } else { 1472 };
                 let sizes = format!("18,200,1000,1400,{max}");
-                let port = (5500 + ri).to_string();
+                let port = (5500 + row.n).to_string();
                 let gso = if row.tso { "1" } else { "0" };
                 let res = finish(py(&h.ns, UDP_ECHO, &[dst, &port, &count.to_string(), &sizes, gso]));
                 let mut it = res.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
@@ -672,7 +720,15 @@ fn defaults_matrix_overlay_and_vm_paths() {
         return;
     }
     std::env::set_var("XVS_BIN", env!("CARGO_BIN_EXE_xvs"));
-    let (rows, vrows) = (rows(), vhost_rows());
+    // XVS_MATRIX_COLUMNS (substrings of column names, comma-separated) and
+    // XVS_MATRIX_ROWS (row numbers) narrow the run, to look into a cell.
+    let pick = |var: &str| -> Vec<String> {
+        std::env::var(var).map(|v| v.split(',').map(|x| x.trim().to_string()).collect()).unwrap_or_default()
+    };
+    let (want_cols, want_rows) = (pick("XVS_MATRIX_COLUMNS"), pick("XVS_MATRIX_ROWS"));
+    let keep = |r: &Row| want_rows.is_empty() || want_rows.contains(&r.n.to_string());
+    let (rows, vrows): (Vec<Row>, Vec<Row>) =
+        (rows().into_iter().filter(keep).collect(), vhost_rows().into_iter().filter(keep).collect());
     let id = std::process::id() % 1000;
     let mut columns: Vec<Path> = Vec::new();
     for kind in [Kind::Geneve, Kind::Vxlan] {
@@ -683,7 +739,10 @@ fn defaults_matrix_overlay_and_vm_paths() {
             columns.push(Path::Tunnel(kind, fast));
         }
     }
-    let vhost = !ovs && netdev_vhost::testpmd::usable();
+    columns.retain(|c| want_cols.is_empty() || want_cols.iter().any(|w| c.name().contains(w.as_str())));
+    let vhost = !ovs
+        && (want_cols.is_empty() || want_cols.iter().any(|w| "vhost-user".contains(w.as_str())))
+        && netdev_vhost::testpmd::usable();
     if vhost {
         columns.push(Path::Vhost);
     }
@@ -730,7 +789,7 @@ fn defaults_matrix_overlay_and_vm_paths() {
                 Ok(o) => println!(
                     "{:<17} {:<2} {:<44} {:<6} {:<34} {:>9} {:>16} {:>4} {:>13}",
                     p.name(),
-                    ri + 1,
+                    prows[ri].n,
                     label,
                     "PASS",
                     o.pings,
@@ -740,12 +799,12 @@ fn defaults_matrix_overlay_and_vm_paths() {
                     o.kernel.map_or("-".into(), |(e, d)| format!("{e}/{d}"))
                 ),
                 Err(e) if e.starts_with("skipped") || e.starts_with("left out") => {
-                    println!("{:<17} {:<2} {:<44} {e}", p.name(), ri + 1, label)
+                    println!("{:<17} {:<2} {:<44} {e}", p.name(), prows[ri].n, label)
                 }
                 Err(e) => {
                     let first = e.lines().next().unwrap_or("");
-                    println!("{:<17} {:<2} {:<44} FAIL   {first}", p.name(), ri + 1, label);
-                    failed.push(format!("{} row {}: {e}", p.name(), ri + 1));
+                    println!("{:<17} {:<2} {:<44} FAIL   {first}", p.name(), prows[ri].n, label);
+                    failed.push(format!("{} row {}: {e}", p.name(), prows[ri].n));
                 }
             }
         }
