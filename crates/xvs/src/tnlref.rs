@@ -470,6 +470,25 @@ impl Overlay {
         key: Key,
         underlay: Underlay,
     ) -> Result<Overlay> {
+        Overlay::start_mtu(xvs_bin, tag, kind, switches, key, underlay, 1500)
+    }
+
+    /// As [`Overlay::start`], with the VMs' links (both ends) at
+    /// `inner_mtu` and the underlay (veths, middle bridge) 100 bytes above
+    /// it, set when the links are made: a veth whose peer already has a
+    /// single-buffer XDP program (the switches' AF_XDP ports) refuses an
+    /// MTU above a page, and xvs picks its multi-buffer program only for
+    /// a device that has such an MTU when it attaches.
+    pub fn start_mtu(
+        xvs_bin: &str,
+        tag: &str,
+        kind: Kind,
+        switches: [Switch; 2],
+        key: Key,
+        underlay: Underlay,
+        inner_mtu: u32,
+    ) -> Result<Overlay> {
+        let (inner, outer) = (inner_mtu.to_string(), (inner_mtu + 100).to_string());
         let pid = std::process::id();
         let net = 16 + (tag.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32)) % 200) as u8;
         let dir = format!("/tmp/xvs-tnl-{tag}-{pid}");
@@ -483,7 +502,7 @@ impl Overlay {
         mid.ifname = "br0".into();
         mid.ip = format!("172.31.{net}.254");
         // A fixed MAC: a Linux bridge otherwise takes its lowest port's.
-        mid.exec(&["ip", "link", "add", "br0", "mtu", "1600", "address", MID_MAC, "type", "bridge"])?;
+        mid.exec(&["ip", "link", "add", "br0", "mtu", &outer, "address", MID_MAC, "type", "bridge"])?;
         mid.exec(&["ip", "addr", "add", &format!("172.31.{net}.254/24"), "dev", "br0"])?;
         mid.exec(&["ip", "link", "set", "br0", "up"])?;
         // The middle also routes (the route-change scenario sends one
@@ -518,16 +537,17 @@ impl Overlay {
             // middle bridge.
             let mid_end = format!("ul{name}");
             sh(&[
-                "ip", "link", "add", "ul", "netns", &hvns.ns, "mtu", "1600", "type", "veth", "peer", "name", &mid_end,
-                "netns", &mid.ns, "mtu", "1600",
+                "ip", "link", "add", "ul", "netns", &hvns.ns, "mtu", &outer, "type", "veth", "peer", "name", &mid_end,
+                "netns", &mid.ns, "mtu", &outer,
             ])?;
             mid.exec(&["ip", "link", "set", &mid_end, "master", "br0", "up"])?;
             // The VM's veth: `eth0` in the VM, `vm` in the hypervisor.
             sh(&[
-                "ip", "link", "add", "vm", "netns", &hvns.ns, "type", "veth", "peer", "name", "eth0", "netns", &vm.ns,
+                "ip", "link", "add", "vm", "netns", &hvns.ns, "mtu", &inner, "type", "veth", "peer", "name", "eth0",
+                "netns", &vm.ns, "mtu", &inner,
             ])?;
             vm.exec(&["ip", "addr", "add", &format!("{}/24", vm.ip), "dev", "eth0"])?;
-            vm.exec(&["ip", "link", "set", "eth0", "mtu", "1500", "up"])?;
+            vm.exec(&["ip", "link", "set", "eth0", "mtu", &inner, "up"])?;
             // OVS 3.1 does not finish partial checksums (its documentation
             // says to turn transmit offload off); xvs's side keeps Linux's
             // defaults on the same links.
