@@ -60,6 +60,9 @@
 //! ports have no multi-buffer frames). Needs root, python3,
 //! ethtool; everything is removed afterwards, also on failure.
 
+mod common;
+
+use common::{csum_errors, finish, py, wait_ready, TCP_RX, TCP_TX, UDP_RX, UDP_TX};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -282,118 +285,6 @@ impl Pair {
     }
 }
 
-/// The receiver's checksum errors (nstat's absolute counters).
-fn csum_errors(pair: &Pair, i: usize) -> u64 {
-    let out = pair.exec(i, &["nstat", "-az"]);
-    out.lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let (k, v) = (w.next()?, w.next()?);
-            matches!(k, "TcpInCsumErrors" | "UdpInCsumErrors" | "Udp6InCsumErrors").then(|| v.parse::<u64>().ok())?
-        })
-        .sum()
-}
-
-const TCP_RX: &str = r#"
-import socket, sys, hashlib
-addr, port = sys.argv[1], int(sys.argv[2])
-fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-l = socket.socket(fam)
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind((addr, port)); l.listen(1); l.settimeout(30)
-print("ready", flush=True)
-c, _ = l.accept(); c.settimeout(30)
-h = hashlib.sha256(); n = 0
-while True:
-    d = c.recv(1 << 20)
-    if not d:
-        break
-    h.update(d); n += len(d)
-print(n, h.hexdigest(), flush=True)
-"#;
-
-const TCP_TX: &str = r#"
-import socket, sys, hashlib, random, time
-addr, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-s = socket.socket(fam); s.settimeout(30)
-s.connect((addr, port))
-r = random.Random(port); h = hashlib.sha256(); n = 0; t = time.time()
-while time.time() - t < secs:
-    b = r.randbytes(65536); s.sendall(b); h.update(b); n += len(b)
-s.shutdown(socket.SHUT_WR)
-s.recv(1)
-print(n, h.hexdigest(), flush=True)
-"#;
-
-const UDP_RX: &str = r#"
-import socket, sys, struct
-addr, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-s.bind((addr, port)); s.settimeout(5)
-print("ready", flush=True)
-ok = bad = 0; seen = set()
-try:
-    while len(seen) < count:
-        d = s.recv(65536)
-        s.settimeout(2)
-        if len(d) < 8:
-            bad += 1; continue
-        seq, size = struct.unpack("!II", d[:8])
-        want = bytes((seq * 7 + i) & 255 for i in range(size - 8))
-        if size != len(d) or d[8:] != want or seq in seen:
-            bad += 1
-        else:
-            ok += 1; seen.add(seq)
-except socket.timeout:
-    pass
-print(ok, bad, flush=True)
-"#;
-
-const UDP_TX: &str = r#"
-import socket, sys, struct, time
-addr, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-sizes = [int(x) for x in sys.argv[4].split(",")]
-fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM)
-for seq in range(count):
-    size = sizes[seq % len(sizes)]
-    s.sendto(struct.pack("!II", seq, size) + bytes((seq * 7 + i) & 255 for i in range(size - 8)), (addr, port))
-    if seq % 20 == 19:
-        time.sleep(0.003)
-print("sent", count, flush=True)
-"#;
-
-/// Runs python `code` with `args` in namespace `ns`; a child whose first
-/// line ("ready") the caller may wait for.
-fn py(ns: &str, code: &str, args: &[&str]) -> std::process::Child {
-    Command::new("ip")
-        .args(["netns", "exec", ns, "python3", "-c", code])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 starts")
-}
-
-fn wait_ready(c: &mut std::process::Child) {
-    use std::io::BufRead;
-    let out = c.stdout.as_mut().expect("stdout");
-    let mut line = String::new();
-    let _ = std::io::BufReader::new(out).read_line(&mut line);
-    assert_eq!(line.trim(), "ready", "receiver did not start");
-}
-
-fn finish(c: std::process::Child) -> String {
-    let o = c.wait_with_output().expect("python3 runs");
-    let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    assert!(o.status.success(), "{out} {}", String::from_utf8_lossy(&o.stderr));
-    out.lines().last().unwrap_or("").to_string()
-}
-
 /// The rules of `path`, with ports named A and B (the hosts') and X and
 /// Y (the trunk's ends; VLAN-tagged rows): plain forwarding both ways, or
 /// a firewall with source NAT over IPv4 (ARP and neighbour discovery
@@ -483,7 +374,7 @@ fn cell(path: Path, ri: usize, row: &Row, tag: &str) -> Outcome {
         pair.exec(1, &["ip", "neigh", "replace", SNAT, "lladdr", &mac, "dev", dev]);
     }
     let ctx = format!("{} | row {} ({}) | {}", path.name(), ri + 1, row.label(), effective);
-    let errs0 = csum_errors(&pair, 0) + csum_errors(&pair, 1);
+    let errs0 = csum_errors(&pair.ns[0]) + csum_errors(&pair.ns[1]);
     let mut o = Outcome { effective, ..Outcome::default() };
 
     // Pings: the first may wait for neighbour resolution.
@@ -516,7 +407,7 @@ fn cell(path: Path, ri: usize, row: &Row, tag: &str) -> Outcome {
     // TCP: a 1.5 s stream, digests at both ends.
     let mut rx = py(&pair.ns[1], TCP_RX, &[addrs[1], "5301"]);
     wait_ready(&mut rx);
-    let tx = py(&pair.ns[0], TCP_TX, &[addrs[1], "5301", "1.5"]);
+    let tx = py(&pair.ns[0], TCP_TX, &[addrs[1], "5301", "1.5", "0"]);
     let (sent, got) = (finish(tx), finish(rx));
     assert_eq!(sent, got, "{ctx}: TCP stream (bytes, sha256) sent vs received");
     let mb = sent.split_whitespace().next().and_then(|n| n.parse::<f64>().ok()).unwrap_or(0.0) / 1e6;
@@ -537,7 +428,7 @@ fn cell(path: Path, ri: usize, row: &Row, tag: &str) -> Outcome {
     assert!(ok * 100 >= count * 98, "{ctx}: UDP: {ok} of {count} arrived");
     o.udp = format!("{ok}/{count}");
 
-    o.csum_errors = csum_errors(&pair, 0) + csum_errors(&pair, 1) - errs0;
+    o.csum_errors = csum_errors(&pair.ns[0]) + csum_errors(&pair.ns[1]) - errs0;
     assert_eq!(o.csum_errors, 0, "{ctx}: checksum errors at the hosts");
     o.kernel_hits = kernel_hits(&sut);
     if path.fast_path() && row.gro && !row.jumbo && !sut.is_ovs() {

@@ -91,6 +91,9 @@
 //! Needs root, python3, ethtool, openvswitch-switch,
 //! dpdk-testpmd; everything is removed afterwards, also on failure.
 
+mod common;
+
+use common::{csum_errors, finish, py, wait_ready, TCP_RX, TCP_TX, UDP_RX, UDP_TX};
 use netdev_vhost::testpmd::{sock_path, Testpmd};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -179,19 +182,6 @@ impl Row {
     }
 }
 
-/// A namespace's checksum errors (nstat's absolute counters, history
-/// left alone).
-fn csum_errors(h: &Host) -> u64 {
-    let out = h.exec(&["nstat", "-asz"]).unwrap_or_default();
-    out.lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let (k, v) = (w.next()?, w.next()?);
-            matches!(k, "TcpInCsumErrors" | "UdpInCsumErrors" | "Udp6InCsumErrors").then(|| v.parse::<u64>().ok())?
-        })
-        .sum()
-}
-
 /// Sets the sender's transmit offloads (tx, TSO and GSO) and the
 /// receiver's GRO; the sender's effective settings as ethtool -k says.
 fn apply(sender: &Host, receiver: &Host, row: &Row) -> String {
@@ -214,78 +204,6 @@ fn apply(sender: &Host, receiver: &Host, row: &Row) -> String {
         eff("generic-segmentation-offload:")
     )
 }
-
-const TCP_RX: &str = r#"
-import socket, sys, hashlib
-addr, port = sys.argv[1], int(sys.argv[2])
-fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-l = socket.socket(fam)
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind((addr, port)); l.listen(1); l.settimeout(30)
-print("ready", flush=True)
-c, _ = l.accept(); c.settimeout(30)
-h = hashlib.sha256(); n = 0
-while True:
-    d = c.recv(1 << 20)
-    if not d:
-        break
-    h.update(d); n += len(d)
-print(n, h.hexdigest(), flush=True)
-"#;
-
-const TCP_TX: &str = r#"
-import socket, sys, hashlib, random
-addr, port, total = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-s = socket.socket(fam); s.settimeout(30)
-s.connect((addr, port))
-r = random.Random(port); h = hashlib.sha256(); n = 0
-while n < total:
-    b = r.randbytes(min(65536, total - n)); s.sendall(b); h.update(b); n += len(b)
-s.shutdown(socket.SHUT_WR)
-s.recv(1)
-print(n, h.hexdigest(), flush=True)
-"#;
-
-const UDP_RX: &str = r#"
-import socket, sys, struct
-addr, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-s.bind((addr, port)); s.settimeout(10)
-print("ready", flush=True)
-ok = bad = 0; seen = set()
-try:
-    while len(seen) < count:
-        d = s.recv(65536)
-        s.settimeout(2)
-        if len(d) < 8:
-            bad += 1; continue
-        seq, size = struct.unpack("!II", d[:8])
-        want = bytes((seq * 7 + i) & 255 for i in range(size - 8))
-        if size != len(d) or d[8:] != want or seq in seen:
-            bad += 1
-        else:
-            ok += 1; seen.add(seq)
-except socket.timeout:
-    pass
-print(ok, bad, flush=True)
-"#;
-
-const UDP_TX: &str = r#"
-import socket, sys, struct, time
-addr, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-sizes = [int(x) for x in sys.argv[4].split(",")]
-fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM)
-for seq in range(count):
-    size = sizes[seq % len(sizes)]
-    s.sendto(struct.pack("!II", seq, size) + bytes((seq * 7 + i) & 255 for i in range(size - 8)), (addr, port))
-    if seq % 20 == 19:
-        time.sleep(0.003)
-print("sent", count, flush=True)
-"#;
 
 /// The host's side of the reflected UDP (vhost-user): sends `count`
 /// datagrams to addr:port from one connected socket, with `gso` some of
@@ -331,33 +249,6 @@ except socket.timeout:
     pass
 print(ok, bad, batches, flush=True)
 "#;
-
-/// Runs python `code` with `args` in namespace `ns`.
-fn py(ns: &str, code: &str, args: &[&str]) -> Child {
-    Command::new("ip")
-        .args(["netns", "exec", ns, "python3", "-c", code])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 starts")
-}
-
-fn wait_ready(c: &mut Child) {
-    use std::io::BufRead;
-    let out = c.stdout.as_mut().expect("stdout");
-    let mut line = String::new();
-    let _ = std::io::BufReader::new(out).read_line(&mut line);
-    assert_eq!(line.trim(), "ready", "receiver did not start");
-}
-
-fn finish(c: Child) -> String {
-    let o = c.wait_with_output().expect("python3 runs");
-    let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    assert!(o.status.success(), "{out} {}", String::from_utf8_lossy(&o.stderr));
-    out.lines().last().unwrap_or("").to_string()
-}
 
 /// Pings `dst` from `from` 3 times for each size; asserts all come back.
 fn pings(from: &Host, dst: &str, sizes: &[u32], ctx: &str) -> String {
@@ -514,7 +405,7 @@ fn tunnel_cell(o: &Overlay, name: &str, xvs: bool, fast: bool, row: &Row) -> Out
     }
     let pop0 = if row.vlan { popped_b() } else { 0 };
     let dst = if row.v6 { format!("fd46:{}::2", o.net) } else { b.ip.clone() };
-    let errs0 = csum_errors(a) + csum_errors(b);
+    let errs0 = csum_errors(&a.ns) + csum_errors(&b.ns);
     // hvA's encapsulations, hvB's decapsulations, and everything either
     // kernel forwarded.
     let hits = || {
@@ -531,7 +422,7 @@ fn tunnel_cell(o: &Overlay, name: &str, xvs: bool, fast: bool, row: &Row) -> Out
     let bytes = 8_000_000u64;
     let mut rx = py(&b.ns, TCP_RX, &[&dst, &port.to_string()]);
     wait_ready(&mut rx);
-    let tx = py(&a.ns, TCP_TX, &[&dst, &port.to_string(), &bytes.to_string()]);
+    let tx = py(&a.ns, TCP_TX, &[&dst, &port.to_string(), "120", &bytes.to_string()]);
     let (sent, got) = (finish(tx), finish(rx));
     assert_eq!(sent, got, "{ctx}: TCP stream (bytes, sha256) sent vs received\n{}", o.diagnostics());
     assert!(sent.starts_with(&format!("{bytes} ")), "{ctx}: TCP sent {sent}");
@@ -550,7 +441,7 @@ fn tunnel_cell(o: &Overlay, name: &str, xvs: bool, fast: bool, row: &Row) -> Out
     assert!(ok * 100 >= count * 98, "{ctx}: UDP: {ok} of {count} arrived");
     out.udp = format!("{ok}/{count}");
 
-    out.csum_errors = csum_errors(a) + csum_errors(b) - errs0;
+    out.csum_errors = csum_errors(&a.ns) + csum_errors(&b.ns) - errs0;
     assert_eq!(out.csum_errors, 0, "{ctx}: checksum errors at the VMs (nstat)");
     if row.vlan {
         // Frames came out of the tunnel tagged (the kernel's share is
@@ -674,7 +565,7 @@ fn vhost_column(id: u32, rows: &[Row]) -> Vec<CellResult> {
                 let effective = apply(&h, &h, row);
                 let ctx = format!("vhost-user | row {} ({}) | {effective}", row.n, row.label());
                 let dst = if row.v6 { &vm6 } else { &vm4 };
-                let errs0 = csum_errors(&h);
+                let errs0 = csum_errors(&h.ns);
                 let p0 = if row.vlan { popped(&run_dir, &bridge).0 } else { 0 };
                 let mut out = Outcome { effective, ..Outcome::default() };
                 out.pings = pings(&h, dst, &[56, 1000, 1400], &ctx);
@@ -701,7 +592,7 @@ fn vhost_column(id: u32, rows: &[Row]) -> Vec<CellResult> {
                     assert!(p1 - p0 >= ok + 9, "{ctx}: tagged frames from the VM: {}\n{dump}", p1 - p0);
                     out.udp += &format!(" [{} tagged]", p1 - p0);
                 }
-                out.csum_errors = csum_errors(&h) - errs0;
+                out.csum_errors = csum_errors(&h.ns) - errs0;
                 assert_eq!(out.csum_errors, 0, "{ctx}: checksum errors at the host (nstat)");
                 out
             })
