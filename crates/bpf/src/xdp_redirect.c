@@ -516,24 +516,6 @@ static __always_inline __u32 l4_csum_at(struct xdp_md *ctx, const struct xvs_fke
 	return at;
 }
 
-/* Whether the frame's TCP/UDP checksum field holds the sender's partial
- * pseudo-header sum. */
-static __always_inline int csum_partial(struct xdp_md *ctx, const struct xvs_fkey *k, int l3)
-{
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	__u32 l4off = 0, l4len = 0, at;
-	__u16 *field;
-
-	at = l4_csum_at(ctx, k, l3, &l4off, &l4len);
-	if (!at || l4off > 128)
-		return 0;
-	field = data + l4off + at;
-	if ((void *)(field + 1) > end)
-		return 0;
-	return *field == pseudo_sum(k, l4len);
-}
-
 /* Finishes a partial TCP/UDP checksum (see XVS_CONF_FINISH_CSUM): returns
  * 1 when it did, 0 when the checksum was not partial, and -1, with the
  * frame untouched, when it is partial but longer than the program sums. */
@@ -545,10 +527,15 @@ static __always_inline int csum_finish(struct xdp_md *ctx, const struct xvs_fkey
 	void *data, *end;
 	int i;
 
-	if (!csum_partial(ctx, k, l3))
-		return 0;
 	at = l4_csum_at(ctx, k, l3, &l4off, &l4len);
-	if (!at || l4len > XVS_CSUM_MAX)
+	if (!at || l4off > 128)
+		return 0;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	field = data + l4off + at;
+	if ((void *)(field + 1) > end || *field != pseudo_sum(k, l4len))
+		return 0;	/* complete already */
+	if (l4len > XVS_CSUM_MAX)
 		return -1;
 	sc = bpf_map_lookup_elem(&xvs_scratch, &zero);
 	if (!sc)
@@ -584,10 +571,9 @@ static __always_inline int csum_finish(struct xdp_md *ctx, const struct xvs_fkey
 	/* UDP: 0 means "no checksum"; its equivalent is all ones. */
 	if (k->nw_proto == 17 && c == 0)
 		c = 0xffff;
+	/* Packet pointers taken again after the helper calls. */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
-	if (l4off > 128)
-		return -1;
 	field = data + l4off + at;
 	if ((void *)(field + 1) > end)
 		return -1;
