@@ -93,7 +93,7 @@
 
 mod common;
 
-use common::{csum_errors, finish, py, wait_ready, TCP_RX, TCP_TX, UDP_RX, UDP_TX};
+use common::{csum_errors, finish, on, py, settings_label, wait_ready, TCP_RX, TCP_TX, UDP_RX, UDP_TX};
 use netdev_vhost::testpmd::{sock_path, Testpmd};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -160,25 +160,9 @@ fn vhost_rows() -> Vec<Row> {
     rows().into_iter().filter(|r| !r.jumbo).collect()
 }
 
-fn on(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
-    }
-}
-
 impl Row {
     fn label(&self) -> String {
-        format!(
-            "tx {:<3} tso {:<3} gro {:<3} {} {:<6} mtu {}",
-            on(self.tx),
-            on(self.tso),
-            on(self.gro),
-            if self.v6 { "IPv6" } else { "IPv4" },
-            if self.vlan { "vlan10" } else { "untag" },
-            if self.jumbo { 9000 } else { 1500 }
-        )
+        settings_label(self.tx, self.tso, self.gro, self.v6, self.vlan, self.jumbo)
     }
 }
 

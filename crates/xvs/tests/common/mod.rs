@@ -84,6 +84,30 @@ for seq in range(count):
 print("sent", count, flush=True)
 "#;
 
+/// "on" or "off", as ethtool takes them.
+pub fn on(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// A matrix row's settings, one fixed-width line: the sender's transmit
+/// checksum offload and TSO/GSO, the receiver's GRO, IP version, tagging,
+/// MTU.
+pub fn settings_label(tx: bool, tso: bool, gro: bool, v6: bool, vlan: bool, jumbo: bool) -> String {
+    format!(
+        "tx {:<3} tso {:<3} gro {:<3} {} {:<6} mtu {}",
+        on(tx),
+        on(tso),
+        on(gro),
+        if v6 { "IPv6" } else { "IPv4" },
+        if vlan { "vlan10" } else { "untag" },
+        if jumbo { 9000 } else { 1500 }
+    )
+}
+
 /// Runs python `code` with `args` in namespace `ns`.
 pub fn py(ns: &str, code: &str, args: &[&str]) -> Child {
     Command::new("ip")
